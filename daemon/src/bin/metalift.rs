@@ -1,0 +1,49 @@
+//! `metalift`: the admin CLI. Thin: parsing and dispatch only; the work is in `metalift_daemon::cli`.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use metalift_daemon::cli;
+
+/// Manage metalift: check policies, explain verdicts, read the audit log.
+#[derive(Debug, Parser)]
+#[command(name = "metalift", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Check a policy file (and its policy.d/) and print every problem with its location.
+    Validate(cli::validate::Args),
+    /// Show which rule decides for an executable or a running process, and why.
+    Explain(cli::explain::Args),
+    /// Show the running daemon's policy and counters.
+    Status(cli::status::Args),
+    /// Read the audit log.
+    Audit(cli::audit::Args),
+    /// Run a command with libmetalift injected.
+    Exec(cli::exec::Args),
+    /// Start a throw-away daemon and show the shim's effect on the probe, end to end.
+    Demo(cli::demo::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Validate(a) => cli::validate::run(a),
+        Command::Explain(a) => cli::explain::run(a),
+        Command::Status(a) => cli::status::run(a),
+        Command::Audit(a) => cli::audit::run(a),
+        Command::Exec(a) => cli::exec::run(a),
+        Command::Demo(a) => cli::demo::run(a),
+    };
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("metalift: error: {err:#}");
+            ExitCode::from(2)
+        }
+    }
+}

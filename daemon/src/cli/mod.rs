@@ -1,0 +1,8 @@
+//! The `metalift` admin commands, one module each. Each `run` returns the process exit code.
+
+pub mod audit;
+pub mod demo;
+pub mod exec;
+pub mod explain;
+pub mod status;
+pub mod validate;

@@ -1,0 +1,3 @@
+//! `metalift-probe`: prints what the Metal device answers.
+
+fn main() {}
