@@ -1,0 +1,72 @@
+//! The audit log: every decision, outcome, policy load and daemon start/stop, as JSON Lines.
+//!
+//! - [`record`]: what a line says ([`Record`], tagged by `"kind"`).
+//! - [`writer`]: [`AuditLog`], one `write(2)` per record, size rotation under one lock.
+//! - [`rotation`]: [`Rotation`] settings and the file-name scheme of rotated files.
+//! - [`reader`]: reading the log back (rotated files first), and following it, for `metalift audit`.
+
+pub mod reader;
+pub mod record;
+pub mod rotation;
+pub mod writer;
+
+use std::io;
+use std::path::PathBuf;
+
+pub use record::{Advisory, AnswersRecord, DecisionRecord, LoadReason, OutcomeRecord, Record};
+pub use rotation::Rotation;
+pub use writer::AuditLog;
+
+/// Where metaliftd writes the audit log and `metalift audit` reads it, unless told otherwise.
+pub const DEFAULT_LOG_PATH: &str = "/var/log/metalift/audit.jsonl";
+
+/// Why a record could not be written. Every variant means the record is not (wholly)
+/// in the log, so the daemon must answer stock.
+#[derive(Debug, thiserror::Error)]
+pub enum AuditError {
+    /// The log's directory could not be created.
+    #[error("cannot create audit log directory {}: {source}", path.display())]
+    CreateDir {
+        /// The directory.
+        path: PathBuf,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// The log file could not be opened or created.
+    #[error("cannot open audit log {}: {source}", path.display())]
+    Open {
+        /// The log file.
+        path: PathBuf,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// `write(2)` failed (disk full, file too large, I/O error).
+    #[error("cannot write audit log {}: {source}", path.display())]
+    Write {
+        /// The log file.
+        path: PathBuf,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// `write(2)` wrote only part of the record.
+    #[error("short write to audit log {}: {written} of {expected} bytes", path.display())]
+    ShortWrite {
+        /// The log file.
+        path: PathBuf,
+        /// Bytes written.
+        written: usize,
+        /// Bytes in the record.
+        expected: usize,
+    },
+    /// Renaming the files of a rotation failed.
+    #[error("cannot rotate audit log {}: {source}", path.display())]
+    Rotate {
+        /// The log file.
+        path: PathBuf,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// The record could not be serialized (not expected for well-formed records).
+    #[error("cannot serialize audit record: {0}")]
+    Serialize(serde_json::Error),
+}

@@ -1,0 +1,326 @@
+//! Reading the audit log back: rotated files oldest first, then the live file, and
+//! following the live file across rotations.
+//!
+//! The reader is lenient where the writer is strict: a line is accepted when it is a
+//! JSON object with a `"kind"` and an RFC 3339 `"time"`; other fields are read when
+//! present, so a log written by a newer daemon still reads. A line that is not
+//! accepted is returned as [`Item::Corrupt`] with its `file:line`, never fatal.
+
+use std::fs::File;
+use std::io::{self, Read};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use serde_json::Value;
+
+use super::record::rfc3339;
+use super::rotation::rotated_path;
+
+/// One accepted line of the log.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Entry {
+    /// The line exactly as written, without its newline.
+    pub raw: String,
+    /// The parsed object.
+    pub value: Value,
+    /// `"kind"`.
+    pub kind: String,
+    /// `"time"`, parsed.
+    pub time: SystemTime,
+}
+
+impl Entry {
+    /// A string field, if present and a string.
+    #[must_use]
+    pub fn str(&self, key: &str) -> Option<&str> {
+        self.value.get(key).and_then(Value::as_str)
+    }
+
+    /// An integer field, if present and an integer.
+    #[must_use]
+    pub fn int(&self, key: &str) -> Option<i64> {
+        self.value.get(key).and_then(Value::as_i64)
+    }
+
+    /// `"time"` as written.
+    #[must_use]
+    pub fn time_text(&self) -> &str {
+        self.str("time").unwrap_or("")
+    }
+}
+
+/// What reading one line produced.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Item {
+    /// A record.
+    Entry(Entry),
+    /// A line that is not a record; skipped by readers, reported to the admin.
+    Corrupt {
+        /// The file it is in.
+        file: PathBuf,
+        /// Its 1-based line number in that file.
+        line: usize,
+        /// What is wrong with it.
+        error: String,
+    },
+}
+
+/// Parses one line (without its newline). `file` and `line` locate a corrupt one.
+#[must_use]
+pub fn parse_line(text: &str, file: &Path, line: usize) -> Item {
+    let corrupt = |error: String| Item::Corrupt {
+        file: file.to_owned(),
+        line,
+        error,
+    };
+    let value: Value = match serde_json::from_str(text) {
+        Ok(v) => v,
+        Err(e) => return corrupt(format!("not JSON: {e}")),
+    };
+    let Some(kind) = value.get("kind").and_then(Value::as_str) else {
+        return corrupt("no \"kind\" string".into());
+    };
+    let Some(time_text) = value.get("time").and_then(Value::as_str) else {
+        return corrupt("no \"time\" string".into());
+    };
+    let time = match rfc3339::parse(time_text) {
+        Ok(t) => t,
+        Err(e) => return corrupt(format!("bad \"time\" {time_text:?}: {e}")),
+    };
+    Item::Entry(Entry {
+        raw: text.to_owned(),
+        kind: kind.to_owned(),
+        time,
+        value,
+    })
+}
+
+/// The log's files in the order they were written: the highest-numbered rotated file
+/// first, the live file last. Only files that exist are listed; gaps are skipped.
+pub fn log_files(path: &Path) -> io::Result<Vec<PathBuf>> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_owned(),
+        _ => PathBuf::from("."),
+    };
+    let Some(base) = path.file_name().and_then(|n| n.to_str()) else {
+        return Ok(vec![path.to_owned()]);
+    };
+    let mut numbers: Vec<usize> = Vec::new();
+    let entries = match std::fs::read_dir(&dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    for entry in entries {
+        let name = entry?.file_name();
+        let Some(suffix) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(base))
+            .and_then(|n| n.strip_prefix('.'))
+        else {
+            continue;
+        };
+        if !suffix.is_empty() && suffix.bytes().all(|b| b.is_ascii_digit()) {
+            if let Ok(n) = suffix.parse() {
+                numbers.push(n);
+            }
+        }
+    }
+    numbers.sort_unstable_by(|a, b| b.cmp(a));
+    let mut files: Vec<PathBuf> = numbers.into_iter().map(|n| rotated_path(path, n)).collect();
+    if path.exists() {
+        files.push(path.to_owned());
+    }
+    Ok(files)
+}
+
+/// Reads the whole log (rotated files, then the live file) and, when asked again,
+/// what has been appended since, following the live file across rotations.
+///
+/// Every file is opened before any is read, so a rotation during the first read
+/// neither skips nor repeats records: the open handles keep pointing at the same files.
+#[derive(Debug)]
+pub struct LogReader {
+    /// The live file's path, re-checked on each [`poll`](LogReader::poll) for rotation.
+    path: PathBuf,
+    /// Rotated files not yet read, oldest first.
+    backlog: Vec<OpenFile>,
+    /// The live file (as of the last rotation seen), if it existed.
+    live: Option<OpenFile>,
+}
+
+/// An open log file and where reading it has got to.
+#[derive(Debug)]
+struct OpenFile {
+    /// Shown in corrupt-line reports.
+    name: PathBuf,
+    file: File,
+    /// Device and inode: the identity that tells a rotated-away file from a new one.
+    id: (u64, u64),
+    /// Bytes of an unfinished last line, kept until its newline arrives.
+    pending: Vec<u8>,
+    /// Lines completed so far.
+    line: usize,
+}
+
+impl OpenFile {
+    fn open(path: &Path) -> io::Result<Option<OpenFile>> {
+        match File::open(path) {
+            Ok(file) => {
+                let meta = file.metadata()?;
+                Ok(Some(OpenFile {
+                    name: path.to_owned(),
+                    file,
+                    id: (meta.dev(), meta.ino()),
+                    pending: Vec::new(),
+                    line: 0,
+                }))
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Reads what is there now; complete lines become items, a trailing partial
+    /// line waits in `pending`.
+    fn read_available(&mut self, out: &mut Vec<Item>) -> io::Result<()> {
+        let mut buf = Vec::new();
+        self.file.read_to_end(&mut buf)?;
+        if buf.is_empty() {
+            return Ok(());
+        }
+        self.pending.extend_from_slice(&buf);
+        let Some(last_newline) = self.pending.iter().rposition(|&b| b == b'\n') else {
+            return Ok(());
+        };
+        let rest = self.pending.split_off(last_newline + 1);
+        let complete = std::mem::replace(&mut self.pending, rest);
+        for raw in complete[..complete.len() - 1].split(|&b| b == b'\n') {
+            self.line += 1;
+            out.push(match std::str::from_utf8(raw) {
+                Ok(text) => parse_line(text, &self.name, self.line),
+                Err(e) => Item::Corrupt {
+                    file: self.name.clone(),
+                    line: self.line,
+                    error: format!("not UTF-8: {e}"),
+                },
+            });
+        }
+        Ok(())
+    }
+
+    /// Called when nothing more will be appended: an unfinished line is corrupt.
+    fn finish(&mut self, out: &mut Vec<Item>) {
+        if !self.pending.is_empty() {
+            self.line += 1;
+            self.pending.clear();
+            out.push(Item::Corrupt {
+                file: self.name.clone(),
+                line: self.line,
+                error: "incomplete last line (no newline)".into(),
+            });
+        }
+    }
+}
+
+impl LogReader {
+    /// Opens every file of the log at `path`. A log that does not exist yet reads as
+    /// empty (and is picked up by [`poll`](LogReader::poll) once created).
+    pub fn open(path: &Path) -> io::Result<LogReader> {
+        let mut backlog = Vec::new();
+        let mut live = None;
+        for file in log_files(path)? {
+            let Some(open) = OpenFile::open(&file)? else {
+                continue;
+            };
+            if file == path {
+                live = Some(open);
+            } else {
+                backlog.push(open);
+            }
+        }
+        Ok(LogReader {
+            path: path.to_owned(),
+            backlog,
+            live,
+        })
+    }
+
+    /// Reads everything written so far, for a one-shot listing: an unfinished last
+    /// line of the live file is reported as corrupt.
+    pub fn read_to_end(mut self) -> io::Result<Vec<Item>> {
+        let mut items = self.poll()?;
+        if let Some(live) = &mut self.live {
+            live.finish(&mut items);
+        }
+        Ok(items)
+    }
+
+    /// Returns the items written since the previous call (the whole log on the first
+    /// call). Follows rotation: when the live path names a new file, the old one is
+    /// read to its end first, then the new one from its start.
+    pub fn poll(&mut self) -> io::Result<Vec<Item>> {
+        let mut items = Vec::new();
+        for mut old in self.backlog.drain(..) {
+            old.read_available(&mut items)?;
+            old.finish(&mut items);
+        }
+        if let Some(live) = &mut self.live {
+            live.read_available(&mut items)?;
+        }
+        let now = match std::fs::metadata(&self.path) {
+            Ok(meta) => Some((meta.dev(), meta.ino())),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+            Err(e) => return Err(e),
+        };
+        let rotated = match (&self.live, now) {
+            (Some(live), Some(id)) => live.id != id,
+            (None, Some(_)) => true,
+            (_, None) => false,
+        };
+        if rotated {
+            if let Some(mut old) = self.live.take() {
+                // The rename happened after the writer's last record to this file.
+                old.read_available(&mut items)?;
+                old.finish(&mut items);
+            }
+            self.live = OpenFile::open(&self.path)?;
+            if let Some(live) = &mut self.live {
+                live.read_available(&mut items)?;
+            }
+        }
+        Ok(items)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_line_without_kind_or_with_a_bad_time_is_corrupt_with_its_location() {
+        let f = Path::new("a.jsonl");
+        assert!(matches!(
+            parse_line("{\"time\":\"2026-01-01T00:00:00Z\"}", f, 3),
+            Item::Corrupt { line: 3, .. }
+        ));
+        assert!(matches!(
+            parse_line("{\"kind\":\"decision\",\"time\":\"yesterday\"}", f, 4),
+            Item::Corrupt { line: 4, .. }
+        ));
+        assert!(matches!(
+            parse_line("{not json", f, 5),
+            Item::Corrupt { .. }
+        ));
+        let Item::Entry(e) = parse_line(
+            "{\"kind\":\"decision\",\"time\":\"2026-01-01T00:00:00.5Z\",\"pid\":3}",
+            f,
+            6,
+        ) else {
+            panic!("valid line refused")
+        };
+        assert_eq!(e.kind, "decision");
+        assert_eq!(e.int("pid"), Some(3));
+    }
+}

@@ -1,0 +1,422 @@
+//! The audit log's records: one JSON object per line, tagged by `"kind"`.
+//!
+//! Every record carries `"time"` (RFC 3339, UTC, microseconds). Optional identity
+//! fields of a decision are always present in the JSON (as `null` when unknown), so
+//! `jq '.rule'` means the same thing on every decision line.
+
+use std::time::SystemTime;
+
+use metalift_policy::wire::{Answers, Outcome};
+use serde::{Deserialize, Serialize};
+
+/// One line of the audit log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Record {
+    /// A verdict the daemon decided, written before the verdict is sent.
+    Decision(DecisionRecord),
+    /// What the shim reported it actually did with a verdict.
+    Outcome(OutcomeRecord),
+    /// A policy became live (at start, after an edit, or because the file was deleted).
+    PolicyLoaded {
+        /// When it became live.
+        #[serde(with = "rfc3339")]
+        time: SystemTime,
+        /// The policy file (`policy.toml`) the policy was loaded from.
+        path: String,
+        /// SHA-256 of the merged policy text now live (hex).
+        sha256: String,
+        /// Number of rules now live.
+        rules: usize,
+        /// `enforce` or `monitor`.
+        mode: String,
+        /// Rendered warnings (`file:line:col: warning: ...`); the policy was accepted anyway.
+        warnings: Vec<String>,
+        /// Why it was loaded: one of the [`LoadReason`] words.
+        reason: LoadReason,
+    },
+    /// A policy was refused; the previous one (`kept_sha256`) stays live.
+    PolicyRejected {
+        /// When it was refused.
+        #[serde(with = "rfc3339")]
+        time: SystemTime,
+        /// The policy file (`policy.toml`) whose load failed.
+        path: String,
+        /// SHA-256 of the refused input, when it could be read.
+        sha256: Option<String>,
+        /// Every error, rendered `file:line:col: error: message` (first line only).
+        errors: Vec<String>,
+        /// SHA-256 of the policy that stays live.
+        kept_sha256: String,
+    },
+    /// metaliftd started serving.
+    DaemonStart {
+        /// When it started.
+        #[serde(with = "rfc3339")]
+        time: SystemTime,
+        /// The daemon's version.
+        version: String,
+        /// The daemon's pid.
+        pid: u32,
+        /// The policy file it watches.
+        policy: String,
+        /// Where it listens (socket path or XPC service name).
+        listen: String,
+    },
+    /// metaliftd stopped.
+    DaemonStop {
+        /// When it stopped.
+        #[serde(with = "rfc3339")]
+        time: SystemTime,
+        /// Why (`SIGTERM`, `SIGINT`, ...).
+        reason: String,
+        /// Check-ins answered since start.
+        checkins: u64,
+        /// Unlock verdicts given since start.
+        unlocks: u64,
+    },
+}
+
+/// Why a policy was loaded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LoadReason {
+    /// The daemon started with this policy.
+    Start,
+    /// The policy file (or `policy.d/`) changed.
+    Change,
+    /// The file came back to the content that is live, after a refused edit.
+    Restored,
+    /// `policy.toml` does not exist at start: no rules, everything stock.
+    Missing,
+    /// `policy.toml` was deleted: no rules, everything stock.
+    Deleted,
+    /// The policy was refused at start: the daemon runs with no rules, everything stock.
+    RejectedAtStart,
+}
+
+impl LoadReason {
+    /// The word the audit log uses.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LoadReason::Start => "start",
+            LoadReason::Change => "change",
+            LoadReason::Restored => "restored",
+            LoadReason::Missing => "missing",
+            LoadReason::Deleted => "deleted",
+            LoadReason::RejectedAtStart => "rejected_at_start",
+        }
+    }
+}
+
+/// A decision: who asked, what the policy said, and how long deciding took.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DecisionRecord {
+    /// When the verdict was decided.
+    #[serde(with = "rfc3339")]
+    pub time: SystemTime,
+    /// Echoed by the shim's outcome; joins the two records.
+    pub decision_id: u64,
+    /// The asker's pid, from the kernel.
+    pub pid: i32,
+    /// The asker's real uid, from the kernel.
+    pub uid: u32,
+    /// The asker's executable, from the kernel.
+    pub exe: String,
+    /// SHA-256 of the executable, when some rule needed it.
+    pub sha256: Option<String>,
+    /// Team identifier from a valid signature.
+    pub team_id: Option<String>,
+    /// Signing identifier from a valid signature.
+    pub signing_id: Option<String>,
+    /// Code directory hash (hex) from a valid signature.
+    pub cdhash: Option<String>,
+    /// The parent process's executable.
+    pub parent_exe: Option<String>,
+    /// The winning rule's id; `null` when no rule matched.
+    pub rule: Option<String>,
+    /// `unlock` or `stock`: what the shim was told.
+    pub action: String,
+    /// The profile unlocked (or, in monitor mode, that would have been).
+    pub profile: Option<String>,
+    /// `enforce` or `monitor`.
+    pub mode: String,
+    /// In monitor mode: the winning rule would have unlocked.
+    pub would_unlock: bool,
+    /// SHA-256 of the policy that decided.
+    pub policy_sha256: String,
+    /// Microseconds from check-in received to verdict decided.
+    pub latency_us: u64,
+    /// `unix` or `xpc`.
+    pub transport: String,
+    /// What the client said about itself: logged, never matched.
+    pub advisory: Advisory,
+}
+
+/// The client's own claims in a check-in. Advisory only: never used to decide.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Advisory {
+    /// The shim's version string.
+    pub shim_version: String,
+    /// The shim's architecture.
+    pub arch: String,
+    /// The executable the client claims to be.
+    pub claimed_executable: Option<String>,
+}
+
+/// What the shim did with a verdict.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutcomeRecord {
+    /// When the outcome was received.
+    #[serde(with = "rfc3339")]
+    pub time: SystemTime,
+    /// The decision it reports on (0 when no verdict reached the shim).
+    pub decision_id: u64,
+    /// The reporter's pid, from the kernel.
+    pub pid: i32,
+    /// The reporter's executable, from the kernel.
+    pub exe: String,
+    /// `applied`, `stock` or `failed`.
+    pub result: String,
+    /// Why stock or failed (empty when applied).
+    pub reason: String,
+    /// The live device's concrete class.
+    pub device_class: String,
+    /// The device's answers before any hook.
+    pub stock: AnswersRecord,
+    /// The answers the process now sees.
+    pub effective: AnswersRecord,
+}
+
+impl OutcomeRecord {
+    /// The record for `outcome`, reported by `pid` running `exe`, received at `time`.
+    #[must_use]
+    pub fn new(time: SystemTime, pid: i32, exe: String, outcome: &Outcome) -> Self {
+        OutcomeRecord {
+            time,
+            decision_id: outcome.decision_id,
+            pid,
+            exe,
+            result: outcome.result.as_str().to_owned(),
+            reason: outcome.reason.clone(),
+            device_class: outcome.device_class.clone(),
+            stock: AnswersRecord::from(&outcome.stock),
+            effective: AnswersRecord::from(&outcome.effective),
+        }
+    }
+}
+
+/// A device's answers, with the families spelled out by name.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AnswersRecord {
+    /// Families answered YES, e.g. `["Apple1", ..., "Apple5", "Common3"]`.
+    pub families: Vec<String>,
+    /// `maxThreadgroupMemoryLength`.
+    pub threadgroup_memory: u64,
+    /// `recommendedMaxWorkingSetSize`.
+    pub working_set: u64,
+}
+
+impl From<&Answers> for AnswersRecord {
+    fn from(answers: &Answers) -> Self {
+        AnswersRecord {
+            families: answers.family_names().map(str::to_owned).collect(),
+            threadgroup_memory: answers.threadgroup_memory,
+            working_set: answers.working_set,
+        }
+    }
+}
+
+impl Record {
+    /// The `"kind"` word of this record.
+    #[must_use]
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Record::Decision(_) => "decision",
+            Record::Outcome(_) => "outcome",
+            Record::PolicyLoaded { .. } => "policy_loaded",
+            Record::PolicyRejected { .. } => "policy_rejected",
+            Record::DaemonStart { .. } => "daemon_start",
+            Record::DaemonStop { .. } => "daemon_stop",
+        }
+    }
+
+    /// When the event happened.
+    #[must_use]
+    pub fn time(&self) -> SystemTime {
+        match self {
+            Record::Decision(d) => d.time,
+            Record::Outcome(o) => o.time,
+            Record::PolicyLoaded { time, .. }
+            | Record::PolicyRejected { time, .. }
+            | Record::DaemonStart { time, .. }
+            | Record::DaemonStop { time, .. } => *time,
+        }
+    }
+
+    /// The record as one JSON line, newline included. Compact JSON escapes every
+    /// control character inside strings, so the only newline is the last byte.
+    pub fn to_line(&self) -> Result<Vec<u8>, serde_json::Error> {
+        let mut line = serde_json::to_vec(self)?;
+        line.push(b'\n');
+        Ok(line)
+    }
+}
+
+/// `SystemTime` as an RFC 3339 UTC string with microseconds, e.g. `2026-11-30T06:01:02.123456Z`.
+pub mod rfc3339 {
+    use std::time::SystemTime;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    /// Formats `time` the way the audit log writes it.
+    #[must_use]
+    pub fn format(time: SystemTime) -> String {
+        humantime::format_rfc3339_micros(time).to_string()
+    }
+
+    /// Parses an RFC 3339 UTC timestamp (`Z` suffix, any sub-second precision).
+    pub fn parse(text: &str) -> Result<SystemTime, humantime::TimestampError> {
+        humantime::parse_rfc3339_weak(text)
+    }
+
+    /// serde: writes [`format`].
+    pub fn serialize<S: Serializer>(time: &SystemTime, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(&humantime::format_rfc3339_micros(*time))
+    }
+
+    /// serde: reads what [`format`] wrote.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<SystemTime, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        parse(&text).map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use metalift_policy::wire::OutcomeResult;
+
+    use super::*;
+
+    fn at(secs: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_micros(secs * 1_000_000 + 250)
+    }
+
+    fn decision() -> DecisionRecord {
+        DecisionRecord {
+            time: at(1_800_000_000),
+            decision_id: 7,
+            pid: 4242,
+            uid: 501,
+            exe: "/opt/llama.cpp/bin/llama-server".into(),
+            sha256: None,
+            team_id: None,
+            signing_id: None,
+            cdhash: None,
+            parent_exe: Some("/bin/zsh".into()),
+            rule: None,
+            action: "stock".into(),
+            profile: None,
+            mode: "enforce".into(),
+            would_unlock: false,
+            policy_sha256: "ab".repeat(32),
+            latency_us: 85,
+            transport: "unix".into(),
+            advisory: Advisory {
+                shim_version: "0.1.0".into(),
+                arch: "arm64e".into(),
+                claimed_executable: Some("/usr/bin/true\nforged".into()),
+            },
+        }
+    }
+
+    #[test]
+    fn a_decision_is_one_line_tagged_decision_with_rule_null() {
+        let line = Record::Decision(decision()).to_line().unwrap();
+        assert_eq!(line.iter().filter(|&&b| b == b'\n').count(), 1);
+        assert_eq!(line.last(), Some(&b'\n'));
+        let v: serde_json::Value = serde_json::from_slice(&line).unwrap();
+        assert_eq!(v["kind"], "decision");
+        assert_eq!(v["time"], "2027-01-15T08:00:00.000250Z");
+        assert!(v.get("rule").is_some_and(serde_json::Value::is_null));
+        assert_eq!(v["action"], "stock");
+        assert_eq!(v["advisory"]["claimed_executable"], "/usr/bin/true\nforged");
+    }
+
+    #[test]
+    fn every_kind_round_trips_through_json() {
+        let records = [
+            Record::Decision(decision()),
+            Record::Outcome(OutcomeRecord::new(
+                at(5),
+                4242,
+                "/x".into(),
+                &Outcome {
+                    decision_id: 7,
+                    result: OutcomeResult::Applied,
+                    reason: String::new(),
+                    device_class: "AppleParavirtDevice".into(),
+                    stock: Answers {
+                        families: 0b1_1111,
+                        threadgroup_memory: 32768,
+                        working_set: 1,
+                    },
+                    effective: Answers {
+                        families: 0b111_1111,
+                        threadgroup_memory: 32768,
+                        working_set: 1,
+                    },
+                },
+            )),
+            Record::PolicyLoaded {
+                time: at(6),
+                path: "/etc/metalift/policy.toml".into(),
+                sha256: "00".repeat(32),
+                rules: 3,
+                mode: "monitor".into(),
+                warnings: vec!["p.toml:3:1: warning: w".into()],
+                reason: LoadReason::Deleted,
+            },
+            Record::PolicyRejected {
+                time: at(7),
+                path: "p.toml".into(),
+                sha256: None,
+                errors: vec!["p.toml:1:1: error: e".into()],
+                kept_sha256: "11".repeat(32),
+            },
+            Record::DaemonStart {
+                time: at(8),
+                version: "0.1.0".into(),
+                pid: 1,
+                policy: "p.toml".into(),
+                listen: "/run/metalift/metalift.sock".into(),
+            },
+            Record::DaemonStop {
+                time: at(9),
+                reason: "SIGTERM".into(),
+                checkins: 10,
+                unlocks: 2,
+            },
+        ];
+        for record in records {
+            let line = record.to_line().unwrap();
+            let back: Record = serde_json::from_slice(&line).unwrap();
+            assert_eq!(back, record);
+            let v: serde_json::Value = serde_json::from_slice(&line).unwrap();
+            assert_eq!(v["kind"], record.kind());
+        }
+    }
+
+    #[test]
+    fn outcome_families_are_spelled_by_name() {
+        let answers = Answers {
+            families: 0b1_0000,
+            threadgroup_memory: 1,
+            working_set: 2,
+        };
+        assert_eq!(AnswersRecord::from(&answers).families, vec!["Apple5"]);
+    }
+}

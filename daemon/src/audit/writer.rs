@@ -1,0 +1,163 @@
+//! [`AuditLog`]: appends records, one `write(2)` each, and rotates by size.
+
+use std::fs::{DirBuilder, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
+
+use super::record::Record;
+use super::rotation::{self, Rotation};
+use super::AuditError;
+
+/// Mode of a directory the log creates: root (or the daemon's user) and its group read.
+const DIR_MODE: u32 = 0o750;
+/// Mode of a log file the log creates: decisions name executables and users.
+const FILE_MODE: u32 = 0o640;
+
+/// The audit log: an append-only JSON Lines file, rotated by size.
+///
+/// Each [`append`](AuditLog::append) is one `write(2)` on an `O_APPEND` descriptor,
+/// so a record is either wholly in the file or not at all, even if the daemon is
+/// killed mid-way, and concurrent appends never interleave. `Send + Sync`: share it
+/// in an `Arc`.
+#[derive(Debug)]
+pub struct AuditLog {
+    /// The live file's path; rotated files are `<path>.1` … `<path>.<keep>`.
+    path: PathBuf,
+    /// When to rotate.
+    rotation: Rotation,
+    /// The open file and its size. A std `Mutex`, not tokio's: it is held only for
+    /// one `write(2)` (or a rotation's renames), never across an `.await`, and
+    /// `append` is called from sync code too. The same lock guards writes and the
+    /// renames of a rotation, so no record goes to a file that is being moved.
+    live: Mutex<LiveFile>,
+}
+
+/// The file records are appended to now.
+#[derive(Debug)]
+struct LiveFile {
+    /// Opened with `O_APPEND`.
+    file: File,
+    /// Bytes in the file, tracked so rotation needs no `fstat` per record.
+    size: u64,
+}
+
+impl AuditLog {
+    /// Opens (or creates) the log at `path`. A missing parent directory is created
+    /// with mode 0750, a missing file with mode 0640; existing ones keep their modes.
+    pub fn open(path: &Path, rotation: Rotation) -> Result<AuditLog, AuditError> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            DirBuilder::new()
+                .recursive(true)
+                .mode(DIR_MODE)
+                .create(dir)
+                .map_err(|source| AuditError::CreateDir {
+                    path: dir.to_owned(),
+                    source,
+                })?;
+        }
+        let live = open_live(path)?;
+        Ok(AuditLog {
+            path: path.to_owned(),
+            rotation,
+            live: Mutex::new(live),
+        })
+    }
+
+    /// The live file's path.
+    #[must_use]
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The rotation settings.
+    #[must_use]
+    pub fn rotation(&self) -> Rotation {
+        self.rotation
+    }
+
+    /// Appends `record` as one line with exactly one `write(2)`, rotating first when
+    /// the line would push the live file past [`Rotation::max_bytes`].
+    ///
+    /// An error means the record is **not** in the log (a short write is reported as
+    /// an error too, though its bytes may be). A failed rotation is not an error: the
+    /// record goes into the current file, since losing it would be worse than an
+    /// oversize file; the failure is reported through `tracing` and retried next time.
+    pub fn append(&self, record: &Record) -> Result<(), AuditError> {
+        let line = record.to_line().map_err(AuditError::Serialize)?;
+        let mut live = self.lock();
+        if self.rotation.needs_rotation(live.size, line.len() as u64) {
+            match self.rotate(&mut live) {
+                Ok(()) => {}
+                Err(error) => tracing::error!(
+                    path = %self.path.display(),
+                    %error,
+                    "audit log rotation failed; appending to the current file"
+                ),
+            }
+        }
+        let written = write_once(&live.file, &line).map_err(|source| AuditError::Write {
+            path: self.path.clone(),
+            source,
+        })?;
+        live.size += written as u64;
+        if written != line.len() {
+            return Err(AuditError::ShortWrite {
+                path: self.path.clone(),
+                written,
+                expected: line.len(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Moves the live file to `.1` (shifting older ones) and opens a fresh one.
+    fn rotate(&self, live: &mut LiveFile) -> Result<(), AuditError> {
+        let rotate_err = |source| AuditError::Rotate {
+            path: self.path.clone(),
+            source,
+        };
+        rotation::shift(&self.path, self.rotation.keep).map_err(rotate_err)?;
+        *live = open_live(&self.path)?;
+        Ok(())
+    }
+
+    fn lock(&self) -> MutexGuard<'_, LiveFile> {
+        // A panic while holding the lock leaves a valid file handle and at worst a
+        // stale size (which only moves the next rotation): keep logging.
+        self.live
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+fn open_live(path: &Path) -> Result<LiveFile, AuditError> {
+    let file = OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(FILE_MODE)
+        .open(path)
+        .map_err(|source| AuditError::Open {
+            path: path.to_owned(),
+            source,
+        })?;
+    let size = file
+        .metadata()
+        .map_err(|source| AuditError::Open {
+            path: path.to_owned(),
+            source,
+        })?
+        .len();
+    Ok(LiveFile { file, size })
+}
+
+/// One `write(2)`: retried only when interrupted before writing anything.
+fn write_once(mut file: &File, buf: &[u8]) -> io::Result<usize> {
+    loop {
+        match file.write(buf) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            other => return other,
+        }
+    }
+}

@@ -1,0 +1,367 @@
+//! The live policy: loaded at start, replaced atomically on reload, last good kept.
+//!
+//! A check-in calls [`PolicyStore::current`] (a lock-free load of an `Arc`) and
+//! decides against that snapshot; a reload builds and compiles the new policy
+//! completely before one atomic swap, so no check-in ever sees a half-loaded policy.
+//! Every load, refusal and deletion is written to the audit log.
+//!
+//! # What happens when
+//!
+//! | on disk                          | at start                          | on reload                              |
+//! |----------------------------------|-----------------------------------|----------------------------------------|
+//! | valid                            | live, `policy_loaded` (`start`)   | swapped in, `policy_loaded` (`change`) |
+//! | same content as live             | —                                 | nothing (no record)                    |
+//! | `policy.toml` missing            | empty, `policy_loaded` (`missing`)| empty, `policy_loaded` (`deleted`)     |
+//! | invalid, unreadable, bad owner   | empty + `policy_rejected`, then `policy_loaded` (`rejected_at_start`) | last good kept, `policy_rejected` |
+//!
+//! An invalid policy at start does not stop the daemon: an admin expects metaliftd to
+//! come up and stay safe, and with no rules everything is stock, which is what the
+//! machine did before metalift. The refusal is logged loudly (`tracing` error, audit
+//! record, [`PolicyStore::last_error`] for `metalift status`), and the first valid
+//! edit is picked up by the watcher.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::SystemTime;
+
+use arc_swap::ArcSwap;
+use metalift_policy::{load, LoadError, LoadOptions, Policy, Source};
+use sha2::{Digest, Sha256};
+
+use crate::audit::{AuditError, AuditLog, LoadReason, Record};
+
+/// A policy that is live, and where it came from.
+#[derive(Debug)]
+pub struct LivePolicy {
+    /// The compiled policy check-ins are decided against.
+    pub policy: Arc<Policy>,
+    /// The main policy file it was loaded from (it may not exist: empty policy).
+    pub path: PathBuf,
+    /// SHA-256 (hex) of the merged policy text; the empty policy's when no file.
+    pub sha256: String,
+    /// When it became live.
+    pub loaded_at: SystemTime,
+    /// Number of rules.
+    pub rule_count: usize,
+    /// Warnings it drew, rendered `file:line:col: warning: ...`.
+    pub warnings: Vec<String>,
+    /// Why it was loaded.
+    pub reason: LoadReason,
+}
+
+impl LivePolicy {
+    fn new(policy: Policy, path: &Path, warnings: Vec<String>, reason: LoadReason) -> Self {
+        LivePolicy {
+            sha256: policy.sha256_hex().to_owned(),
+            rule_count: policy.rule_count(),
+            policy: Arc::new(policy),
+            path: path.to_owned(),
+            loaded_at: SystemTime::now(),
+            warnings,
+            reason,
+        }
+    }
+
+    fn loaded_record(&self) -> Record {
+        Record::PolicyLoaded {
+            time: self.loaded_at,
+            path: self.path.display().to_string(),
+            sha256: self.sha256.clone(),
+            rules: self.rule_count,
+            mode: self.policy.mode().as_str().to_owned(),
+            warnings: self.warnings.clone(),
+            reason: self.reason,
+        }
+    }
+}
+
+/// What a [`PolicyStore::reload`] did.
+#[must_use]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReloadOutcome {
+    /// A new policy is live.
+    Loaded {
+        /// Its sha256.
+        sha256: String,
+        /// Its rule count.
+        rules: usize,
+        /// Its rendered warnings.
+        warnings: Vec<String>,
+    },
+    /// The file is gone: the empty policy is live, everything stock.
+    Deleted,
+    /// The content is what is live already (or the same refusal as last time):
+    /// nothing swapped, nothing audited.
+    Unchanged,
+    /// The new content was refused; the last good policy stays live.
+    Rejected {
+        /// Every problem, rendered with `file:line:col`.
+        errors: Vec<String>,
+    },
+}
+
+/// The live policy and the last reload error.
+#[derive(Debug)]
+pub struct PolicyStore {
+    /// The main policy file (`policy.toml`); `policy.d/` sits beside it.
+    path: PathBuf,
+    /// Ownership checks for every load.
+    opts: LoadOptions,
+    /// The live policy: check-ins load it lock-free; a reload stores a complete one.
+    live: ArcSwap<LivePolicy>,
+    /// Why the last load failed, until a load succeeds; shown by `metalift status`.
+    /// A std `Mutex`: held only to copy a string, never across an `.await`.
+    last_error: Mutex<Option<String>>,
+    /// Serializes reloads, so two concurrent reloads cannot swap out of order or
+    /// audit the same change twice. Never taken by check-ins.
+    reloading: Mutex<()>,
+}
+
+/// A load that did not produce a policy.
+struct Refusal {
+    /// Rendered problems, each `file:line:col: error: ...` with its source line.
+    errors: Vec<String>,
+    /// SHA-256 of the refused input, when it could be read.
+    sha256: Option<String>,
+}
+
+enum Attempt {
+    Valid {
+        policy: Policy,
+        warnings: Vec<String>,
+    },
+    Missing,
+    Refused(Refusal),
+}
+
+impl PolicyStore {
+    /// Loads the policy at `path` (plus `policy.d/`) and audits the result.
+    ///
+    /// Never refuses to start over the policy (see the module doc): a missing file
+    /// gives the empty policy, an invalid one the empty policy and a
+    /// `policy_rejected` record. The only error is the audit log refusing the
+    /// record: a daemon that cannot audit must not serve.
+    pub fn load_initial(
+        path: &Path,
+        opts: LoadOptions,
+        audit: &AuditLog,
+    ) -> Result<PolicyStore, AuditError> {
+        let (live, error) = match attempt(path, &opts) {
+            Attempt::Valid { policy, warnings } => (
+                LivePolicy::new(policy, path, warnings, LoadReason::Start),
+                None,
+            ),
+            Attempt::Missing => {
+                tracing::warn!(path = %path.display(), "no policy file: no rules, everything stock");
+                (
+                    LivePolicy::new(Policy::empty(), path, Vec::new(), LoadReason::Missing),
+                    None,
+                )
+            }
+            Attempt::Refused(refusal) => {
+                let empty = LivePolicy::new(
+                    Policy::empty(),
+                    path,
+                    Vec::new(),
+                    LoadReason::RejectedAtStart,
+                );
+                tracing::error!(
+                    path = %path.display(),
+                    errors = %refusal.errors.join("\n"),
+                    "policy refused at start: running with no rules, everything stock"
+                );
+                audit.append(&rejected_record(path, &refusal, &empty.sha256))?;
+                (empty, Some(refusal.errors.join("\n")))
+            }
+        };
+        audit.append(&live.loaded_record())?;
+        tracing::info!(sha256 = %live.sha256, rules = live.rule_count, "policy live");
+        Ok(PolicyStore {
+            path: path.to_owned(),
+            opts,
+            live: ArcSwap::from_pointee(live),
+            last_error: Mutex::new(error),
+            reloading: Mutex::new(()),
+        })
+    }
+
+    /// The live policy. Lock-free; keep the `Arc` for the whole decision so one
+    /// check-in is decided and audited against one policy.
+    #[must_use]
+    pub fn current(&self) -> Arc<LivePolicy> {
+        self.live.load_full()
+    }
+
+    /// The main policy file this store loads.
+    #[must_use]
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Why the last load was refused, until a later load succeeds.
+    #[must_use]
+    pub fn last_error(&self) -> Option<String> {
+        lock(&self.last_error).clone()
+    }
+
+    /// Reads the policy again and, when it changed, swaps it in (valid), keeps the
+    /// last good one (refused) or goes empty (deleted), auditing each. Blocking file
+    /// I/O: call it off the async executor (`spawn_blocking`).
+    ///
+    /// A failure to audit does not stop a reload: the new policy is still the
+    /// admin's latest word, and the failure is reported through `tracing`.
+    pub fn reload(&self, audit: &AuditLog) -> ReloadOutcome {
+        let _one_at_a_time = lock(&self.reloading);
+        let current = self.current();
+        match attempt(&self.path, &self.opts) {
+            Attempt::Valid { policy, warnings } => {
+                let restored = self.last_error().is_some();
+                if policy.sha256_hex() == current.sha256 && !restored {
+                    return ReloadOutcome::Unchanged;
+                }
+                let reason = if policy.sha256_hex() == current.sha256 {
+                    LoadReason::Restored
+                } else {
+                    LoadReason::Change
+                };
+                let live = LivePolicy::new(policy, &self.path, warnings, reason);
+                let outcome = ReloadOutcome::Loaded {
+                    sha256: live.sha256.clone(),
+                    rules: live.rule_count,
+                    warnings: live.warnings.clone(),
+                };
+                self.swap_in(live, audit);
+                outcome
+            }
+            Attempt::Missing => {
+                let live =
+                    LivePolicy::new(Policy::empty(), &self.path, Vec::new(), LoadReason::Deleted);
+                if live.sha256 == current.sha256 && self.last_error().is_none() {
+                    return ReloadOutcome::Unchanged;
+                }
+                tracing::warn!(path = %self.path.display(), "policy file deleted: no rules, everything stock");
+                self.swap_in(live, audit);
+                ReloadOutcome::Deleted
+            }
+            Attempt::Refused(refusal) => {
+                let joined = refusal.errors.join("\n");
+                if self.last_error().as_deref() == Some(joined.as_str()) {
+                    return ReloadOutcome::Unchanged;
+                }
+                tracing::error!(
+                    path = %self.path.display(),
+                    errors = %joined,
+                    kept = %current.sha256,
+                    "policy refused: the last good policy stays live"
+                );
+                let record = rejected_record(&self.path, &refusal, &current.sha256);
+                if let Err(error) = audit.append(&record) {
+                    tracing::error!(%error, "could not audit the policy refusal");
+                }
+                *lock(&self.last_error) = Some(joined);
+                ReloadOutcome::Rejected {
+                    errors: refusal.errors,
+                }
+            }
+        }
+    }
+
+    fn swap_in(&self, live: LivePolicy, audit: &AuditLog) {
+        let record = live.loaded_record();
+        tracing::info!(
+            sha256 = %live.sha256,
+            rules = live.rule_count,
+            reason = live.reason.as_str(),
+            "policy live"
+        );
+        self.live.store(Arc::new(live));
+        *lock(&self.last_error) = None;
+        if let Err(error) = audit.append(&record) {
+            tracing::error!(%error, "could not audit the policy load");
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // The guarded values are replaced whole, never left half-written: a poisoned
+    // lock still holds a consistent value.
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn attempt(path: &Path, opts: &LoadOptions) -> Attempt {
+    match load(path, opts) {
+        Ok(loaded) => Attempt::Valid {
+            warnings: loaded
+                .warnings
+                .iter()
+                .map(|w| w.render(&loaded.sources))
+                .collect(),
+            policy: loaded.policy,
+        },
+        Err(LoadError::NotFound { .. }) => Attempt::Missing,
+        Err(LoadError::Invalid {
+            diagnostics,
+            sources,
+        }) => Attempt::Refused(Refusal {
+            errors: diagnostics
+                .iter()
+                .filter(|d| d.is_error())
+                .map(|d| d.render(&sources))
+                .collect(),
+            sha256: Some(merged_sha256(&sources)),
+        }),
+        Err(other @ (LoadError::Io { .. } | LoadError::Permission { .. })) => {
+            Attempt::Refused(Refusal {
+                errors: vec![other.to_string()],
+                sha256: None,
+            })
+        }
+    }
+}
+
+fn rejected_record(path: &Path, refusal: &Refusal, kept_sha256: &str) -> Record {
+    Record::PolicyRejected {
+        time: SystemTime::now(),
+        path: path.display().to_string(),
+        sha256: refusal.sha256.clone(),
+        // The audit log keeps the locating first line; the full rendering with the
+        // source line and underline goes to `tracing` and `last_error`.
+        errors: refusal
+            .errors
+            .iter()
+            .map(|e| e.lines().next().unwrap_or_default().to_owned())
+            .collect(),
+        kept_sha256: kept_sha256.to_owned(),
+    }
+}
+
+/// The sha256 of a refused input, built exactly as `metalift_policy` builds a
+/// policy's (each source's name and text, each preceded by its u64-LE byte length),
+/// so a refused edit and a later accepted one with the same text carry the same hash.
+fn merged_sha256(sources: &[Source]) -> String {
+    let mut h = Sha256::new();
+    for s in sources {
+        for part in [s.name.as_bytes(), s.text.as_bytes()] {
+            h.update((part.len() as u64).to_le_bytes());
+            h.update(part);
+        }
+    }
+    hex::encode(h.finalize())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_input_is_hashed_like_an_accepted_policy() {
+        let sources = vec![
+            Source::new("policy.toml", "version = 1\n"),
+            Source::new("policy.d/a.toml", "version = 1\n"),
+        ];
+        let loaded = metalift_policy::compile_sources(sources.clone())
+            .unwrap_or_else(|e| panic!("valid policy refused: {e}"));
+        assert_eq!(merged_sha256(&sources), loaded.policy.sha256_hex());
+        assert_eq!(merged_sha256(&[]), Policy::empty().sha256_hex());
+    }
+}
