@@ -2,17 +2,143 @@
 //!
 //! # Layout
 //!
-//! - [`profile`]: capability profiles (what an unlocked process is told).
-//! - [`subject`]: who is asking, as the kernel tells it.
-//! - [`verdict`]: the `#[must_use]` decision and its explanation trace.
-//! - [`wire`]: the check-in protocol's messages and frames, shared with the shim.
+//! A policy goes through three stages, each with its own module:
+//!
+//! 1. [`model`](crate::model) (private): the raw file model — TOML parsed with spans,
+//!    unknown keys and wrong types reported.
+//! 2. [`validate`](crate::validate) (private): every value and cross-file reference
+//!    judged; the result is a list of rules and profiles.
+//! 3. [`matcher`](crate::matcher) (private): the rules indexed by hash maps and one
+//!    glob set, so a decision never scans every rule.
+//!
+//! Around them: [`load`] reads `policy.toml` and `policy.d/*.toml` (refusing files
+//! root does not own); [`compile_sources`] does the same from memory; [`Policy`]
+//! decides ([`Policy::evaluate`]) and explains ([`Policy::explain`]). The public
+//! modules: [`profile`] (capability profiles), [`subject`] (who is asking),
+//! [`verdict`] (the `#[must_use]` decision and its trace), [`diagnostic`]
+//! (`file:line:col` problems), [`size`] (human sizes), [`wire`] (the check-in
+//! protocol shared with the shim).
+//!
+//! # The policy file
+//!
+//! ```toml
+//! version = 1
+//! mode = "enforce"                 # or "monitor": decide and log, never unlock
+//!
+//! [profile.apple7]
+//! apple_family_max = 7             # Apple5..=Apple10
+//! max_threadgroup_memory = 32768   # 1..=65536, a floor; warning above 32768
+//! recommended_working_set = "12 GiB"   # optional floor
+//!
+//! [[rule]]
+//! id = "llama-cpp"
+//! path = "/opt/llama.cpp/bin/llama-*"
+//! unlock = "apple7"
+//! ```
+//!
+//! A rule has an `id`, exactly one of `unlock = "PROFILE"` or `stock = true`, at least
+//! one **identity matcher** — `cdhash` (40 hex digits), `sha256` (64 hex digits),
+//! `signing_id`, `team_id`, `path` (absolute; a glob when it has `*?[]{}`, where `*`
+//! stays inside one path component and `**` crosses them), `name` (the file name) —
+//! and optionally **qualifiers**: `uid`, `user`, `parent` (path or glob of the
+//! parent's executable). Every matcher of a rule must hold.
+//!
+//! Why a rule needs an identity: `uid`/`user`/`parent` alone would unlock every
+//! program a user runs, including each injected `ls` and `sh`. metalift injects
+//! broadly and unlocks narrowly; an admin who really means "everything" writes
+//! `path = "/**"` and says so.
+//!
+//! # Precedence
+//!
+//! Among the rules that match, the winner is the one with the most specific identity
+//! matcher: cdhash > sha256 > signing_id > team_id > exact path > path glob > name. A
+//! rule counts at its most specific matcher (`team_id` + `signing_id` counts as
+//! `signing_id`). Qualifiers never raise specificity: they only narrow, so an
+//! unlock rule for `user = "ci"` cannot outrank a stock rule for the same binary. At
+//! equal specificity `stock` beats `unlock`; then the rule earlier in the merged file
+//! order wins (`policy.toml` first, then `policy.d/` by file name).
+//!
+//! Worked example:
+//!
+//! ```
+//! use metalift_policy::{compile_sources, Action, Source, Subject};
+//!
+//! let text = r#"
+//! version = 1
+//! [profile.apple7]
+//! apple_family_max = 7
+//!
+//! [[rule]]                      # A: a path glob
+//! id = "llama-tools"
+//! path = "/opt/llama.cpp/bin/llama-*"
+//! unlock = "apple7"
+//!
+//! [[rule]]                      # B: an exact path: more specific than A
+//! id = "no-quantize"
+//! path = "/opt/llama.cpp/bin/llama-quantize"
+//! stock = true
+//!
+//! [[rule]]                      # C: the same glob as A, but stock: beats A
+//! id = "ci-stays-stock"
+//! path = "/opt/llama.cpp/bin/llama-*"
+//! user = "ci"
+//! stock = true
+//! "#;
+//! let policy = compile_sources(vec![Source::new("policy.toml", text)]).unwrap().policy;
+//! let run = |path: &str, user: &str| Subject {
+//!     path: path.into(),
+//!     user: Some(user.into()),
+//!     ..Subject::default()
+//! };
+//!
+//! // Only A matches: unlock.
+//! let v = policy.evaluate(&run("/opt/llama.cpp/bin/llama-server", "alice"));
+//! assert!(matches!(v.action, Action::Unlock { .. }));
+//! assert_eq!(v.rule.as_deref(), Some("llama-tools"));
+//!
+//! // A and B match: the exact path wins.
+//! let v = policy.evaluate(&run("/opt/llama.cpp/bin/llama-quantize", "alice"));
+//! assert_eq!((v.action, v.rule.as_deref()), (Action::Stock, Some("no-quantize")));
+//!
+//! // A and C match at equal specificity (C's `user` does not count): stock wins.
+//! let v = policy.evaluate(&run("/opt/llama.cpp/bin/llama-server", "ci"));
+//! assert_eq!((v.action, v.rule.as_deref()), (Action::Stock, Some("ci-stays-stock")));
+//!
+//! // `explain` reaches the same decision and says why for every rule.
+//! let e = policy.explain(&run("/opt/llama.cpp/bin/llama-server", "ci"));
+//! assert_eq!(e.rule.as_deref(), Some("ci-stays-stock"));
+//! assert!(e.trace[0].why.contains("stock beats unlock"));
+//! ```
+//!
+//! In `monitor` mode the verdict's action is always stock; when the winner would
+//! unlock, [`Verdict::would_unlock`] names its profile.
+//!
+//! # Files
+//!
+//! `version = 1` is required in the main file and optional (but must be 1) in
+//! `policy.d/` files; `mode` may only be set in the main file, so a dropped-in file
+//! cannot turn enforcement on or off. Profiles and rule ids share one namespace over
+//! all files; defining one twice is an error reported at both places.
 #![forbid(unsafe_code)]
 
+pub mod diagnostic;
+mod load;
+mod matcher;
+mod model;
+mod policy;
 pub mod profile;
+mod rule;
+pub mod size;
 pub mod subject;
+mod validate;
 pub mod verdict;
 pub mod wire;
 
+pub use diagnostic::{Diagnostic, Severity, Source};
+pub use load::{load, LoadError, LoadOptions};
+pub use policy::{compile_sources, Loaded, Needs, Policy};
 pub use profile::Capabilities;
+pub use rule::Specificity;
 pub use subject::Subject;
+pub use validate::{DEFAULT_THREADGROUP_MEMORY, MAX_THREADGROUP_MEMORY, POLICY_VERSION};
 pub use verdict::{Action, Considered, Mode, Verdict};

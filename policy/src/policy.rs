@@ -1,0 +1,302 @@
+//! The compiled policy: decides for a subject, explains the decision, and says which
+//! subject fields its rules need.
+
+use std::collections::BTreeMap;
+
+use sha2::{Digest, Sha256};
+
+use crate::diagnostic::{Diagnostic, Source};
+use crate::matcher::Matcher;
+use crate::model::parse_file;
+use crate::profile::Capabilities;
+use crate::rule::{Effect, Rule};
+use crate::subject::Subject;
+use crate::validate::validate;
+use crate::verdict::{Action, Considered, Mode, Verdict};
+use crate::LoadError;
+
+/// Which [`Subject`] fields some rule reads, so the daemon computes the costly ones
+/// (hashing a 50 MB binary, reading a signature) only when a rule needs them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Needs {
+    /// Some rule has `sha256`.
+    pub sha256: bool,
+    /// Some rule has `parent`.
+    pub parent: bool,
+    /// Some rule has `user` (a `uid` rule needs only the uid, always known).
+    pub user: bool,
+    /// Some rule has `cdhash`, `team_id` or `signing_id`.
+    pub code_signature: bool,
+}
+
+/// A validated, compiled policy. Immutable; share it in an `Arc` and swap the `Arc`
+/// to reload.
+#[derive(Debug)]
+pub struct Policy {
+    mode: Mode,
+    profiles: BTreeMap<String, Capabilities>,
+    /// In merged file order; a rule's position is its `order`.
+    rules: Vec<Rule>,
+    matcher: Matcher,
+    needs: Needs,
+    sha256_hex: String,
+}
+
+/// A successfully loaded policy, the warnings it drew, and the text it came from.
+#[derive(Debug)]
+pub struct Loaded {
+    /// The compiled policy.
+    pub policy: Policy,
+    /// Problems that did not refuse the policy.
+    pub warnings: Vec<Diagnostic>,
+    /// What was read, main file first, for rendering the warnings.
+    pub sources: Vec<Source>,
+}
+
+/// The sha256 over the merged sources: for each source, its name and its text, each
+/// preceded by its byte length (u64 little-endian) so no two inputs collide by
+/// shifting bytes between fields.
+fn merged_sha256(sources: &[Source]) -> String {
+    let mut h = Sha256::new();
+    for s in sources {
+        for part in [s.name.as_bytes(), s.text.as_bytes()] {
+            h.update((part.len() as u64).to_le_bytes());
+            h.update(part);
+        }
+    }
+    hex::encode(h.finalize())
+}
+
+/// Parses, validates and compiles in-memory sources: the first is the main policy
+/// file, the rest are `policy.d/` files in name order. Pure; the only error is
+/// [`LoadError::Invalid`], carrying every error and warning found.
+pub fn compile_sources(sources: Vec<Source>) -> Result<Loaded, LoadError> {
+    let mut diagnostics = Vec::new();
+    let files: Vec<_> = sources
+        .iter()
+        .map(|s| parse_file(s, &mut diagnostics))
+        .collect();
+    let validated = validate(&sources, &files);
+    diagnostics.extend(validated.diagnostics);
+    sort_by_place(&mut diagnostics, &sources);
+    if diagnostics.iter().any(Diagnostic::is_error) {
+        return Err(LoadError::Invalid {
+            diagnostics,
+            sources,
+        });
+    }
+    let matcher = match Matcher::build(&validated.rules) {
+        Ok(m) => m,
+        Err(e) => {
+            diagnostics.push(Diagnostic {
+                severity: crate::Severity::Error,
+                file: sources.first().map(|s| s.name.clone()).unwrap_or_default(),
+                line: 1,
+                col: 1,
+                len: 1,
+                message: format!("the path globs could not be compiled together: {e}"),
+            });
+            return Err(LoadError::Invalid {
+                diagnostics,
+                sources,
+            });
+        }
+    };
+    let needs = validated.rules.iter().fold(Needs::default(), |n, r| Needs {
+        sha256: n.sha256 || r.sha256.is_some(),
+        parent: n.parent || r.parent.is_some(),
+        user: n.user || r.user.is_some(),
+        code_signature: n.code_signature
+            || r.cdhash.is_some()
+            || r.team_id.is_some()
+            || r.signing_id.is_some(),
+    });
+    let policy = Policy {
+        mode: validated.mode,
+        profiles: validated.profiles,
+        rules: validated.rules,
+        matcher,
+        needs,
+        sha256_hex: merged_sha256(&sources),
+    };
+    Ok(Loaded {
+        policy,
+        warnings: diagnostics,
+        sources,
+    })
+}
+
+/// Orders diagnostics by file (merged order), then line and column.
+fn sort_by_place(diagnostics: &mut [Diagnostic], sources: &[Source]) {
+    let file_rank = |name: &str| sources.iter().position(|s| s.name == name);
+    diagnostics.sort_by_key(|d| (file_rank(&d.file), d.line, d.col));
+}
+
+impl Policy {
+    /// No rules: everything stays stock. Its sha256 is that of the empty merged input.
+    pub fn empty() -> Policy {
+        Policy {
+            mode: Mode::Enforce,
+            profiles: BTreeMap::new(),
+            rules: Vec::new(),
+            matcher: Matcher::default(),
+            needs: Needs::default(),
+            sha256_hex: merged_sha256(&[]),
+        }
+    }
+
+    /// Decides for `s` through the compiled indexes. The verdict's trace is empty;
+    /// use [`Policy::explain`] for the reasons.
+    pub fn evaluate(&self, s: &Subject) -> Verdict {
+        match self.matcher.best(&self.rules, s) {
+            Some(i) => self.verdict_for(i, Vec::new()),
+            None => Verdict::stock(self.mode),
+        }
+    }
+
+    /// The same decision as [`Policy::evaluate`], with a trace of every rule in file
+    /// order: whether it matched, what held or failed, and why a matching rule lost.
+    /// Walks every rule: meant for `metalift explain`, not the hot path.
+    pub fn explain(&self, s: &Subject) -> Verdict {
+        let checks: Vec<Result<String, String>> = self.rules.iter().map(|r| r.check(s)).collect();
+        let winner = self
+            .rules
+            .iter()
+            .zip(&checks)
+            .enumerate()
+            .filter(|(_, (_, c))| c.is_ok())
+            .min_by_key(|(_, (r, _))| r.precedence_key())
+            .map(|(i, _)| i);
+        let trace = self
+            .rules
+            .iter()
+            .zip(checks)
+            .enumerate()
+            .map(|(i, (rule, check))| {
+                let matched = check.is_ok();
+                let why = match (check, winner) {
+                    (Err(failed), _) => failed,
+                    (Ok(held), Some(w)) if w == i => format!("{held}; wins ({})", strength(rule)),
+                    (Ok(held), Some(w)) => match self.rules.get(w) {
+                        Some(win) => {
+                            format!("{held}; loses to `{}`: {}", win.id, why_lost(rule, win))
+                        }
+                        None => held,
+                    },
+                    (Ok(held), None) => held,
+                };
+                Considered {
+                    rule: rule.id.clone(),
+                    location: rule.location.clone(),
+                    matched,
+                    why,
+                }
+            })
+            .collect();
+        match winner {
+            Some(i) => self.verdict_for(i, trace),
+            None => Verdict {
+                trace,
+                ..Verdict::stock(self.mode)
+            },
+        }
+    }
+
+    fn verdict_for(&self, i: usize, trace: Vec<Considered>) -> Verdict {
+        let Some(rule) = self.rules.get(i) else {
+            return Verdict::stock(self.mode);
+        };
+        let (action, would_unlock) = match (&rule.effect, self.mode) {
+            (Effect::Stock, _) => (Action::Stock, None),
+            (
+                Effect::Unlock {
+                    profile,
+                    capabilities,
+                },
+                Mode::Enforce,
+            ) => (
+                Action::Unlock {
+                    profile: profile.clone(),
+                    capabilities: *capabilities,
+                },
+                None,
+            ),
+            (Effect::Unlock { profile, .. }, Mode::Monitor) => {
+                (Action::Stock, Some(profile.clone()))
+            }
+        };
+        Verdict {
+            action,
+            rule: Some(rule.id.clone()),
+            mode: self.mode,
+            would_unlock,
+            trace,
+        }
+    }
+
+    /// Which subject fields some rule needs.
+    #[must_use]
+    pub fn needs(&self) -> Needs {
+        self.needs
+    }
+
+    /// Hex sha256 of the merged sources (names and texts), for the audit trail.
+    #[must_use]
+    pub fn sha256_hex(&self) -> &str {
+        &self.sha256_hex
+    }
+
+    /// How many rules the policy has, over all its files.
+    #[must_use]
+    pub fn rule_count(&self) -> usize {
+        self.rules.len()
+    }
+
+    /// Enforce or monitor.
+    #[must_use]
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// The defined profiles by name.
+    #[must_use]
+    pub fn profiles(&self) -> &BTreeMap<String, Capabilities> {
+        &self.profiles
+    }
+
+    /// The answers of profile `name`, if defined.
+    #[must_use]
+    pub fn profile(&self, name: &str) -> Option<&Capabilities> {
+        self.profiles.get(name)
+    }
+}
+
+fn effect_word(rule: &Rule) -> &'static str {
+    match rule.effect {
+        Effect::Stock => "stock",
+        Effect::Unlock { .. } => "unlock",
+    }
+}
+
+fn strength(rule: &Rule) -> String {
+    format!(
+        "most specific: {}, {}",
+        rule.specificity().as_str(),
+        effect_word(rule)
+    )
+}
+
+fn why_lost(loser: &Rule, winner: &Rule) -> String {
+    let (ls, ws) = (loser.specificity(), winner.specificity());
+    if ws != ls {
+        format!("{} is more specific than {}", ws.as_str(), ls.as_str())
+    } else if effect_word(winner) != effect_word(loser) {
+        format!("equally specific ({}), and stock beats unlock", ws.as_str())
+    } else {
+        format!(
+            "equally specific ({}), both {}, and it comes first in file order",
+            ws.as_str(),
+            effect_word(winner)
+        )
+    }
+}

@@ -1,0 +1,286 @@
+//! One validated rule: its matchers, its effect, its specificity, and how it is checked.
+//!
+//! Identity matchers (`cdhash`, `sha256`, `signing_id`, `team_id`, `path`, `name`) say
+//! *which executable*; qualifiers (`uid`, `user`, `parent`) only narrow a rule to some
+//! launches of it. Every matcher of a rule must hold. A rule's [`Specificity`] is that
+//! of its most specific identity matcher; qualifiers do not raise it, so a qualified
+//! `unlock` never outranks an unqualified `stock` for the same identity.
+
+use std::cmp::Reverse;
+use std::ffi::OsString;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use globset::GlobMatcher;
+
+use crate::profile::Capabilities;
+use crate::subject::Subject;
+
+/// How precisely a rule names its executable; a more specific rule wins.
+/// Ordered from least to most specific.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Specificity {
+    /// `name`: the executable's file name, anywhere.
+    Name,
+    /// `path` with glob characters.
+    GlobPath,
+    /// `path` without glob characters.
+    ExactPath,
+    /// `team_id`: anything signed by that developer team.
+    TeamId,
+    /// `signing_id`: one signed program.
+    SigningId,
+    /// `sha256` of the file's contents.
+    Sha256,
+    /// `cdhash`: one exact signed build.
+    Cdhash,
+}
+
+impl Specificity {
+    /// How the explanation names this level.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Specificity::Name => "name",
+            Specificity::GlobPath => "path glob",
+            Specificity::ExactPath => "exact path",
+            Specificity::TeamId => "team_id",
+            Specificity::SigningId => "signing_id",
+            Specificity::Sha256 => "sha256",
+            Specificity::Cdhash => "cdhash",
+        }
+    }
+}
+
+/// A `path` or `parent` value: an exact path, or a glob (`*` stays within one path
+/// component, `**` crosses them).
+#[derive(Debug, Clone)]
+pub(crate) enum PathPattern {
+    Exact(PathBuf),
+    Glob {
+        pattern: String,
+        matcher: GlobMatcher,
+    },
+}
+
+impl PathPattern {
+    pub(crate) fn matches(&self, path: &Path) -> bool {
+        match self {
+            PathPattern::Exact(p) => p == path,
+            PathPattern::Glob { matcher, .. } => matcher.is_match(path),
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            PathPattern::Exact(p) => format!("`{}`", p.display()),
+            PathPattern::Glob { pattern, .. } => format!("glob `{pattern}`"),
+        }
+    }
+}
+
+/// What a rule decides when it wins.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Effect {
+    Unlock {
+        profile: String,
+        capabilities: Capabilities,
+    },
+    Stock,
+}
+
+/// A validated rule, ready to be indexed and checked.
+#[derive(Debug, Clone)]
+pub(crate) struct Rule {
+    pub id: String,
+    /// `file:line` of the rule's table, for explanations.
+    pub location: String,
+    /// Position in the merged policy (main file first, then `policy.d/` by name).
+    pub order: usize,
+    pub path: Option<PathPattern>,
+    pub name: Option<OsString>,
+    pub sha256: Option<[u8; 32]>,
+    pub cdhash: Option<Vec<u8>>,
+    pub team_id: Option<String>,
+    pub signing_id: Option<String>,
+    pub uid: Option<u32>,
+    pub user: Option<String>,
+    pub parent: Option<PathPattern>,
+    pub effect: Effect,
+}
+
+/// Sort key of a matching rule: the smallest key wins (most specific, then stock
+/// before unlock, then earliest in file order).
+pub(crate) type PrecedenceKey = (Reverse<Specificity>, bool, usize);
+
+impl Rule {
+    /// The specificity of the rule's most specific identity matcher. Validation
+    /// guarantees there is one; `Name` is the floor.
+    pub(crate) fn specificity(&self) -> Specificity {
+        if self.cdhash.is_some() {
+            Specificity::Cdhash
+        } else if self.sha256.is_some() {
+            Specificity::Sha256
+        } else if self.signing_id.is_some() {
+            Specificity::SigningId
+        } else if self.team_id.is_some() {
+            Specificity::TeamId
+        } else {
+            match &self.path {
+                Some(PathPattern::Exact(_)) => Specificity::ExactPath,
+                Some(PathPattern::Glob { .. }) => Specificity::GlobPath,
+                None => Specificity::Name,
+            }
+        }
+    }
+
+    pub(crate) fn precedence_key(&self) -> PrecedenceKey {
+        (
+            Reverse(self.specificity()),
+            matches!(self.effect, Effect::Unlock { .. }),
+            self.order,
+        )
+    }
+
+    /// Whether every matcher holds for `s`. The fast path: no allocation.
+    pub(crate) fn holds(&self, s: &Subject) -> bool {
+        self.cdhash
+            .as_ref()
+            .is_none_or(|want| s.cdhash.as_deref() == Some(want.as_slice()))
+            && self.sha256.is_none_or(|want| s.sha256 == Some(want))
+            && self
+                .signing_id
+                .as_ref()
+                .is_none_or(|want| s.signing_id.as_ref() == Some(want))
+            && self
+                .team_id
+                .as_ref()
+                .is_none_or(|want| s.team_id.as_ref() == Some(want))
+            && self.path.as_ref().is_none_or(|p| p.matches(&s.path))
+            && self
+                .name
+                .as_ref()
+                .is_none_or(|want| s.path.file_name() == Some(want.as_os_str()))
+            && self.uid.is_none_or(|want| s.uid == want)
+            && self
+                .user
+                .as_ref()
+                .is_none_or(|want| s.user.as_ref() == Some(want))
+            && self.parent.as_ref().is_none_or(|p| {
+                s.parent_path
+                    .as_deref()
+                    .is_some_and(|parent| p.matches(parent))
+            })
+    }
+
+    /// Checks every matcher and says why: `Ok(what held)` or `Err(what failed)`.
+    pub(crate) fn check(&self, s: &Subject) -> Result<String, String> {
+        let mut held = Vec::new();
+        let mut failed = Vec::new();
+        let mut note = |ok: bool, yes: String, no: String| {
+            if ok {
+                held.push(yes);
+            } else {
+                failed.push(no);
+            }
+        };
+        if let Some(want) = &self.cdhash {
+            let got = s.cdhash.as_deref().map(hex::encode);
+            note(
+                s.cdhash.as_deref() == Some(want.as_slice()),
+                format!("cdhash is {}", hex::encode(want)),
+                match got {
+                    Some(g) => format!("cdhash is {g}, not {}", hex::encode(want)),
+                    None => "no cdhash (unsigned, ad-hoc, or not macOS)".to_owned(),
+                },
+            );
+        }
+        if let Some(want) = &self.sha256 {
+            note(
+                s.sha256 == Some(*want),
+                format!("sha256 is {}", hex::encode(want)),
+                match &s.sha256 {
+                    Some(g) => format!("sha256 is {}, not {}", hex::encode(g), hex::encode(want)),
+                    None => "sha256 not computed".to_owned(),
+                },
+            );
+        }
+        for (key, want, got) in [
+            ("signing_id", &self.signing_id, &s.signing_id),
+            ("team_id", &self.team_id, &s.team_id),
+        ] {
+            if let Some(want) = want {
+                note(
+                    got.as_ref() == Some(want),
+                    format!("{key} is `{want}`"),
+                    match got {
+                        Some(g) => format!("{key} is `{g}`, not `{want}`"),
+                        None => format!("no {key} (unsigned or ad-hoc signature)"),
+                    },
+                );
+            }
+        }
+        if let Some(p) = &self.path {
+            note(
+                p.matches(&s.path),
+                format!("path matches {}", p.describe()),
+                format!(
+                    "path `{}` does not match {}",
+                    s.path.display(),
+                    p.describe()
+                ),
+            );
+        }
+        if let Some(want) = &self.name {
+            let got = s.path.file_name();
+            note(
+                got == Some(want.as_os_str()),
+                format!("name is `{}`", want.to_string_lossy()),
+                format!(
+                    "name is `{}`, not `{}`",
+                    got.unwrap_or_default().to_string_lossy(),
+                    want.to_string_lossy()
+                ),
+            );
+        }
+        if let Some(want) = self.uid {
+            note(
+                s.uid == want,
+                format!("uid is {want}"),
+                format!("uid is {}, not {want}", s.uid),
+            );
+        }
+        if let Some(want) = &self.user {
+            note(
+                s.user.as_ref() == Some(want),
+                format!("user is `{want}`"),
+                match &s.user {
+                    Some(g) => format!("user is `{g}`, not `{want}`"),
+                    None => format!("uid {} has no user name", s.uid),
+                },
+            );
+        }
+        if let Some(p) = &self.parent {
+            let ok = s.parent_path.as_deref().is_some_and(|pp| p.matches(pp));
+            note(
+                ok,
+                format!("parent matches {}", p.describe()),
+                match &s.parent_path {
+                    Some(pp) => {
+                        format!("parent `{}` does not match {}", pp.display(), p.describe())
+                    }
+                    None => "parent unknown".to_owned(),
+                },
+            );
+        }
+        if failed.is_empty() {
+            Ok(held.join(", "))
+        } else {
+            let mut why = failed.join("; ");
+            if !held.is_empty() {
+                let _ = write!(why, " (held: {})", held.join(", "));
+            }
+            Err(why)
+        }
+    }
+}

@@ -1,0 +1,179 @@
+//! Each matcher on its own, holding and failing.
+
+use metalift_policy::{Action, Subject};
+
+use crate::{at, policy, winner, HEADER};
+
+fn one_rule(matchers: &str) -> metalift_policy::Policy {
+    policy(&format!(
+        "{HEADER}[[rule]]\nid = \"r\"\n{matchers}\nunlock = \"apple7\"\n"
+    ))
+}
+
+const SHA: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+const CDHASH: &str = "0123456789abcdef0123456789abcdef01234567";
+
+#[test]
+fn exact_path_matches_only_that_path() {
+    let p = one_rule("path = \"/opt/bin/llama-server\"");
+    assert_eq!(
+        winner(&p, &at("/opt/bin/llama-server")).as_deref(),
+        Some("r")
+    );
+    assert_eq!(winner(&p, &at("/opt/bin/llama-server2")), None);
+    assert_eq!(winner(&p, &at("/other/bin/llama-server")), None);
+}
+
+#[test]
+fn glob_star_stays_within_one_component_and_double_star_crosses() {
+    let p = one_rule("path = \"/opt/*/llama-*\"");
+    assert!(winner(&p, &at("/opt/bin/llama-cli")).is_some());
+    assert!(winner(&p, &at("/opt/a/b/llama-cli")).is_none());
+    let p = one_rule("path = \"/opt/**/llama-*\"");
+    assert!(winner(&p, &at("/opt/a/b/llama-cli")).is_some());
+    assert!(winner(&p, &at("/usr/bin/llama-cli")).is_none());
+}
+
+#[test]
+fn glob_classes_and_alternatives() {
+    let p = one_rule("path = \"/opt/{llama,whisper}-[0-9]\"");
+    assert!(winner(&p, &at("/opt/llama-1")).is_some());
+    assert!(winner(&p, &at("/opt/whisper-7")).is_some());
+    assert!(winner(&p, &at("/opt/llama-x")).is_none());
+}
+
+#[test]
+fn name_matches_the_file_name_anywhere() {
+    let p = one_rule("name = \"metalift-probe\"");
+    assert!(winner(&p, &at("/usr/local/bin/metalift-probe")).is_some());
+    assert!(winner(&p, &at("/tmp/x/metalift-probe")).is_some());
+    assert!(winner(&p, &at("/tmp/metalift-probe-2")).is_none());
+    assert!(winner(&p, &at("/")).is_none());
+}
+
+#[test]
+fn sha256_matches_the_digest_case_insensitively_and_never_an_uncomputed_one() {
+    let p = one_rule(&format!("sha256 = \"{}\"", SHA.to_uppercase()));
+    let mut s = at("/x");
+    assert!(winner(&p, &s).is_none(), "no digest computed: no match");
+    s.sha256 = Some([0xaa; 32]);
+    assert!(winner(&p, &s).is_some());
+    s.sha256 = Some([0xab; 32]);
+    assert!(winner(&p, &s).is_none());
+    assert!(p.needs().sha256);
+}
+
+#[test]
+fn cdhash_matches_the_code_directory_hash() {
+    let p = one_rule(&format!("cdhash = \"{CDHASH}\""));
+    let mut s = at("/x");
+    assert!(winner(&p, &s).is_none());
+    s.cdhash = hex_bytes(CDHASH);
+    assert!(winner(&p, &s).is_some());
+    s.cdhash = Some(vec![0; 20]);
+    assert!(winner(&p, &s).is_none());
+    assert!(p.needs().code_signature);
+}
+
+fn hex_bytes(h: &str) -> Option<Vec<u8>> {
+    (0..h.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&h[i..i + 2], 16).ok())
+        .collect()
+}
+
+#[test]
+fn team_id_and_signing_id_need_a_signature_that_says_so() {
+    let p = one_rule("team_id = \"ABCDE12345\"\nsigning_id = \"com.example.runner\"");
+    let signed = |team: Option<&str>, signing: Option<&str>| Subject {
+        team_id: team.map(str::to_owned),
+        signing_id: signing.map(str::to_owned),
+        ..at("/Applications/Runner.app/Contents/MacOS/runner")
+    };
+    assert!(winner(&p, &signed(Some("ABCDE12345"), Some("com.example.runner"))).is_some());
+    assert!(winner(&p, &signed(Some("ABCDE12345"), Some("com.example.other"))).is_none());
+    assert!(winner(&p, &signed(Some("ZZZZZ12345"), Some("com.example.runner"))).is_none());
+    assert!(
+        winner(&p, &signed(None, None)).is_none(),
+        "unsigned never matches"
+    );
+    assert!(p.needs().code_signature);
+    let p = one_rule("team_id = \"ABCDE12345\"");
+    assert!(winner(&p, &signed(Some("ABCDE12345"), None)).is_some());
+}
+
+#[test]
+fn uid_user_and_parent_narrow_a_rule() {
+    let p = one_rule("name = \"llama-server\"\nuid = 501");
+    let mut s = at("/opt/llama-server");
+    s.uid = 501;
+    assert!(winner(&p, &s).is_some());
+    s.uid = 0;
+    assert!(winner(&p, &s).is_none());
+
+    let p = one_rule("name = \"llama-server\"\nuser = \"ci\"");
+    assert!(p.needs().user);
+    s.user = Some("ci".into());
+    assert!(winner(&p, &s).is_some());
+    s.user = Some("alice".into());
+    assert!(winner(&p, &s).is_none());
+    s.user = None;
+    assert!(winner(&p, &s).is_none(), "an unresolved user never matches");
+
+    let p = one_rule("name = \"llama-server\"\nparent = \"/opt/actions-runner/**\"");
+    assert!(p.needs().parent);
+    assert!(winner(&p, &s).is_none(), "unknown parent never matches");
+    s.parent_path = Some("/opt/actions-runner/bin/Runner.Worker".into());
+    assert!(winner(&p, &s).is_some());
+    s.parent_path = Some("/bin/zsh".into());
+    assert!(winner(&p, &s).is_none());
+
+    let p = one_rule("name = \"llama-server\"\nparent = \"/bin/zsh\"");
+    assert!(winner(&p, &s).is_some(), "an exact parent path");
+}
+
+#[test]
+fn every_matcher_of_a_rule_must_hold() {
+    let p = one_rule("path = \"/opt/*\"\nname = \"tool\"\nuid = 7");
+    let mut s = at("/opt/tool");
+    s.uid = 7;
+    assert!(winner(&p, &s).is_some());
+    s.uid = 8;
+    assert!(winner(&p, &s).is_none());
+    s.uid = 7;
+    s.path = "/opt/other".into();
+    assert!(winner(&p, &s).is_none());
+}
+
+#[test]
+fn an_unlock_verdict_carries_the_profile_values() {
+    let p = policy(
+        "version = 1\n[profile.big]\napple_family_max = 9\nmax_threadgroup_memory = 32768\nrecommended_working_set = \"12 GiB\"\n[[rule]]\nid = \"r\"\nname = \"x\"\nunlock = \"big\"\n",
+    );
+    match p.evaluate(&at("/x")).action {
+        Action::Unlock {
+            profile,
+            capabilities,
+        } => {
+            assert_eq!(profile, "big");
+            assert_eq!(capabilities.apple_family_max, 9);
+            assert_eq!(capabilities.max_threadgroup_memory, 32768);
+            assert_eq!(capabilities.recommended_working_set, Some(12 << 30));
+        }
+        Action::Stock => panic!("expected unlock"),
+    }
+}
+
+#[test]
+fn needs_is_empty_for_path_and_name_rules() {
+    let p = one_rule("path = \"/opt/x\"\nname = \"x\"\nuid = 1");
+    assert_eq!(p.needs(), metalift_policy::Needs::default());
+}
+
+#[test]
+fn unmatched_executables_stay_stock_with_no_rule() {
+    let p = one_rule("name = \"llama-server\"");
+    let v = p.evaluate(&at("/bin/ls"));
+    assert_eq!(v.action, Action::Stock);
+    assert_eq!(v.rule, None);
+}
