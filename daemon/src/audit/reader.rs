@@ -249,7 +249,7 @@ impl LogReader {
 
     /// Reads everything written so far, for a one-shot listing: an unfinished last
     /// line of the live file is reported as corrupt.
-    pub fn read_to_end(mut self) -> io::Result<Vec<Item>> {
+    pub fn read_to_end(&mut self) -> io::Result<Vec<Item>> {
         let mut items = self.poll()?;
         if let Some(live) = &mut self.live {
             live.finish(&mut items);

@@ -80,8 +80,8 @@ impl AuditLog {
     /// Appends `record` as one line with exactly one `write(2)`, rotating first when
     /// the line would push the live file past [`Rotation::max_bytes`].
     ///
-    /// An error means the record is **not** in the log (a short write is reported as
-    /// an error too, though its bytes may be). A failed rotation is not an error: the
+    /// An error means the record is **not** in the log: a short write is an error,
+    /// and its partial line is truncated away. A failed rotation is not an error: the
     /// record goes into the current file, since losing it would be worse than an
     /// oversize file; the failure is reported through `tracing` and retried next time.
     pub fn append(&self, record: &Record) -> Result<(), AuditError> {
@@ -101,14 +101,23 @@ impl AuditLog {
             path: self.path.clone(),
             source,
         })?;
-        live.size += written as u64;
         if written != line.len() {
+            // Take the partial line back out so the log holds only whole records,
+            // unless something else (another process) appended after it.
+            let end = live.size + written as u64;
+            let truncated = live.file.metadata().is_ok_and(|m| m.len() == end)
+                && live.file.set_len(live.size).is_ok();
+            if !truncated {
+                tracing::error!(path = %self.path.display(), "a partial audit record stays in the log");
+                live.size = end;
+            }
             return Err(AuditError::ShortWrite {
                 path: self.path.clone(),
                 written,
                 expected: line.len(),
             });
         }
+        live.size += written as u64;
         Ok(())
     }
 

@@ -1,0 +1,52 @@
+//! A write(2) that stores only part of a record is an error, and the partial line is
+//! taken back out. Its own test binary: it lowers this process's file size limit.
+
+use std::time::{Duration, SystemTime};
+
+use metalift_daemon::audit::{AuditError, AuditLog, Record, Rotation};
+
+#[test]
+fn a_short_write_is_an_error_and_leaves_only_whole_lines() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("audit.jsonl");
+    let log = AuditLog::open(&path, Rotation::default()).unwrap();
+    let record = Record::DaemonStop {
+        time: SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000),
+        reason: "x".repeat(300),
+        checkins: 1,
+        unlocks: 0,
+    };
+    let line_len = record.to_line().unwrap().len() as u64;
+    let limit = line_len * 3 + line_len / 2;
+
+    // SAFETY: SIG_IGN is a valid disposition for SIGXFSZ; ignoring it makes writes
+    // past RLIMIT_FSIZE fail (or come up short) instead of killing the process.
+    let previous = unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) };
+    assert_ne!(previous, libc::SIG_ERR);
+    let rlimit = libc::rlimit {
+        rlim_cur: limit,
+        rlim_max: libc::RLIM_INFINITY,
+    };
+    // SAFETY: `rlimit` is a valid, initialized struct that outlives the call.
+    let rc = unsafe { libc::setrlimit(libc::RLIMIT_FSIZE, &rlimit) };
+    assert_eq!(rc, 0, "setrlimit: {}", std::io::Error::last_os_error());
+
+    for _ in 0..3 {
+        log.append(&record).unwrap();
+    }
+    let err = log.append(&record).unwrap_err();
+    assert!(
+        matches!(err, AuditError::ShortWrite { written, expected, .. }
+            if written as u64 == limit - 3 * line_len && expected as u64 == line_len),
+        "{err}"
+    );
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert_eq!(
+        text.len() as u64,
+        3 * line_len,
+        "the partial line was removed"
+    );
+    assert!(text
+        .lines()
+        .all(|l| serde_json::from_str::<Record>(l).is_ok()));
+}
