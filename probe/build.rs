@@ -1,0 +1,89 @@
+//! Builds the simulated Metal library (Linux only) and links `metalift-probe` to it.
+//!
+//! Three variants of `probe/simmetal/simmetal.m` are compiled with `gcc -x
+//! objective-c` against Debian's GCC Objective-C runtime, each as `libsimmetal.so`
+//! (same soname) in its own directory under `OUT_DIR`:
+//!
+//! | directory  | what is missing                  | used by                          |
+//! |------------|----------------------------------|----------------------------------|
+//! | `normal/`  | nothing                          | `metalift-probe` (linked, rpath) |
+//! | `noinit/`  | `-[_MTLDevice initGPUFamilySupport]` | the "selector missing" tests |
+//! | `nows/`    | `recommendedMaxWorkingSetSize`   | the "failure midway" tests       |
+//!
+//! `metalift-probe` links `normal/` with a `DT_RUNPATH` to it, the way llama.cpp
+//! links Metal.framework; a test swaps in another variant with `LD_LIBRARY_PATH`
+//! (searched before `DT_RUNPATH`). The directory is exported to the package's code
+//! as `env!("SIMMETAL_DIR")`, and `metalift-probe --simmetal-dir` prints it, so
+//! tests, the benchmark and `metalift demo` never guess a hashed path.
+//! `metalift-probe-dlopen` links nothing and `dlopen`s the path it is given.
+//!
+//! Set `SIMMETAL_CC` to use another compiler than `gcc` (it must have an
+//! Objective-C front end for the GCC runtime: Debian's `gobjc-12`).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const SOURCE: &str = "simmetal/simmetal.m";
+
+const VARIANTS: [(&str, &[&str]); 3] = [
+    ("normal", &[]),
+    ("noinit", &["-DSIMMETAL_NO_INIT_GPU_FAMILY_SUPPORT"]),
+    ("nows", &["-DSIMMETAL_NO_WORKING_SET"]),
+];
+
+fn main() {
+    println!("cargo:rerun-if-changed={SOURCE}");
+    println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-env-changed=SIMMETAL_CC");
+    let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
+    println!("cargo:rustc-env=SIMMETAL_DIR={}", out.display());
+    if std::env::var("CARGO_CFG_TARGET_OS").as_deref() != Ok("linux") {
+        // macOS has the real Metal; nothing to simulate.
+        return;
+    }
+    let cc = std::env::var("SIMMETAL_CC").unwrap_or_else(|_| "gcc".to_owned());
+    for (name, defines) in VARIANTS {
+        let dir = out.join(name);
+        std::fs::create_dir_all(&dir).expect("create OUT_DIR/<variant>");
+        compile(&cc, defines, &dir.join("libsimmetal.so"));
+    }
+    let normal = out.join("normal");
+    let bin = "metalift-probe";
+    println!("cargo:rustc-link-arg-bin={bin}=-L{}", normal.display());
+    println!("cargo:rustc-link-arg-bin={bin}=-lsimmetal");
+    println!(
+        "cargo:rustc-link-arg-bin={bin}=-Wl,-rpath,{}",
+        normal.display()
+    );
+}
+
+fn compile(cc: &str, defines: &[&str], output: &Path) {
+    let status = Command::new(cc)
+        .args([
+            "-x",
+            "objective-c",
+            "-fPIC",
+            "-shared",
+            "-O2",
+            "-Wall",
+            "-Werror",
+        ])
+        .arg("-Wl,-soname,libsimmetal.so")
+        .args(defines)
+        .arg("-o")
+        .arg(output)
+        .arg(SOURCE)
+        .arg("-lobjc")
+        .status();
+    match status {
+        Ok(s) if s.success() => {}
+        Ok(s) => panic!(
+            "{cc} failed ({s}) building the simulated Metal: install the GCC Objective-C \
+             compiler and runtime (Debian: apt-get install gobjc-12 libobjc-12-dev)"
+        ),
+        Err(e) => panic!(
+            "cannot run `{cc}` to build the simulated Metal ({e}): install gcc, gobjc-12 \
+             and libobjc-12-dev, or set SIMMETAL_CC"
+        ),
+    }
+}

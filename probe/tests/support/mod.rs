@@ -1,0 +1,307 @@
+//! Test support: where the built artifacts are, a scripted fake metaliftd, and a
+//! way to run a program with libmetalift injected.
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use metalift_policy::profile::Capabilities;
+use metalift_policy::verdict::Mode;
+use metalift_policy::wire::{self, Message, Outcome, VerdictMsg, WireAction};
+
+/// Generous: correctness, not speed, is under test, on a loaded 2-core box.
+pub const PATIENCE: Duration = Duration::from_secs(30);
+
+pub fn probe() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_metalift-probe"))
+}
+
+pub fn probe_dlopen() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_metalift-probe-dlopen"))
+}
+
+/// A simulated Metal variant's directory (`normal`, `noinit`, `nows`).
+pub fn simmetal(variant: &str) -> PathBuf {
+    Path::new(metalift_probe::SIMMETAL_DIR).join(variant)
+}
+
+/// libmetalift.so as built for this test run (the dev-dependency puts it in
+/// `deps/`; `cargo build` also copies it next to the binaries): the newest one.
+pub fn shim() -> PathBuf {
+    let bin_dir = probe()
+        .parent()
+        .expect("probe has a directory")
+        .to_path_buf();
+    let candidates = [
+        bin_dir.join("deps/libmetalift.so"),
+        bin_dir.join("libmetalift.so"),
+    ];
+    candidates
+        .iter()
+        .filter_map(|p| Some((std::fs::metadata(p).ok()?.modified().ok()?, p.clone())))
+        .max()
+        .map(|(_, p)| p)
+        .expect("libmetalift.so is built (it is a dev-dependency of metalift-probe)")
+}
+
+/// The profile the tests unlock with.
+pub const APPLE7: Capabilities = Capabilities {
+    apple_family_max: 7,
+    max_threadgroup_memory: 32768,
+    recommended_working_set: None,
+};
+
+/// How the fake daemon answers every check-in.
+#[derive(Debug, Clone)]
+pub enum Behaviour {
+    /// A verdict (its decision id is replaced by a per-connection counter).
+    Verdict(VerdictMsg),
+    /// Accept, read the check-in, never answer.
+    Silent,
+    /// Answer with these raw bytes.
+    Raw(Vec<u8>),
+}
+
+pub fn unlock(capabilities: Capabilities) -> Behaviour {
+    Behaviour::Verdict(VerdictMsg {
+        decision_id: 0,
+        action: WireAction::Unlock,
+        capabilities: Some(capabilities),
+        profile: Some("apple7".into()),
+        rule: Some("probe".into()),
+        mode: Mode::Enforce,
+        would_unlock: false,
+    })
+}
+
+pub fn stock(mode: Mode, would_unlock: bool) -> Behaviour {
+    Behaviour::Verdict(VerdictMsg {
+        decision_id: 0,
+        action: WireAction::Stock,
+        capabilities: None,
+        profile: None,
+        rule: Some("probe".into()),
+        mode,
+        would_unlock,
+    })
+}
+
+/// A scripted metaliftd on a temporary Unix socket. Records every check-in and
+/// outcome it receives; stops when dropped.
+pub struct FakeDaemon {
+    pub socket: PathBuf,
+    _dir: tempfile::TempDir,
+    stop: Arc<AtomicBool>,
+    check_ins: Arc<AtomicU64>,
+    outcomes: Arc<Mutex<Vec<Outcome>>>,
+    acceptor: Option<JoinHandle<()>>,
+}
+
+impl FakeDaemon {
+    pub fn start(behaviour: Behaviour) -> FakeDaemon {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let socket = dir.path().join("metalift.sock");
+        let listener = UnixListener::bind(&socket).expect("bind fake daemon");
+        listener
+            .set_nonblocking(true)
+            .expect("non-blocking listener");
+        let stop = Arc::new(AtomicBool::new(false));
+        let check_ins = Arc::new(AtomicU64::new(0));
+        let outcomes = Arc::new(Mutex::new(Vec::new()));
+        let acceptor = {
+            let (stop, check_ins, outcomes) = (stop.clone(), check_ins.clone(), outcomes.clone());
+            std::thread::spawn(move || {
+                let mut next_id = 1u64;
+                while !stop.load(Ordering::Relaxed) {
+                    match listener.accept() {
+                        Ok((stream, _)) => {
+                            let id = next_id;
+                            next_id += 1;
+                            let (b, s, c, o) = (
+                                behaviour.clone(),
+                                stop.clone(),
+                                check_ins.clone(),
+                                outcomes.clone(),
+                            );
+                            std::thread::spawn(move || serve(stream, id, b, s, c, o));
+                        }
+                        Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                    }
+                }
+            })
+        };
+        FakeDaemon {
+            socket,
+            _dir: dir,
+            stop,
+            check_ins,
+            outcomes,
+            acceptor: Some(acceptor),
+        }
+    }
+
+    pub fn check_ins(&self) -> u64 {
+        self.check_ins.load(Ordering::SeqCst)
+    }
+
+    /// Waits (bounded) for the first outcome; the process has usually sent it
+    /// before exiting, so this returns as soon as the handler has read it.
+    pub fn outcome(&self) -> Outcome {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            if let Some(o) = self.outcomes.lock().unwrap().first() {
+                return o.clone();
+            }
+            assert!(Instant::now() < deadline, "no outcome reached the daemon");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for FakeDaemon {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(a) = self.acceptor.take() {
+            let _ = a.join();
+        }
+    }
+}
+
+fn serve(
+    mut stream: UnixStream,
+    id: u64,
+    behaviour: Behaviour,
+    stop: Arc<AtomicBool>,
+    check_ins: Arc<AtomicU64>,
+    outcomes: Arc<Mutex<Vec<Outcome>>>,
+) {
+    stream
+        .set_read_timeout(Some(Duration::from_millis(50)))
+        .expect("read timeout");
+    let mut buffer = Vec::new();
+    let mut answered = false;
+    while !stop.load(Ordering::Relaxed) {
+        while let Ok(Some((message, used))) = wire::decode_frame(&buffer) {
+            buffer.drain(..used);
+            match message {
+                Message::CheckIn(_) => {
+                    check_ins.fetch_add(1, Ordering::SeqCst);
+                    if !answered {
+                        answered = true;
+                        let reply = match &behaviour {
+                            Behaviour::Verdict(v) => {
+                                Some(wire::encode_frame(&Message::Verdict(VerdictMsg {
+                                    decision_id: id,
+                                    ..v.clone()
+                                })))
+                            }
+                            Behaviour::Silent => None,
+                            Behaviour::Raw(bytes) => Some(bytes.clone()),
+                        };
+                        if let Some(reply) = reply {
+                            let _ = stream.write_all(&reply);
+                        }
+                    }
+                }
+                Message::Outcome(o) => outcomes.lock().unwrap().push(o),
+                _ => {}
+            }
+        }
+        let mut chunk = [0u8; 4096];
+        match stream.read(&mut chunk) {
+            Ok(0) => return,
+            Ok(n) => buffer.extend_from_slice(&chunk[..n]),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => return,
+        }
+    }
+}
+
+/// A command with no METALIFT_* or preload variables inherited from the test's
+/// own environment.
+pub fn clean(program: impl AsRef<std::ffi::OsStr>) -> Command {
+    let mut cmd = Command::new(program);
+    for (key, _) in std::env::vars_os() {
+        let key = key.to_string_lossy().into_owned();
+        if key.starts_with("METALIFT_") || key == "LD_PRELOAD" || key == "LD_LIBRARY_PATH" {
+            cmd.env_remove(key);
+        }
+    }
+    cmd.stdin(Stdio::null());
+    cmd
+}
+
+/// The same command with libmetalift injected, asking `socket`.
+pub fn injected(program: impl AsRef<std::ffi::OsStr>, socket: &Path) -> Command {
+    let mut cmd = clean(program);
+    cmd.env("LD_PRELOAD", shim()).env("METALIFT_SOCKET", socket);
+    cmd
+}
+
+/// Runs the command, feeding `stdin`, and returns its output (bounded wait).
+pub fn run(mut cmd: Command, stdin: &[u8]) -> Output {
+    cmd.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("spawn");
+    let mut input = child.stdin.take().expect("stdin");
+    let data = stdin.to_vec();
+    let writer = std::thread::spawn(move || {
+        let _ = input.write_all(&data);
+    });
+    let output = child.wait_with_output().expect("wait");
+    let _ = writer.join();
+    output
+}
+
+/// Runs a probe (with `--json`) and parses what it printed.
+pub fn probe_json(mut cmd: Command) -> serde_json::Value {
+    cmd.arg("--json");
+    let output = run(cmd, b"");
+    assert!(
+        output.status.success(),
+        "probe failed: {}\nstderr: {}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+        panic!(
+            "probe printed no JSON ({e}): {}",
+            String::from_utf8_lossy(&output.stdout)
+        )
+    })
+}
+
+/// Asserts the probe saw the paravirtual device's own answers.
+pub fn assert_stock(report: &serde_json::Value) {
+    assert_eq!(report["apple_family"], 5, "{report}");
+    assert_eq!(report["families"]["Apple6"], false, "{report}");
+    assert_eq!(report["families"]["Apple7"], false, "{report}");
+    assert_eq!(report["max_threadgroup_memory"], 32768, "{report}");
+    for flag in ["has_simdgroup_reduction", "has_simdgroup_mm", "has_bfloat"] {
+        assert_eq!(report["llama_cpp"][flag], false, "{flag}: {report}");
+    }
+}
+
+/// Asserts the probe saw the apple7 profile applied, and nothing beyond Apple families.
+pub fn assert_apple7(report: &serde_json::Value) {
+    assert_eq!(report["apple_family"], 7, "{report}");
+    assert_eq!(report["families"]["Apple8"], false, "{report}");
+    assert_eq!(report["families"]["Metal3"], false, "{report}");
+    assert_eq!(report["families"]["Metal4"], false, "{report}");
+    assert_eq!(report["families"]["Common3"], true, "{report}");
+    assert_eq!(report["families"]["Mac2"], true, "{report}");
+    for flag in ["has_simdgroup_reduction", "has_simdgroup_mm", "has_bfloat"] {
+        assert_eq!(report["llama_cpp"][flag], true, "{flag}: {report}");
+    }
+}
