@@ -3,6 +3,13 @@
 //! # Layout
 //!
 //! - [`cli`]: one module per `metalift` subcommand.
+//! - [`config`]: metaliftd's flags and defaults, resolved into a `Config`.
+//! - [`service`]: metaliftd's lifecycle: audit log, policy, socket, serve, stop cleanly.
+//! - [`server`]: the transport-independent core: decide, audit, then answer.
+//! - [`transport`]: how check-ins arrive (Unix socket; XPC on macOS) and the limits.
+//! - [`peer`]: who is asking, from the kernel (`linux.rs`, `macos.rs`).
+//! - [`identity_cache`]: executable sha256 by (dev, ino, size, mtime, ctime).
+//! - [`status`]: the counters `metalift status` shows, and its client.
 //! - [`audit`]: the audit log (records, writer with rotation, reader for `metalift audit`).
 //! - [`policy_store`]: the live policy, swapped atomically on reload.
 //! - [`watcher`]: watches the policy's directories and reloads on change.
@@ -10,5 +17,12 @@
 
 pub mod audit;
 pub mod cli;
+pub mod config;
+pub mod identity_cache;
+pub mod peer;
 pub mod policy_store;
+pub mod server;
+pub mod service;
+pub mod status;
+pub mod transport;
 pub mod watcher;

@@ -1,6 +1,37 @@
-//! `metaliftd`: the policy service. Thin: the server lives in `metalift_daemon`.
+//! `metaliftd`: the policy service. Thin: flags, logging, runtime; the daemon is
+//! `metalift_daemon::service`.
 
-fn main() -> std::process::ExitCode {
-    eprintln!("metaliftd: not built yet");
-    std::process::ExitCode::from(2)
+use std::process::ExitCode;
+
+use clap::Parser;
+use metalift_daemon::config::DaemonArgs;
+use metalift_daemon::service;
+
+fn main() -> ExitCode {
+    let args = DaemonArgs::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    match run(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("metaliftd: error: {err:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn run(args: DaemonArgs) -> anyhow::Result<()> {
+    let config = args.resolve()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let stop = service::stop_signals()?;
+        service::run(config, stop).await
+    })
 }

@@ -1,0 +1,226 @@
+//! metaliftd's flags, their defaults, and the resolved [`Config`].
+//!
+//! Two stages: [`DaemonArgs`] is what clap parsed, with nothing checked or looked
+//! up; [`DaemonArgs::resolve`] fills environment-dependent defaults (the socket
+//! path depends on the effective uid and `$XDG_RUNTIME_DIR`) and validates, giving
+//! a [`Config`] the daemon can run with.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::audit::Rotation;
+use crate::transport::Limits;
+
+/// The policy file read unless `--policy` says otherwise.
+pub const DEFAULT_POLICY: &str = "/etc/metalift/policy.toml";
+/// The socket a root daemon listens on unless `--socket` says otherwise.
+pub const DEFAULT_ROOT_SOCKET: &str = "/run/metalift/metalift.sock";
+/// The socket's file name under `$XDG_RUNTIME_DIR` for a per-user daemon.
+pub const USER_SOCKET_NAME: &str = "metalift.sock";
+
+/// metaliftd: decides, per executable, which processes see an unlocked Metal GPU.
+#[derive(Debug, Clone, clap::Parser)]
+#[command(name = "metaliftd", version)]
+pub struct DaemonArgs {
+    /// The policy file (`policy.d/*.toml` beside it is merged in name order).
+    #[arg(long, value_name = "PATH", default_value = DEFAULT_POLICY)]
+    pub policy: PathBuf,
+
+    /// The Unix socket to listen on [default: /run/metalift/metalift.sock as root,
+    /// else $XDG_RUNTIME_DIR/metalift.sock].
+    #[arg(long, value_name = "PATH")]
+    pub socket: Option<PathBuf>,
+
+    /// The audit log (JSON Lines).
+    #[arg(long, value_name = "PATH", default_value = crate::audit::DEFAULT_LOG_PATH)]
+    pub audit_log: PathBuf,
+
+    /// Rotate the audit log when it would grow past this many bytes.
+    #[arg(long, value_name = "BYTES", default_value_t = Rotation::default().max_bytes)]
+    pub audit_max_bytes: u64,
+
+    /// Rotated audit files kept (`audit.jsonl.1` … `audit.jsonl.N`).
+    #[arg(long, value_name = "N", default_value_t = Rotation::default().keep)]
+    pub audit_keep: usize,
+
+    /// DEVELOPMENT ONLY: accept a policy file not owned by root or writable by others.
+    #[arg(long)]
+    pub allow_insecure_owner: bool,
+
+    /// Connections being read or answered at once; further clients wait to be accepted.
+    #[arg(long, value_name = "N", default_value_t = Limits::default().max_active)]
+    pub max_connections: usize,
+
+    /// Answered connections kept open for the shim's outcome report; past this an
+    /// answered connection is closed (its outcome is then not recorded).
+    #[arg(long, value_name = "N", default_value_t = Limits::default().max_waiting)]
+    pub max_waiting_outcomes: usize,
+
+    /// How long a client may take to send one complete frame, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = duration_ms(Limits::default().read_timeout))]
+    pub read_timeout_ms: u64,
+
+    /// How long an answered connection may stay silent before its outcome report
+    /// starts, in seconds.
+    #[arg(long, value_name = "SECS", default_value_t = Limits::default().outcome_idle.as_secs())]
+    pub outcome_idle_secs: u64,
+
+    /// Executable hashes kept in the identity cache.
+    #[arg(long, value_name = "N", default_value_t = crate::identity_cache::DEFAULT_CAPACITY)]
+    pub cache_entries: usize,
+}
+
+/// Everything metaliftd needs to run, resolved and checked.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The policy file.
+    pub policy: PathBuf,
+    /// The socket path.
+    pub socket: PathBuf,
+    /// The audit log.
+    pub audit_log: PathBuf,
+    /// Audit log rotation.
+    pub rotation: Rotation,
+    /// Accept a policy not owned by root (development).
+    pub allow_insecure_owner: bool,
+    /// Connection limits.
+    pub limits: Limits,
+    /// Identity cache capacity.
+    pub cache_entries: usize,
+}
+
+/// A flag combination metaliftd cannot run with.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// Not root, no `--socket`, and no `$XDG_RUNTIME_DIR` to put the socket in.
+    #[error("no --socket given and $XDG_RUNTIME_DIR is not set (a non-root daemon puts its socket there)")]
+    NoRuntimeDir,
+    /// A limit is zero.
+    #[error("--{0} must be greater than 0")]
+    Zero(&'static str),
+}
+
+impl DaemonArgs {
+    /// Fills the defaults that depend on the environment and checks the limits.
+    pub fn resolve(self) -> Result<Config, ConfigError> {
+        let socket = match self.socket {
+            Some(s) => s,
+            None => default_socket(
+                rustix::process::geteuid().is_root(),
+                std::env::var_os("XDG_RUNTIME_DIR"),
+            )?,
+        };
+        for (name, value) in [
+            ("max-connections", self.max_connections as u64),
+            ("read-timeout-ms", self.read_timeout_ms),
+            ("outcome-idle-secs", self.outcome_idle_secs),
+        ] {
+            if value == 0 {
+                return Err(ConfigError::Zero(name));
+            }
+        }
+        Ok(Config {
+            policy: self.policy,
+            socket,
+            audit_log: self.audit_log,
+            rotation: Rotation {
+                max_bytes: self.audit_max_bytes,
+                keep: self.audit_keep,
+            },
+            allow_insecure_owner: self.allow_insecure_owner,
+            limits: Limits {
+                max_active: self.max_connections,
+                max_waiting: self.max_waiting_outcomes,
+                read_timeout: Duration::from_millis(self.read_timeout_ms),
+                outcome_idle: Duration::from_secs(self.outcome_idle_secs),
+            },
+            cache_entries: self.cache_entries,
+        })
+    }
+}
+
+/// The socket path when `--socket` is not given. Used by `metalift` too.
+pub fn default_socket(
+    is_root: bool,
+    runtime_dir: Option<std::ffi::OsString>,
+) -> Result<PathBuf, ConfigError> {
+    if is_root {
+        return Ok(PathBuf::from(DEFAULT_ROOT_SOCKET));
+    }
+    match runtime_dir {
+        Some(dir) if !dir.is_empty() => Ok(PathBuf::from(dir).join(USER_SOCKET_NAME)),
+        _ => Err(ConfigError::NoRuntimeDir),
+    }
+}
+
+/// The default socket path for the current user (for `metalift` commands).
+pub fn default_socket_for_current_user() -> Result<PathBuf, ConfigError> {
+    default_socket(
+        rustix::process::geteuid().is_root(),
+        std::env::var_os("XDG_RUNTIME_DIR"),
+    )
+}
+
+fn duration_ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[test]
+    fn root_listens_in_run_and_users_in_their_runtime_dir() {
+        assert_eq!(
+            default_socket(true, None).unwrap(),
+            PathBuf::from("/run/metalift/metalift.sock")
+        );
+        assert_eq!(
+            default_socket(false, Some("/run/user/501".into())).unwrap(),
+            PathBuf::from("/run/user/501/metalift.sock")
+        );
+        assert!(matches!(
+            default_socket(false, None),
+            Err(ConfigError::NoRuntimeDir)
+        ));
+    }
+
+    #[test]
+    fn flags_override_the_defaults() {
+        let config = DaemonArgs::parse_from([
+            "metaliftd",
+            "--policy",
+            "/tmp/p.toml",
+            "--socket",
+            "/tmp/s.sock",
+            "--audit-log",
+            "/tmp/a.jsonl",
+            "--audit-keep",
+            "2",
+            "--read-timeout-ms",
+            "250",
+            "--max-connections",
+            "3",
+        ])
+        .resolve()
+        .unwrap();
+        assert_eq!(config.policy, PathBuf::from("/tmp/p.toml"));
+        assert_eq!(config.socket, PathBuf::from("/tmp/s.sock"));
+        assert_eq!(config.rotation.keep, 2);
+        assert_eq!(config.limits.read_timeout, Duration::from_millis(250));
+        assert_eq!(config.limits.max_active, 3);
+        assert!(!config.allow_insecure_owner);
+    }
+
+    #[test]
+    fn a_zero_read_timeout_is_refused() {
+        let args =
+            DaemonArgs::parse_from(["metaliftd", "--socket", "/s", "--read-timeout-ms", "0"]);
+        assert!(matches!(
+            args.resolve(),
+            Err(ConfigError::Zero("read-timeout-ms"))
+        ));
+    }
+}

@@ -1,0 +1,275 @@
+//! Linux peer identity: `SO_PEERCRED`, a pidfd, and `/proc/<pid>`.
+//!
+//! The pid from `SO_PEERCRED` alone is a race: the asker may exit and its pid be
+//! reused before `/proc/<pid>` is read. A pidfd pins the exact process, so the
+//! order is:
+//!
+//! 1. `SO_PEERCRED` → pid, uid (recorded by the kernel at `connect`).
+//! 2. `SO_PEERPIDFD` (Linux ≥ 6.5) → a pidfd for the process that connected.
+//! 3. Read `/proc/<pid>/stat`, `/proc/<pid>/exe` (readlink for the path, open for
+//!    the inode) and the parent's `exe`.
+//! 4. Check the pidfd's process has not exited. While it lives its pid cannot be
+//!    reused, so everything read in step 3 was about the asker.
+//!
+//! Fallback when `SO_PEERPIDFD` is missing (older kernels): `pidfd_open(pid)`,
+//! then after step 3 check that the socket's other end is still open. The
+//! residual race, documented: the asker forks a child that inherits the socket,
+//! exits, and its pid is reused by an unrelated process before step 2 — the
+//! reused process would then be identified. It needs the asker's cooperation
+//! and a pid wrap inside microseconds.
+//!
+//! All unsafe code of peer identity is here, one operation per block.
+#![allow(unsafe_code)]
+
+use std::ffi::CStr;
+use std::fs::File;
+use std::io;
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::path::PathBuf;
+
+use super::{ExeFile, PeerError, PeerFacts};
+
+/// Identifies the process on the other end of `stream` (see the module doc for the order).
+pub fn facts_from_unix_stream(stream: &tokio::net::UnixStream) -> Result<PeerFacts, PeerError> {
+    let sock = stream.as_fd();
+    let cred = peer_cred(sock).map_err(PeerError::Credentials)?;
+    let pid = u32::try_from(cred.pid)
+        .ok()
+        .filter(|p| *p != 0)
+        .ok_or(PeerError::NoPid)?;
+    let (pidfd, from_socket) = match peer_pidfd(sock) {
+        Ok(fd) => (fd, true),
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOPROTOOPT | libc::EINVAL)) => (
+            pidfd_open(cred.pid).map_err(|_| PeerError::Gone { pid })?,
+            false,
+        ),
+        Err(e) => return Err(PeerError::Credentials(e)),
+    };
+
+    let proc_err = |what| move |source| PeerError::Proc { pid, what, source };
+    let stat = ProcStat::read(pid).map_err(proc_err("stat"))?;
+    let exe_link = format!("/proc/{pid}/exe");
+    let exe = std::fs::read_link(&exe_link).map_err(proc_err("exe"))?;
+    // Opening may fail where readlink did not (e.g. no read permission on the
+    // binary): then only `sha256` rules cannot match.
+    let exe_file = match File::open(&exe_link) {
+        Ok(f) => Some(ExeFile::new(f)),
+        Err(e) => {
+            tracing::debug!(pid, error = %e, "cannot open the peer's executable for hashing");
+            None
+        }
+    };
+    let parent_exe = parent_exe(pid, stat.ppid);
+
+    if has_exited(pidfd.as_fd()).map_err(proc_err("pidfd"))? {
+        return Err(PeerError::Gone { pid });
+    }
+    if !from_socket && peer_hung_up(sock).map_err(PeerError::Credentials)? {
+        return Err(PeerError::Gone { pid });
+    }
+    Ok(PeerFacts {
+        pid,
+        pid_version: Some(stat.start_time),
+        uid: cred.uid,
+        exe,
+        parent_exe,
+        code_signature: None,
+        exe_file,
+    })
+}
+
+/// The parent's executable, only when the parent provably did not change while
+/// it was read: a child's ppid changes the moment its parent exits, so an
+/// unchanged ppid after the readlink means that pid was still our parent.
+fn parent_exe(pid: u32, ppid: u32) -> Option<PathBuf> {
+    if ppid == 0 {
+        return None;
+    }
+    let path = std::fs::read_link(format!("/proc/{ppid}/exe")).ok()?;
+    let again = ProcStat::read(pid).ok()?;
+    (again.ppid == ppid).then_some(path)
+}
+
+/// The two fields of `/proc/<pid>/stat` we use.
+struct ProcStat {
+    ppid: u32,
+    /// Field 22: start time in clock ticks since boot.
+    start_time: u64,
+}
+
+impl ProcStat {
+    fn read(pid: u32) -> io::Result<Self> {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+        Self::parse(&text).ok_or_else(|| {
+            io::Error::new(io::ErrorKind::InvalidData, "unexpected /proc/<pid>/stat")
+        })
+    }
+
+    /// The command name (field 2) may hold spaces and parentheses: fields are
+    /// counted after its last `)`.
+    fn parse(text: &str) -> Option<Self> {
+        let rest = &text[text.rfind(')')? + 1..];
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        // `rest` starts at field 3 (state).
+        Some(ProcStat {
+            ppid: fields.get(4 - 3)?.parse().ok()?,
+            start_time: fields.get(22 - 3)?.parse().ok()?,
+        })
+    }
+}
+
+fn peer_cred(sock: BorrowedFd<'_>) -> io::Result<libc::ucred> {
+    let mut cred = MaybeUninit::<libc::ucred>::zeroed();
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: `sock` is a live socket fd; `cred` and `len` point to writable memory of
+    // the announced size, which the kernel fills.
+    let rc = unsafe {
+        libc::getsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            cred.as_mut_ptr().cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: getsockopt succeeded; `ucred` is plain integers and was zero-initialised,
+    // so it is fully initialised whatever length the kernel wrote.
+    Ok(unsafe { cred.assume_init() })
+}
+
+fn peer_pidfd(sock: BorrowedFd<'_>) -> io::Result<OwnedFd> {
+    let mut fd: libc::c_int = -1;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `sock` is a live socket fd; `fd` and `len` are writable and sized as announced.
+    let rc = unsafe {
+        libc::getsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERPIDFD,
+            (&mut fd as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    owned(fd)
+}
+
+fn pidfd_open(pid: libc::pid_t) -> io::Result<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags by value and returns a new fd or -1.
+    let rc = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let fd = RawFd::try_from(rc)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "pidfd out of range"))?;
+    owned(fd)
+}
+
+/// Takes ownership of a fd the kernel just returned to us.
+fn owned(fd: RawFd) -> io::Result<OwnedFd> {
+    if fd < 0 {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, "negative fd"));
+    }
+    // SAFETY: `fd` was just returned by the kernel to this function's caller, is open,
+    // and nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// A pidfd polls readable once its process has exited.
+fn has_exited(pidfd: BorrowedFd<'_>) -> io::Result<bool> {
+    Ok(poll_now(pidfd, libc::POLLIN)? & libc::POLLIN != 0)
+}
+
+/// The other end of the socket was closed (its process exited or closed it).
+fn peer_hung_up(sock: BorrowedFd<'_>) -> io::Result<bool> {
+    let revents = poll_now(sock, libc::POLLRDHUP)?;
+    Ok(revents & (libc::POLLRDHUP | libc::POLLHUP) != 0)
+}
+
+/// `poll(2)` one fd without waiting; returns `revents`.
+fn poll_now(fd: BorrowedFd<'_>, events: libc::c_short) -> io::Result<libc::c_short> {
+    let mut pfd = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events,
+        revents: 0,
+    };
+    // SAFETY: `pfd` is one valid, writable pollfd and the count says 1; timeout 0 never blocks.
+    let rc = unsafe { libc::poll(&mut pfd, 1, 0) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(pfd.revents)
+}
+
+/// The user name of `uid` through NSS (`getpwuid_r`), `None` when it has none.
+#[must_use]
+pub fn user_name(uid: u32) -> Option<String> {
+    let mut buf = vec![0u8; 1024];
+    loop {
+        let mut pwd = MaybeUninit::<libc::passwd>::zeroed();
+        let mut result: *mut libc::passwd = std::ptr::null_mut();
+        // SAFETY: every pointer is to writable memory owned here; `buf.len()` is its size.
+        let rc = unsafe {
+            libc::getpwuid_r(
+                uid,
+                pwd.as_mut_ptr(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                &mut result,
+            )
+        };
+        if rc == libc::ERANGE && buf.len() < 1 << 20 {
+            buf.resize(buf.len() * 2, 0);
+            continue;
+        }
+        if rc != 0 || result.is_null() {
+            return None;
+        }
+        // SAFETY: getpwuid_r succeeded and set `result` to `pwd`, whose `pw_name` is a
+        // NUL-terminated string inside `buf`, alive for this scope.
+        let name = unsafe { CStr::from_ptr((*result).pw_name) };
+        return Some(name.to_string_lossy().into_owned());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_fields_are_counted_after_the_last_parenthesis() {
+        let line = "4242 (evil) 1 2 (x) S 17 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 10";
+        let stat = ProcStat::parse(line).expect("parses");
+        assert_eq!(stat.ppid, 17);
+        assert_eq!(stat.start_time, 987654);
+    }
+
+    #[test]
+    fn a_connected_peer_in_this_process_is_identified_as_this_executable() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async {
+            let (a, _b) = tokio::net::UnixStream::pair().expect("pair");
+            let facts = facts_from_unix_stream(&a).expect("identified");
+            assert_eq!(facts.pid, std::process::id());
+            assert_eq!(facts.exe, std::env::current_exe().expect("current exe"));
+            // SAFETY: geteuid has no preconditions and cannot fail.
+            assert_eq!(facts.uid, unsafe { libc::geteuid() });
+            assert!(facts.exe_file.is_some());
+            assert!(facts.parent_exe.is_some());
+        });
+    }
+
+    #[test]
+    fn root_has_a_user_name() {
+        assert_eq!(user_name(0).as_deref(), Some("root"));
+    }
+}

@@ -1,0 +1,115 @@
+//! Who is asking: the facts about a connected process that the kernel vouches for.
+//!
+//! Nothing here comes from the client's messages. Each platform module turns a
+//! connected socket (or, on macOS, an XPC audit token) into [`PeerFacts`]:
+//!
+//! - `linux.rs`: `SO_PEERCRED` + `SO_PEERPIDFD`, `/proc/<pid>/exe`.
+//! - `macos.rs` (the XPC/SecCode teammate's): audit token, `SecCode`.
+//!
+//! The seam every platform provides, used by the Unix-socket transport and the
+//! server core:
+//!
+//! - `facts_from_unix_stream(&tokio::net::UnixStream) -> Result<PeerFacts, PeerError>`
+//! - `user_name(uid) -> Option<String>`
+
+use std::fs::File;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+#[cfg(target_os = "linux")]
+mod linux;
+#[cfg(target_os = "linux")]
+pub use linux::{facts_from_unix_stream, user_name};
+
+#[cfg(not(target_os = "linux"))]
+mod unsupported;
+#[cfg(not(target_os = "linux"))]
+pub use unsupported::{facts_from_unix_stream, user_name};
+
+/// A code signature as the OS verified it (macOS fills this; Linux has none).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CodeSignature {
+    /// Whether the signature validated and is not ad hoc. Only then may the
+    /// identifiers below reach a [`metalift_policy::Subject`].
+    pub valid: bool,
+    /// Team identifier.
+    pub team_id: Option<String>,
+    /// Signing identifier.
+    pub signing_id: Option<String>,
+    /// Code directory hash.
+    pub cdhash: Option<Vec<u8>>,
+}
+
+/// The open executable file of a peer, for hashing the exact inode it runs.
+///
+/// Opaque on purpose: on Linux it is `/proc/<pid>/exe` opened while the pidfd
+/// proved the process was still the asker, so a path swapped since then cannot
+/// change what is hashed. Cheap to clone (shared).
+#[derive(Debug, Clone)]
+pub struct ExeFile(Arc<File>);
+
+impl ExeFile {
+    /// Wraps an already opened executable file.
+    #[must_use]
+    pub fn new(file: File) -> Self {
+        ExeFile(Arc::new(file))
+    }
+
+    /// The open file.
+    #[must_use]
+    pub fn file(&self) -> &File {
+        &self.0
+    }
+}
+
+/// Kernel-verified facts about the process on the other end of a connection.
+#[derive(Debug, Clone)]
+pub struct PeerFacts {
+    /// Process id.
+    pub pid: u32,
+    /// What makes `pid` unique over time: the pid version on macOS, the start
+    /// time (clock ticks since boot) on Linux. Logged, not matched.
+    pub pid_version: Option<u64>,
+    /// User id the kernel recorded for the peer (Linux: the effective uid at `connect`).
+    pub uid: u32,
+    /// The executable's path, as the kernel resolves the mapped file.
+    pub exe: PathBuf,
+    /// The parent process's executable, when it could be read without a race.
+    pub parent_exe: Option<PathBuf>,
+    /// The verified code signature (macOS).
+    pub code_signature: Option<CodeSignature>,
+    /// The executable, opened, for `sha256` rules. `None` when it could not be opened.
+    pub exe_file: Option<ExeFile>,
+}
+
+/// Why a peer could not be identified. The connection is then closed unanswered:
+/// the shim treats that as "stay stock".
+#[derive(Debug, thiserror::Error)]
+pub enum PeerError {
+    /// The kernel gave no credentials for the socket.
+    #[error("reading the peer's credentials: {0}")]
+    Credentials(#[source] std::io::Error),
+    /// The peer's pid is not visible here (another pid namespace reports pid 0).
+    #[error("the peer's pid is not visible in this pid namespace")]
+    NoPid,
+    /// The peer exited (or its pid was reused) while it was being identified.
+    #[error("process {pid} exited while it was being identified")]
+    Gone {
+        /// The pid the kernel reported.
+        pid: u32,
+    },
+    /// Reading `/proc` (or the platform equivalent) failed.
+    #[error("reading {what} of process {pid}: {source}")]
+    Proc {
+        /// The pid.
+        pid: u32,
+        /// What was being read, e.g. `exe`.
+        what: &'static str,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// This platform has no kernel identity for Unix-socket peers in this build.
+    #[error("peer identity is not implemented on this platform")]
+    Unsupported,
+}

@@ -1,0 +1,18 @@
+//! Platforms without a kernel-identity implementation for Unix-socket peers yet.
+//!
+//! Every check-in is refused (the connection closes, the shim stays stock): a
+//! daemon that cannot tell who is asking must never unlock. The macOS module
+//! (`macos.rs`, SecCode + `LOCAL_PEERTOKEN`) replaces this one there.
+
+use super::{PeerError, PeerFacts};
+
+/// Always [`PeerError::Unsupported`].
+pub fn facts_from_unix_stream(_stream: &tokio::net::UnixStream) -> Result<PeerFacts, PeerError> {
+    Err(PeerError::Unsupported)
+}
+
+/// No lookup: `user` rules never match here.
+#[must_use]
+pub fn user_name(_uid: u32) -> Option<String> {
+    None
+}

@@ -1,0 +1,316 @@
+//! The server core: decides a check-in, audits it, and only then answers.
+//!
+//! Transport-independent: the Unix-socket transport and the macOS XPC transport
+//! both hand it kernel-verified [`PeerFacts`] and the client's [`CheckIn`], and
+//! send back whatever [`Core::check_in`] returns. There is exactly one code path
+//! that decides and audits.
+//!
+//! The order inside a check-in is the security argument:
+//!
+//! 1. take one snapshot of the live policy (a reload mid-decision cannot mix two);
+//! 2. build the [`Subject`] from the peer facts only — the client's claims are
+//!    copied into the record as advisory and never reach the subject;
+//! 3. evaluate, assign a decision id, and append the decision record;
+//! 4. if the append failed, the answer is **stock**: no unlock is ever given that
+//!    the audit log does not hold.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use metalift_policy::wire::{CheckIn, Outcome, VerdictMsg, WireAction};
+use metalift_policy::{Action, Needs, Subject, Verdict};
+
+use crate::audit::{Advisory, AuditError, AuditLog, DecisionRecord, OutcomeRecord, Record};
+use crate::identity_cache::IdentityCache;
+use crate::peer::{self, PeerFacts};
+use crate::policy_store::PolicyStore;
+use crate::status::StatusReport;
+
+/// The decision-making heart of metaliftd. `Send + Sync`; share it in an `Arc`.
+#[derive(Debug)]
+pub struct Core {
+    /// The live policy; each check-in takes one snapshot of it.
+    policy: Arc<PolicyStore>,
+    /// Where decisions and outcomes are recorded before anyone acts on them.
+    audit: Arc<AuditLog>,
+    /// Executable hashes by file version, for `sha256` rules.
+    cache: IdentityCache,
+    /// The next decision id (see [`first_decision_id`]).
+    next_id: AtomicU64,
+    /// Counters for `metalift status`; relaxed atomics, they are statistics only.
+    counters: Counters,
+    /// When this core was created (the daemon's start).
+    started_at: SystemTime,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    check_ins: AtomicU64,
+    unlocks: AtomicU64,
+    would_unlock: AtomicU64,
+    outcomes: AtomicU64,
+    audit_failures: AtomicU64,
+}
+
+impl Core {
+    /// A core deciding against `policy`, recording to `audit`, caching up to
+    /// `cache_entries` executable hashes.
+    #[must_use]
+    pub fn new(policy: Arc<PolicyStore>, audit: Arc<AuditLog>, cache_entries: usize) -> Self {
+        let started_at = SystemTime::now();
+        Core {
+            policy,
+            audit,
+            cache: IdentityCache::new(cache_entries),
+            next_id: AtomicU64::new(first_decision_id(started_at)),
+            counters: Counters::default(),
+            started_at,
+        }
+    }
+
+    /// Decides `req` from `peer`, records the decision, and returns the verdict to send.
+    ///
+    /// Runs to completion once called (transports do not race it against
+    /// shutdown), so an in-flight check-in is always answered and recorded.
+    pub async fn check_in(
+        &self,
+        peer: &PeerFacts,
+        req: CheckIn,
+        transport: &'static str,
+    ) -> VerdictMsg {
+        let received = Instant::now();
+        let live = self.policy.current();
+        let subject = self.subject(peer, live.policy.needs()).await;
+        let verdict = live.policy.evaluate(&subject);
+        let decision_id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let latency_us = u64::try_from(received.elapsed().as_micros()).unwrap_or(u64::MAX);
+        let record = decision_record(
+            decision_id,
+            peer,
+            &subject,
+            &verdict,
+            &live.sha256,
+            latency_us,
+            transport,
+            req,
+        );
+        self.counters.check_ins.fetch_add(1, Ordering::Relaxed);
+        match self.append(Record::Decision(record)).await {
+            Ok(()) => {
+                if matches!(verdict.action, Action::Unlock { .. }) {
+                    self.counters.unlocks.fetch_add(1, Ordering::Relaxed);
+                }
+                if verdict.would_unlock.is_some() {
+                    self.counters.would_unlock.fetch_add(1, Ordering::Relaxed);
+                }
+                verdict_msg(decision_id, verdict)
+            }
+            Err(error) => {
+                self.counters.audit_failures.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(
+                    decision_id,
+                    pid = peer.pid,
+                    exe = %peer.exe.display(),
+                    would_have_been = verdict.action.as_str(),
+                    %error,
+                    "decision could not be audited: answering stock"
+                );
+                verdict_msg(decision_id, Verdict::stock(verdict.mode))
+            }
+        }
+    }
+
+    /// Records what the shim in `peer` reports it did. The transport has checked
+    /// that `outcome.decision_id` is the decision it gave this peer (or 0).
+    pub async fn outcome(&self, peer: &PeerFacts, outcome: Outcome) {
+        let record = OutcomeRecord::new(
+            SystemTime::now(),
+            pid_i32(peer.pid),
+            peer.exe.display().to_string(),
+            &outcome,
+        );
+        self.counters.outcomes.fetch_add(1, Ordering::Relaxed);
+        if let Err(error) = self.append(Record::Outcome(record)).await {
+            tracing::error!(
+                decision_id = outcome.decision_id,
+                pid = peer.pid,
+                %error,
+                "outcome could not be audited"
+            );
+        }
+    }
+
+    /// Counts and policy facts for `metalift status`; nothing about any one process.
+    #[must_use]
+    pub fn status(&self) -> StatusReport {
+        let live = self.policy.current();
+        let count = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        StatusReport {
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            pid: std::process::id(),
+            started_at: crate::audit::record::rfc3339::format(self.started_at),
+            policy_path: live.path.display().to_string(),
+            policy_sha256: live.sha256.clone(),
+            policy_loaded_at: crate::audit::record::rfc3339::format(live.loaded_at),
+            rule_count: live.rule_count,
+            mode: live.policy.mode().as_str().to_owned(),
+            last_reload_error: self.policy.last_error(),
+            check_ins: count(&self.counters.check_ins),
+            unlocks: count(&self.counters.unlocks),
+            would_unlock: count(&self.counters.would_unlock),
+            outcomes: count(&self.counters.outcomes),
+            audit_failures: count(&self.counters.audit_failures),
+            cache_entries: self.cache.len(),
+        }
+    }
+
+    /// The `daemon_stop` record, with this run's counts.
+    #[must_use]
+    pub fn stop_record(&self, reason: &str) -> Record {
+        Record::DaemonStop {
+            time: SystemTime::now(),
+            reason: reason.to_owned(),
+            checkins: self.counters.check_ins.load(Ordering::Relaxed),
+            unlocks: self.counters.unlocks.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The audit log records go to.
+    #[must_use]
+    pub fn audit_log(&self) -> &Arc<AuditLog> {
+        &self.audit
+    }
+
+    /// Builds the subject from kernel facts, computing the costly fields only when
+    /// some rule of the snapshot needs them.
+    async fn subject(&self, peer: &PeerFacts, needs: Needs) -> Subject {
+        let sha256 = match (&peer.exe_file, needs.sha256) {
+            (Some(exe), true) => match self.cache.sha256(exe).await {
+                Ok(hash) => Some(hash),
+                Err(error) => {
+                    tracing::warn!(pid = peer.pid, exe = %peer.exe.display(), %error,
+                        "cannot hash the executable: sha256 rules will not match it");
+                    None
+                }
+            },
+            _ => None,
+        };
+        let user = if needs.user {
+            let uid = peer.uid;
+            // NSS may ask a directory service: keep it off the executor.
+            tokio::task::spawn_blocking(move || peer::user_name(uid))
+                .await
+                .ok()
+                .flatten()
+        } else {
+            None
+        };
+        // Signing identifiers count only from a valid, non-ad-hoc signature.
+        let signature = peer.code_signature.as_ref().filter(|s| s.valid);
+        Subject {
+            path: peer.exe.clone(),
+            uid: peer.uid,
+            user,
+            parent_path: peer.parent_exe.clone(),
+            sha256,
+            cdhash: signature.and_then(|s| s.cdhash.clone()),
+            team_id: signature.and_then(|s| s.team_id.clone()),
+            signing_id: signature.and_then(|s| s.signing_id.clone()),
+        }
+    }
+
+    /// Appends on the blocking pool: `AuditLog::append` is one `write(2)`, usually
+    /// microseconds, but a rotation renames files and a slow disk can stall, and
+    /// neither should stall the executor threads other check-ins run on.
+    async fn append(&self, record: Record) -> Result<(), AuditError> {
+        let audit = Arc::clone(&self.audit);
+        match tokio::task::spawn_blocking(move || audit.append(&record)).await {
+            Ok(result) => result,
+            Err(join) => Err(AuditError::Write {
+                path: self.audit.path().to_owned(),
+                source: std::io::Error::other(join.to_string()),
+            }),
+        }
+    }
+}
+
+/// Decision ids are unique across restarts without any state on disk: they start
+/// at the daemon's start time in microseconds since the epoch and count up by one.
+/// A restart repeats an id only if the previous run issued more than one decision
+/// per microsecond on average, or the clock went back (e.g. a VM restored from a
+/// snapshot) — then ids are still unique within a run, and records carry times.
+fn first_decision_id(now: SystemTime) -> u64 {
+    let micros = now
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_micros())
+        .unwrap_or(0);
+    u64::try_from(micros).unwrap_or(u64::MAX / 2).max(1)
+}
+
+fn pid_i32(pid: u32) -> i32 {
+    i32::try_from(pid).unwrap_or(i32::MAX)
+}
+
+#[allow(clippy::too_many_arguments)] // one call site; each argument is one record field's source
+fn decision_record(
+    decision_id: u64,
+    peer: &PeerFacts,
+    subject: &Subject,
+    verdict: &Verdict,
+    policy_sha256: &str,
+    latency_us: u64,
+    transport: &'static str,
+    req: CheckIn,
+) -> DecisionRecord {
+    let profile = match &verdict.action {
+        Action::Unlock { profile, .. } => Some(profile.clone()),
+        Action::Stock => verdict.would_unlock.clone(),
+    };
+    DecisionRecord {
+        time: SystemTime::now(),
+        decision_id,
+        pid: pid_i32(peer.pid),
+        uid: peer.uid,
+        exe: peer.exe.display().to_string(),
+        sha256: subject.sha256.map(hex::encode),
+        team_id: subject.team_id.clone(),
+        signing_id: subject.signing_id.clone(),
+        cdhash: subject.cdhash.as_deref().map(hex::encode),
+        parent_exe: peer.parent_exe.as_ref().map(|p| p.display().to_string()),
+        rule: verdict.rule.clone(),
+        action: verdict.action.as_str().to_owned(),
+        profile,
+        mode: verdict.mode.as_str().to_owned(),
+        would_unlock: verdict.would_unlock.is_some(),
+        policy_sha256: policy_sha256.to_owned(),
+        latency_us,
+        transport: transport.to_owned(),
+        advisory: Advisory {
+            shim_version: req.shim_version,
+            arch: req.arch,
+            claimed_executable: req.claimed_executable,
+        },
+    }
+}
+
+/// The wire form of a verdict. In monitor mode the action is stock and `profile`
+/// names what would have been unlocked.
+fn verdict_msg(decision_id: u64, verdict: Verdict) -> VerdictMsg {
+    let (action, capabilities, profile) = match verdict.action {
+        Action::Unlock {
+            profile,
+            capabilities,
+        } => (WireAction::Unlock, Some(capabilities), Some(profile)),
+        Action::Stock => (WireAction::Stock, None, verdict.would_unlock.clone()),
+    };
+    VerdictMsg {
+        decision_id,
+        action,
+        capabilities,
+        profile,
+        rule: verdict.rule,
+        mode: verdict.mode,
+        would_unlock: verdict.would_unlock.is_some(),
+    }
+}

@@ -1,0 +1,113 @@
+//! metaliftd's lifecycle, from flags to a clean stop.
+//!
+//! Start: bind the socket (refusing if another daemon answers on it), open the
+//! audit log, record `daemon_start`, load the policy, start the watcher, serve.
+//! Stop (SIGTERM/SIGINT or the caller's future): stop accepting, let in-flight
+//! check-ins finish, record `daemon_stop`, remove the socket. The audit log needs
+//! no flush: every record is one `write(2)` of its own, already in the file.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use anyhow::Context;
+use metalift_policy::LoadOptions;
+
+use crate::audit::{AuditLog, Record};
+use crate::config::Config;
+use crate::policy_store::PolicyStore;
+use crate::server::Core;
+use crate::transport::{self, unix::BoundSocket};
+use crate::watcher;
+
+/// Runs the daemon until `shutdown` resolves with the reason to record (e.g.
+/// `"SIGTERM"`). Must run inside a tokio runtime. Errors are start-up failures:
+/// the socket is taken, the audit log cannot be opened or written.
+pub async fn run(config: Config, shutdown: impl Future<Output = String>) -> anyhow::Result<()> {
+    let socket = transport::unix::bind(&config.socket)?;
+    let (socket_path, socket_id) = (socket.path.clone(), socket.id());
+    let served = serve(config, socket, shutdown).await;
+    BoundSocket::remove(&socket_path, socket_id);
+    served
+}
+
+async fn serve(
+    config: Config,
+    socket: BoundSocket,
+    shutdown: impl Future<Output = String>,
+) -> anyhow::Result<()> {
+    let audit = Arc::new(
+        AuditLog::open(&config.audit_log, config.rotation).context("opening the audit log")?,
+    );
+    audit
+        .append(&Record::DaemonStart {
+            time: std::time::SystemTime::now(),
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            pid: std::process::id(),
+            policy: config.policy.display().to_string(),
+            listen: config.socket.display().to_string(),
+        })
+        .context("writing daemon_start to the audit log")?;
+    let opts = LoadOptions {
+        allow_insecure_owner: config.allow_insecure_owner,
+    };
+    if config.allow_insecure_owner {
+        tracing::warn!("--allow-insecure-owner: accepting a policy any user may have written");
+    }
+    let store = Arc::new(
+        PolicyStore::load_initial(&config.policy, opts, &audit)
+            .context("writing the policy load to the audit log")?,
+    );
+    let core = Arc::new(Core::new(
+        Arc::clone(&store),
+        Arc::clone(&audit),
+        config.cache_entries,
+    ));
+    tracing::info!(socket = %config.socket.display(), policy = %config.policy.display(),
+        audit_log = %config.audit_log.display(), "metaliftd serving");
+
+    let (watcher_stop, mut watcher_stopped) = tokio::sync::watch::channel(());
+    let watcher = watcher::spawn(
+        Arc::clone(&store),
+        Arc::clone(&audit),
+        watcher::DEFAULT_DEBOUNCE,
+        async move {
+            let _ = watcher_stopped.changed().await;
+        },
+    );
+
+    let (reason_tx, reason_rx) = tokio::sync::oneshot::channel();
+    let stop = async move {
+        let reason = shutdown.await;
+        tracing::info!(%reason, "stopping");
+        let _ = reason_tx.send(reason);
+    };
+    transport::unix::run(socket.listener, Arc::clone(&core), config.limits, stop).await;
+
+    // No reload may slip in after daemon_stop.
+    drop(watcher_stop);
+    if let Err(error) = watcher.await {
+        tracing::error!(%error, "policy watcher task failed");
+    }
+    let reason = reason_rx
+        .await
+        .unwrap_or_else(|_| "accept loop ended".to_owned());
+    if let Err(error) = audit.append(&core.stop_record(&reason)) {
+        tracing::error!(%error, "could not write daemon_stop to the audit log");
+    }
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Resolves with `"SIGTERM"` or `"SIGINT"`, whichever arrives first. The handlers
+/// are installed when this is called, not when the future is first polled.
+pub fn stop_signals() -> std::io::Result<impl Future<Output = String>> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => "SIGTERM".to_owned(),
+            _ = int.recv() => "SIGINT".to_owned(),
+        }
+    })
+}

@@ -1,0 +1,230 @@
+//! `metalift status`: the daemon's counters and policy facts, and the client that asks for them.
+//!
+//! The report holds counts only: nothing about which process got which verdict,
+//! so any local user may ask (the socket is world-connectable).
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use metalift_policy::wire::{self, Message, WireError, LENGTH_PREFIX};
+use serde::{Deserialize, Serialize};
+
+/// What the daemon reports about itself. Sent as JSON inside a `Status` frame.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatusReport {
+    /// The daemon's version.
+    pub version: String,
+    /// The daemon's pid.
+    pub pid: u32,
+    /// When the daemon started (RFC 3339).
+    pub started_at: String,
+    /// The policy file.
+    pub policy_path: String,
+    /// SHA-256 of the live policy.
+    pub policy_sha256: String,
+    /// When the live policy became live (RFC 3339).
+    pub policy_loaded_at: String,
+    /// Rules in the live policy.
+    pub rule_count: usize,
+    /// `enforce` or `monitor`.
+    pub mode: String,
+    /// Why the last reload was refused, until a reload succeeds.
+    pub last_reload_error: Option<String>,
+    /// Check-ins decided since start.
+    pub check_ins: u64,
+    /// Unlock verdicts given since start.
+    pub unlocks: u64,
+    /// Monitor-mode verdicts that would have unlocked.
+    pub would_unlock: u64,
+    /// Outcome reports received.
+    pub outcomes: u64,
+    /// Decisions answered stock because the audit log refused the record.
+    pub audit_failures: u64,
+    /// Executable hashes held by the identity cache.
+    pub cache_entries: usize,
+}
+
+impl StatusReport {
+    /// The report as an admin reads it.
+    #[must_use]
+    pub fn to_text(&self) -> String {
+        let error = match &self.last_reload_error {
+            None => "none".to_owned(),
+            Some(e) => {
+                let mut lines = e.lines();
+                let first = lines.next().unwrap_or_default().to_owned();
+                lines.fold(first, |acc, l| format!("{acc}\n                  {l}"))
+            }
+        };
+        format!(
+            "metaliftd {version} (pid {pid}), running since {started}\n\
+             policy            {path}\n\
+             \x20 sha256          {sha}\n\
+             \x20 loaded at       {loaded}\n\
+             \x20 rules           {rules}\n\
+             \x20 mode            {mode}\n\
+             \x20 last error      {error}\n\
+             check-ins         {check_ins}\n\
+             \x20 unlocks         {unlocks}\n\
+             \x20 would unlock    {would}\n\
+             outcomes          {outcomes}\n\
+             audit failures    {failures}\n\
+             cache entries     {cache}\n",
+            version = self.version,
+            pid = self.pid,
+            started = self.started_at,
+            path = self.policy_path,
+            sha = self.policy_sha256,
+            loaded = self.policy_loaded_at,
+            rules = self.rule_count,
+            mode = self.mode,
+            check_ins = self.check_ins,
+            unlocks = self.unlocks,
+            would = self.would_unlock,
+            outcomes = self.outcomes,
+            failures = self.audit_failures,
+            cache = self.cache_entries,
+        )
+    }
+}
+
+/// Why the status could not be fetched.
+#[derive(Debug, thiserror::Error)]
+pub enum StatusError {
+    /// Nothing listens on the socket.
+    #[error("cannot connect to {}: {source} (is metaliftd running? tried {})", socket.display(), socket.display())]
+    NotRunning {
+        /// The socket tried.
+        socket: PathBuf,
+        /// The connect error.
+        source: std::io::Error,
+    },
+    /// The daemon accepted but the exchange failed.
+    #[error("talking to metaliftd on {}: {source}", socket.display())]
+    Io {
+        /// The socket.
+        socket: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The daemon's answer is not a status frame.
+    #[error("metaliftd on {} answered with a malformed frame: {error}", socket.display())]
+    Protocol {
+        /// The socket.
+        socket: PathBuf,
+        /// The decoding error.
+        error: WireError,
+    },
+    /// The daemon answered something else than a status.
+    #[error("metaliftd on {} answered with an unexpected message", socket.display())]
+    Unexpected {
+        /// The socket.
+        socket: PathBuf,
+    },
+    /// The JSON inside the status frame does not parse.
+    #[error("metaliftd on {} sent an unreadable status: {error}", socket.display())]
+    Json {
+        /// The socket.
+        socket: PathBuf,
+        /// The parse error.
+        error: serde_json::Error,
+    },
+}
+
+/// Asks the daemon on `socket` for its status. Blocking, bounded by `timeout`.
+pub fn request(socket: &Path, timeout: Duration) -> Result<StatusReport, StatusError> {
+    let json = request_raw(socket, timeout)?;
+    serde_json::from_str(&json).map_err(|error| StatusError::Json {
+        socket: socket.to_owned(),
+        error,
+    })
+}
+
+/// Asks for the status and returns the daemon's JSON as sent.
+pub fn request_raw(socket: &Path, timeout: Duration) -> Result<String, StatusError> {
+    let mut stream = UnixStream::connect(socket).map_err(|source| StatusError::NotRunning {
+        socket: socket.to_owned(),
+        source,
+    })?;
+    let io = |source| StatusError::Io {
+        socket: socket.to_owned(),
+        source,
+    };
+    stream.set_read_timeout(Some(timeout)).map_err(io)?;
+    stream.set_write_timeout(Some(timeout)).map_err(io)?;
+    stream
+        .write_all(&wire::encode_frame(&Message::StatusRequest))
+        .map_err(io)?;
+    let mut prefix = [0u8; LENGTH_PREFIX];
+    stream.read_exact(&mut prefix).map_err(io)?;
+    let protocol = |error| StatusError::Protocol {
+        socket: socket.to_owned(),
+        error,
+    };
+    let len = wire::frame_length(prefix).map_err(protocol)?;
+    let mut body = vec![0u8; len];
+    stream.read_exact(&mut body).map_err(io)?;
+    match wire::decode_body(&body) {
+        Ok(Message::Status(json)) => Ok(json),
+        Ok(_) => Err(StatusError::Unexpected {
+            socket: socket.to_owned(),
+        }),
+        Err(error) => Err(protocol(error)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report() -> StatusReport {
+        StatusReport {
+            version: "0.1.0".into(),
+            pid: 42,
+            started_at: "2026-11-30T06:00:00.000000Z".into(),
+            policy_path: "/etc/metalift/policy.toml".into(),
+            policy_sha256: "ab".repeat(32),
+            policy_loaded_at: "2026-11-30T06:00:00.000100Z".into(),
+            rule_count: 3,
+            mode: "enforce".into(),
+            last_reload_error: Some("p.toml:3:1: error: unknown key\n  | x = 1".into()),
+            check_ins: 10,
+            unlocks: 4,
+            would_unlock: 0,
+            outcomes: 9,
+            audit_failures: 0,
+            cache_entries: 2,
+        }
+    }
+
+    #[test]
+    fn the_text_report_names_every_figure() {
+        let text = report().to_text();
+        for needle in [
+            "pid 42",
+            "/etc/metalift/policy.toml",
+            &"ab".repeat(32),
+            "rules           3",
+            "mode            enforce",
+            "last error      p.toml:3:1: error: unknown key",
+            "check-ins         10",
+            "unlocks         4",
+            "cache entries     2",
+        ] {
+            assert!(text.contains(needle), "{needle:?} missing from\n{text}");
+        }
+    }
+
+    #[test]
+    fn no_daemon_is_a_clear_error_naming_the_socket() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("none.sock");
+        let err = request(&socket, Duration::from_secs(1)).unwrap_err();
+        let text = err.to_string();
+        assert!(matches!(err, StatusError::NotRunning { .. }));
+        assert!(text.contains("is metaliftd running?"), "{text}");
+        assert!(text.contains("none.sock"), "{text}");
+    }
+}

@@ -1,0 +1,49 @@
+//! Transports: how check-ins reach the [`Core`](crate::server::Core).
+//!
+//! Every transport does the same three things and nothing more: read a message
+//! within its limits, learn the asker's identity from the kernel
+//! ([`crate::peer`]), and hand both to the core, which decides and audits. So a
+//! verdict is reached by one code path whichever way the shim asked.
+//!
+//! - [`unix`]: length-prefixed frames on a Unix socket (Linux, and the macOS fallback).
+//! - `xpc` (macOS): the XPC mach service, plugged into the same core.
+
+use std::time::Duration;
+
+pub mod unix;
+
+/// Resource limits of a transport, so no client can starve the others.
+///
+/// A connection is *active* while it is being read or answered, and *waiting*
+/// after its verdict, until the shim's outcome report (which may come much
+/// later, or never: a process that never touches Metal keeps its connection
+/// open until it exits). The two are capped separately so that idle shims can
+/// never take the places of clients that are asking now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Connections being read or answered at once. Further clients queue in the
+    /// listen backlog; each active one is bounded by `read_timeout`.
+    pub max_active: usize,
+    /// Answered connections kept open for an outcome report. When full, an
+    /// answered connection is closed right after its verdict (its outcome is lost,
+    /// its decision is not).
+    pub max_waiting: usize,
+    /// A frame must arrive complete within this long of the connection being
+    /// accepted (the first frame) or of its first byte (later frames). This is the
+    /// longest a slow or hostile client can hold an active place.
+    pub read_timeout: Duration,
+    /// How long an answered connection may stay silent before the outcome report
+    /// starts. Generous: Metal may be initialised long after the process started.
+    pub outcome_idle: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_active: 64,
+            max_waiting: 1024,
+            read_timeout: Duration::from_secs(5),
+            outcome_idle: Duration::from_secs(15 * 60),
+        }
+    }
+}

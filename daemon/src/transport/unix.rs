@@ -1,0 +1,406 @@
+//! The Unix-socket transport: length-prefixed frames ([`metalift_policy::wire`]).
+//!
+//! Shaped like mini-redis: [`run`] accepts until `shutdown` resolves; a
+//! `broadcast` tells every connection to stop, and the server learns they all
+//! have when the last clone of an `mpsc::Sender` is dropped. Every await a
+//! connection makes on its client sits in a `select!` with that shutdown; a
+//! check-in already read is decided, audited and answered before it stops.
+//!
+//! A connection is one of two exchanges:
+//!
+//! - `CheckIn` → `Verdict`, then optionally one `Outcome` (a shim);
+//! - `StatusRequest` → `Status` (`metalift status`; counts only).
+//!
+//! Limits ([`Limits`]): the first frame must arrive complete within
+//! `read_timeout` of the accept, and any later frame within `read_timeout` of its
+//! first byte. At most `max_active` connections are being read or answered; an
+//! answered shim waiting to report its outcome gives its active place up and
+//! takes one of `max_waiting` places instead, where it may stay silent for
+//! `outcome_idle`. So idle shims never block new check-ins, and a slowloris
+//! client holds an active place for at most `read_timeout`. An oversize or
+//! malformed frame, a message out of order, or a timeout closes that connection
+//! only.
+//!
+//! The socket is mode 0666: any local process may ask, because the answer depends
+//! on who the kernel says is asking, never on who may connect.
+
+use std::future::Future;
+use std::io;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use metalift_policy::wire::{self, Message, WireError};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::{broadcast, mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
+
+use super::Limits;
+use crate::peer::{self, PeerFacts};
+use crate::server::Core;
+
+/// The transport's name in audit records.
+pub const TRANSPORT: &str = "unix";
+
+/// Serves check-ins on `listener` until `shutdown` resolves, then waits for every
+/// connection to finish (in-flight check-ins are answered; idle ones are closed).
+pub async fn run(
+    listener: UnixListener,
+    core: Arc<Core>,
+    limits: Limits,
+    shutdown: impl Future<Output = ()>,
+) {
+    let (notify_shutdown, _) = broadcast::channel(1);
+    let (shutdown_complete_tx, mut shutdown_complete_rx) = mpsc::channel::<()>(1);
+    let mut server = Listener {
+        listener,
+        core,
+        limits,
+        active: Arc::new(Semaphore::new(limits.max_active.max(1))),
+        waiting: Arc::new(Semaphore::new(limits.max_waiting)),
+        notify_shutdown,
+        shutdown_complete_tx,
+    };
+    tokio::select! {
+        () = server.accept_loop() => {}
+        () = shutdown => tracing::info!("shutting down: no new connections"),
+    }
+    let Listener {
+        notify_shutdown,
+        shutdown_complete_tx,
+        ..
+    } = server;
+    drop(notify_shutdown);
+    drop(shutdown_complete_tx);
+    // Every connection holds a sender clone; recv returns None once all are gone.
+    let _ = shutdown_complete_rx.recv().await;
+}
+
+/// The accepting half of the server.
+struct Listener {
+    listener: UnixListener,
+    core: Arc<Core>,
+    limits: Limits,
+    /// Places for connections being read or answered (see [`Limits::max_active`]).
+    active: Arc<Semaphore>,
+    /// Places for answered connections waiting for an outcome (see [`Limits::max_waiting`]).
+    waiting: Arc<Semaphore>,
+    /// Dropped at shutdown: every connection's receiver then wakes.
+    notify_shutdown: broadcast::Sender<()>,
+    /// Cloned into every connection; when all clones are dropped, they are done.
+    shutdown_complete_tx: mpsc::Sender<()>,
+}
+
+impl Listener {
+    /// Accepts forever. Accept errors (e.g. out of file descriptors) are retried
+    /// with a growing pause instead of stopping the daemon: the clients already
+    /// connected will close and free descriptors.
+    async fn accept_loop(&mut self) {
+        let mut pause = Duration::from_millis(10);
+        loop {
+            let Ok(permit) = Arc::clone(&self.active).acquire_owned().await else {
+                return; // never closed
+            };
+            let stream = match self.listener.accept().await {
+                Ok((stream, _)) => {
+                    pause = Duration::from_millis(10);
+                    stream
+                }
+                Err(error) => {
+                    tracing::error!(%error, retry_in_ms = pause.as_millis() as u64, "accept failed");
+                    drop(permit);
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(1));
+                    continue;
+                }
+            };
+            let connection = Connection {
+                frames: Frames {
+                    stream,
+                    buf: Vec::with_capacity(256),
+                    read_timeout: self.limits.read_timeout,
+                },
+                core: Arc::clone(&self.core),
+                limits: self.limits,
+                waiting: Arc::clone(&self.waiting),
+                shutdown: self.notify_shutdown.subscribe(),
+                _shutdown_complete: self.shutdown_complete_tx.clone(),
+            };
+            tokio::spawn(async move {
+                if let Err(error) = connection.serve(permit).await {
+                    tracing::info!(%error, "connection closed");
+                }
+            });
+        }
+    }
+}
+
+/// One client connection.
+struct Connection {
+    frames: Frames,
+    core: Arc<Core>,
+    limits: Limits,
+    waiting: Arc<Semaphore>,
+    /// Wakes (with an error: the sender is dropped) when the daemon stops.
+    shutdown: broadcast::Receiver<()>,
+    /// Held, never used: its drop tells [`run`] this connection is done.
+    _shutdown_complete: mpsc::Sender<()>,
+}
+
+/// Why a connection was closed early.
+#[derive(Debug, thiserror::Error)]
+enum ConnError {
+    #[error("reading or writing: {0}")]
+    Io(#[from] io::Error),
+    #[error("no complete frame within the read deadline")]
+    Deadline,
+    #[error("silent for longer than the outcome idle limit")]
+    Idle,
+    #[error("the client closed mid-frame")]
+    Truncated,
+    #[error("bad frame: {0}")]
+    Wire(#[from] WireError),
+    #[error("unexpected {0} message")]
+    Unexpected(&'static str),
+    #[error("outcome for decision {got}, but this connection was given {given}")]
+    WrongDecision { got: u64, given: u64 },
+    #[error("cannot identify the peer: {0}")]
+    Peer(#[from] peer::PeerError),
+}
+
+/// How long [`Frames::read`] may wait.
+#[derive(Debug, Clone, Copy)]
+enum Wait {
+    /// The whole frame must be in by then.
+    Until(Instant),
+    /// Up to this long for the first byte, then `read_timeout` for the rest.
+    Idle(Duration),
+}
+
+/// `Ok(None)` from a read: the daemon is stopping or the client closed cleanly.
+type Read = Result<Option<Message>, ConnError>;
+
+impl Connection {
+    async fn serve(mut self, active: OwnedSemaphorePermit) -> Result<(), ConnError> {
+        let deadline = Instant::now() + self.limits.read_timeout;
+        let Some(first) = self.read_or_stop(Wait::Until(deadline)).await? else {
+            return Ok(());
+        };
+        match first {
+            Message::StatusRequest => {
+                let json = serde_json::to_string(&self.core.status())
+                    .map_err(|e| ConnError::Io(io::Error::other(e)))?;
+                self.frames.write(&Message::Status(json)).await
+            }
+            Message::CheckIn(req) => self.check_in(req, active).await,
+            other => Err(ConnError::Unexpected(kind(&other))),
+        }
+    }
+
+    async fn check_in(
+        &mut self,
+        req: metalift_policy::wire::CheckIn,
+        active: OwnedSemaphorePermit,
+    ) -> Result<(), ConnError> {
+        let facts: PeerFacts = peer::facts_from_unix_stream(&self.frames.stream)?;
+        // Not raced against shutdown: a check-in that arrived is decided and recorded.
+        let verdict = self.core.check_in(&facts, req, TRANSPORT).await;
+        let given = verdict.decision_id;
+        self.frames.write(&Message::Verdict(verdict)).await?;
+
+        // Answered. Trade the active place for a waiting one, or close.
+        let Ok(_waiting) = Arc::clone(&self.waiting).try_acquire_owned() else {
+            tracing::debug!(
+                pid = facts.pid,
+                "too many connections waiting for outcomes: closing"
+            );
+            return Ok(());
+        };
+        drop(active);
+        match self
+            .read_or_stop(Wait::Idle(self.limits.outcome_idle))
+            .await?
+        {
+            None => Ok(()),
+            Some(Message::Outcome(outcome)) => {
+                if outcome.decision_id != 0 && outcome.decision_id != given {
+                    return Err(ConnError::WrongDecision {
+                        got: outcome.decision_id,
+                        given,
+                    });
+                }
+                self.core.outcome(&facts, outcome).await;
+                Ok(())
+            }
+            Some(other) => Err(ConnError::Unexpected(kind(&other))),
+        }
+    }
+
+    /// Reads one frame, or `None` if the daemon stops first or the client closed
+    /// between frames.
+    async fn read_or_stop(&mut self, wait: Wait) -> Read {
+        tokio::select! {
+            read = self.frames.read(wait) => read,
+            _ = self.shutdown.recv() => Ok(None),
+        }
+    }
+}
+
+/// A stream and its read buffer, with the frame deadlines.
+struct Frames {
+    stream: UnixStream,
+    /// Bytes read but not yet decoded; never more than one frame plus one read.
+    buf: Vec<u8>,
+    read_timeout: Duration,
+}
+
+impl Frames {
+    async fn read(&mut self, wait: Wait) -> Read {
+        let mut deadline = match wait {
+            Wait::Until(at) => Some(at),
+            Wait::Idle(_) if !self.buf.is_empty() => Some(Instant::now() + self.read_timeout),
+            Wait::Idle(_) => None,
+        };
+        loop {
+            if let Some((msg, used)) = wire::decode_frame(&self.buf)? {
+                self.buf.drain(..used);
+                return Ok(Some(msg));
+            }
+            self.buf.reserve(4096);
+            let read = self.stream.read_buf(&mut self.buf);
+            let n = match (deadline, wait) {
+                (Some(at), _) => tokio::time::timeout_at(at, read)
+                    .await
+                    .map_err(|_| ConnError::Deadline)??,
+                (None, Wait::Idle(idle)) => tokio::time::timeout(idle, read)
+                    .await
+                    .map_err(|_| ConnError::Idle)??,
+                (None, Wait::Until(at)) => tokio::time::timeout_at(at, read)
+                    .await
+                    .map_err(|_| ConnError::Deadline)??,
+            };
+            if n == 0 {
+                return if self.buf.is_empty() {
+                    Ok(None)
+                } else {
+                    Err(ConnError::Truncated)
+                };
+            }
+            if deadline.is_none() {
+                deadline = Some(Instant::now() + self.read_timeout);
+            }
+        }
+    }
+
+    /// Writes one frame, bounded by the read timeout (a client that never reads
+    /// cannot hold the connection open).
+    async fn write(&mut self, msg: &Message) -> Result<(), ConnError> {
+        let frame = wire::encode_frame(msg);
+        tokio::time::timeout(self.read_timeout, self.stream.write_all(&frame))
+            .await
+            .map_err(|_| ConnError::Deadline)??;
+        Ok(())
+    }
+}
+
+fn kind(msg: &Message) -> &'static str {
+    match msg {
+        Message::CheckIn(_) => "check-in",
+        Message::Verdict(_) => "verdict",
+        Message::Outcome(_) => "outcome",
+        Message::StatusRequest => "status request",
+        Message::Status(_) => "status",
+    }
+}
+
+/// Why the socket could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum BindError {
+    /// Another daemon answers on the socket.
+    #[error("another metaliftd is already listening on {}", .0.display())]
+    AlreadyRunning(PathBuf),
+    /// Something that is not a socket sits at the path; it is left alone.
+    #[error("{} exists and is not a socket; refusing to replace it", .0.display())]
+    NotASocket(PathBuf),
+    /// Creating the directory, removing the stale socket, binding or chmod failed.
+    #[error("{what} {}: {source}", path.display())]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// The path.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// A bound socket, and what is needed to remove exactly it at shutdown.
+#[derive(Debug)]
+pub struct BoundSocket {
+    /// The listener to pass to [`run`].
+    pub listener: UnixListener,
+    /// The socket's path.
+    pub path: PathBuf,
+    /// Device and inode of the socket file we created, so [`BoundSocket::remove`]
+    /// never deletes a socket another daemon created at the same path since.
+    id: (u64, u64),
+}
+
+impl BoundSocket {
+    /// Removes the socket file if it is still the one we bound.
+    pub fn remove(path: &Path, id: (u64, u64)) {
+        match std::fs::symlink_metadata(path) {
+            Ok(m) if (m.dev(), m.ino()) == id => {
+                if let Err(error) = std::fs::remove_file(path) {
+                    tracing::warn!(path = %path.display(), %error, "cannot remove the socket");
+                }
+            }
+            Ok(_) => tracing::warn!(path = %path.display(), "socket was replaced; leaving it"),
+            Err(_) => {}
+        }
+    }
+
+    /// The identity to pass to [`BoundSocket::remove`].
+    #[must_use]
+    pub fn id(&self) -> (u64, u64) {
+        self.id
+    }
+}
+
+/// Creates the socket's directory, replaces a stale socket left by a crash,
+/// refuses when a live daemon answers on it, binds, and makes it mode 0666.
+/// Must be called inside a tokio runtime.
+pub fn bind(path: &Path) -> Result<BoundSocket, BindError> {
+    let io_err = |what, path: &Path| {
+        let path = path.to_owned();
+        move |source| BindError::Io { what, path, source }
+    };
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(io_err("creating", dir))?;
+    }
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if !m.file_type().is_socket() => return Err(BindError::NotASocket(path.into())),
+        Ok(_) => match std::os::unix::net::UnixStream::connect(path) {
+            Ok(_) => return Err(BindError::AlreadyRunning(path.into())),
+            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
+                tracing::info!(path = %path.display(), "replacing a stale socket");
+                std::fs::remove_file(path).map_err(io_err("removing stale socket", path))?;
+            }
+            Err(e) => return Err(io_err("probing", path)(e)),
+        },
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io_err("inspecting", path)(e)),
+    }
+    let listener = UnixListener::bind(path).map_err(io_err("binding", path))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))
+        .map_err(io_err("setting mode 0666 on", path))?;
+    let m = std::fs::symlink_metadata(path).map_err(io_err("inspecting", path))?;
+    Ok(BoundSocket {
+        listener,
+        path: path.to_owned(),
+        id: (m.dev(), m.ino()),
+    })
+}
