@@ -127,7 +127,8 @@ struct Refusal {
 
 enum Attempt {
     Valid {
-        policy: Policy,
+        /// Boxed: a compiled policy is large, and this enum is moved around.
+        policy: Box<Policy>,
         warnings: Vec<String>,
     },
     Missing,
@@ -148,7 +149,7 @@ impl PolicyStore {
     ) -> Result<PolicyStore, AuditError> {
         let (live, error) = match attempt(path, &opts) {
             Attempt::Valid { policy, warnings } => (
-                LivePolicy::new(policy, path, warnings, LoadReason::Start),
+                LivePolicy::new(*policy, path, warnings, LoadReason::Start),
                 None,
             ),
             Attempt::Missing => {
@@ -224,7 +225,7 @@ impl PolicyStore {
                 } else {
                     LoadReason::Change
                 };
-                let live = LivePolicy::new(policy, &self.path, warnings, reason);
+                let live = LivePolicy::new(*policy, &self.path, warnings, reason);
                 let outcome = ReloadOutcome::Loaded {
                     sha256: live.sha256.clone(),
                     rules: live.rule_count,
@@ -296,7 +297,7 @@ fn attempt(path: &Path, opts: &LoadOptions) -> Attempt {
                 .iter()
                 .map(|w| w.render(&loaded.sources))
                 .collect(),
-            policy: loaded.policy,
+            policy: Box::new(loaded.policy),
         },
         Err(LoadError::NotFound { .. }) => Attempt::Missing,
         Err(LoadError::Invalid {
