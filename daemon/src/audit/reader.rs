@@ -284,6 +284,12 @@ impl LogReader {
                 // The rename happened after the writer's last record to this file.
                 old.read_available(&mut items)?;
                 old.finish(&mut items);
+                // Several rotations since the last poll: the files between ours and
+                // the new live one hold records too.
+                for mut between in self.rotated_since(old.id)? {
+                    between.read_available(&mut items)?;
+                    between.finish(&mut items);
+                }
             }
             self.live = OpenFile::open(&self.path)?;
             if let Some(live) = &mut self.live {
@@ -291,6 +297,26 @@ impl LogReader {
             }
         }
         Ok(items)
+    }
+}
+
+impl LogReader {
+    /// The rotated files newer than the file `id` (now rotated away), oldest first:
+    /// `.k-1` … `.1` when it is `.k` now, or every rotated file when it was dropped.
+    /// Exact unless the log rotates again while this runs (then best effort).
+    fn rotated_since(&self, id: (u64, u64)) -> io::Result<Vec<OpenFile>> {
+        let mut newer = Vec::new();
+        for n in 1.. {
+            let Some(file) = OpenFile::open(&rotated_path(&self.path, n))? else {
+                break;
+            };
+            if file.id == id {
+                break;
+            }
+            newer.push(file);
+        }
+        newer.reverse();
+        Ok(newer)
     }
 }
 
