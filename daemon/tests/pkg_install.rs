@@ -1,0 +1,733 @@
+//! The install path, checked on any OS: the launchd plists, the staged .pkg
+//! payload, and preinstall/postinstall/uninstall.sh run against a temporary
+//! root with stub `launchctl`, `stat`, `chown` and `pkgutil` recording calls.
+//!
+//! Needs the workspace built first (`metalift-probe` and libmetalift come from
+//! other crates): `scripts/test.sh` does that.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::os::unix::fs::{symlink, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use plist::Value;
+
+const LABEL: &str = "com.metalift.metaliftd";
+const POLICY_SERVICE: &str = "com.metalift.policy";
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("daemon/ sits in the workspace root")
+        .to_path_buf()
+}
+
+/// cargo's output directory, where every workspace binary and libmetalift are.
+fn bin_dir() -> PathBuf {
+    let dir = Path::new(env!("CARGO_BIN_EXE_metalift"))
+        .parent()
+        .expect("binary has a directory")
+        .to_path_buf();
+    for needed in ["metalift-probe", "libmetalift.so"] {
+        assert!(
+            dir.join(needed).exists(),
+            "{} is missing: build the workspace first (cargo build --workspace, as scripts/test.sh does)",
+            dir.join(needed).display()
+        );
+    }
+    dir
+}
+
+fn shim_file() -> &'static str {
+    if cfg!(target_os = "macos") {
+        "libmetalift.dylib"
+    } else {
+        "libmetalift.so"
+    }
+}
+
+fn check(output: Output, what: &str) -> Output {
+    assert!(
+        output.status.success(),
+        "{what} failed ({}):\nstdout:\n{}\nstderr:\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output
+}
+
+/// Runs pkg/stage.sh into `dest` (a fresh install, or an upgrade over a previous one).
+fn stage(dest: &Path) {
+    check(
+        Command::new("bash")
+            .arg(repo().join("pkg/stage.sh"))
+            .arg(dest)
+            .arg("--bin-dir")
+            .arg(bin_dir())
+            .output()
+            .expect("run bash"),
+        "pkg/stage.sh",
+    );
+}
+
+fn mode(path: &Path) -> u32 {
+    fs::symlink_metadata(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .permissions()
+        .mode()
+        & 0o7777
+}
+
+/// A temporary macOS-shaped root (`etc` and `var` are symlinks into `private/`,
+/// as on a Mac) plus stub commands that append each call to a log.
+struct Machine {
+    dir: tempfile::TempDir,
+    console_uid: u32,
+}
+
+impl Machine {
+    fn new() -> Machine {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path().join("root");
+        for d in [
+            "private/etc",
+            "private/var/log",
+            "private/var/run",
+            "Users/Shared",
+        ] {
+            fs::create_dir_all(root.join(d)).unwrap();
+        }
+        symlink("private/etc", root.join("etc")).unwrap();
+        symlink("private/var", root.join("var")).unwrap();
+        let stubs = dir.path().join("stubs");
+        fs::create_dir(&stubs).unwrap();
+        let log = dir.path().join("calls.log");
+        for (name, body) in [
+            ("launchctl", r#"echo "launchctl $*" >> "$STUB_LOG""#),
+            ("chown", r#"echo "chown $*" >> "$STUB_LOG""#),
+            ("pkgutil", r#"echo "pkgutil $*" >> "$STUB_LOG""#),
+            // Only `stat -f%u /dev/console` is asked: who is at the console.
+            ("stat", r#"echo "$STUB_CONSOLE_UID""#),
+        ] {
+            let path = stubs.join(name);
+            fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+            fs::set_permissions(&path, fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        fs::write(&log, "").unwrap();
+        Machine {
+            dir,
+            console_uid: 501,
+        }
+    }
+
+    fn root(&self) -> PathBuf {
+        self.dir.path().join("root")
+    }
+
+    fn at(&self, path: &str) -> PathBuf {
+        self.root().join(path.trim_start_matches('/'))
+    }
+
+    fn calls(&self) -> Vec<String> {
+        fs::read_to_string(self.dir.path().join("calls.log"))
+            .unwrap()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    fn clear_calls(&self) {
+        fs::write(self.dir.path().join("calls.log"), "").unwrap();
+    }
+
+    fn script(&self, script: &str, args: &[&str]) -> Output {
+        let path = format!(
+            "{}:{}",
+            self.dir.path().join("stubs").display(),
+            std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".into())
+        );
+        Command::new("bash")
+            .arg(repo().join(script))
+            .args(args)
+            .env("PATH", path)
+            .env("METALIFT_ROOT", self.root())
+            .env("STUB_LOG", self.dir.path().join("calls.log"))
+            .env("STUB_CONSOLE_UID", self.console_uid.to_string())
+            .output()
+            .expect("run bash")
+    }
+
+    /// What Installer does: lay the payload, then run postinstall for volume "/".
+    fn install(&self) -> Output {
+        check(
+            self.script("pkg/scripts/preinstall", &["metalift.pkg", "/", "/", "/"]),
+            "preinstall",
+        );
+        stage(&self.root());
+        check(
+            self.script("pkg/scripts/postinstall", &["metalift.pkg", "/", "/", "/"]),
+            "postinstall",
+        )
+    }
+
+    fn uninstall(&self, args: &[&str]) -> Output {
+        check(self.script("pkg/uninstall.sh", args), "uninstall.sh")
+    }
+}
+
+/// Every entry under `root` (symlinks not followed): kind, mode and a content hash.
+fn snapshot(root: &Path) -> BTreeMap<String, String> {
+    fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, String>) {
+        let mut entries: Vec<_> = fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        entries.sort();
+        for path in entries {
+            let rel = path.strip_prefix(root).unwrap().display().to_string();
+            let meta = fs::symlink_metadata(&path).unwrap();
+            let mode = meta.permissions().mode() & 0o7777;
+            if meta.file_type().is_symlink() {
+                let target = fs::read_link(&path).unwrap();
+                out.insert(rel, format!("link -> {}", target.display()));
+            } else if meta.is_dir() {
+                out.insert(rel, format!("dir {mode:o}"));
+                walk(root, &path, out);
+            } else {
+                let mut hasher = DefaultHasher::new();
+                fs::read(&path).unwrap().hash(&mut hasher);
+                out.insert(rel, format!("file {mode:o} {:x}", hasher.finish()));
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(root, root, &mut out);
+    out
+}
+
+fn plist_dict(path: &Path) -> plist::Dictionary {
+    Value::from_file(path)
+        .unwrap_or_else(|e| panic!("{} does not parse: {e}", path.display()))
+        .into_dictionary()
+        .unwrap_or_else(|| panic!("{} is not a dictionary", path.display()))
+}
+
+fn program_arguments(dict: &plist::Dictionary) -> Vec<String> {
+    dict.get("ProgramArguments")
+        .and_then(Value::as_array)
+        .expect("ProgramArguments is an array")
+        .iter()
+        .map(|v| v.as_string().expect("arguments are strings").to_owned())
+        .collect()
+}
+
+fn flag_value<'a>(args: &'a [String], flag: &str) -> &'a str {
+    let at = args
+        .iter()
+        .position(|a| a == flag)
+        .unwrap_or_else(|| panic!("{flag} missing in {args:?}"));
+    args.get(at + 1).expect("flag has a value")
+}
+
+/// Checks one plist against a root where it was installed: keys, and that every
+/// path it names exists there (for files the daemon creates: their directory).
+fn assert_plist_is_complete_and_its_paths_exist(plist: &Path, root: &Path) {
+    let dict = plist_dict(plist);
+    let at = |p: &str| root.join(p.trim_start_matches('/'));
+    assert_eq!(
+        dict.get("Label").and_then(Value::as_string),
+        Some(LABEL),
+        "{}",
+        plist.display()
+    );
+    let services = dict
+        .get("MachServices")
+        .and_then(Value::as_dictionary)
+        .expect("MachServices is a dictionary");
+    assert_eq!(
+        services.get(POLICY_SERVICE).and_then(Value::as_boolean),
+        Some(true)
+    );
+    assert_eq!(
+        dict.get("RunAtLoad").and_then(Value::as_boolean),
+        Some(true)
+    );
+    assert_eq!(
+        dict.get("KeepAlive").and_then(Value::as_boolean),
+        Some(true)
+    );
+    assert!(dict.get("ProcessType").and_then(Value::as_string).is_some());
+
+    let args = program_arguments(&dict);
+    let program = at(&args[0]);
+    assert!(
+        mode(&program) & 0o111 != 0,
+        "{} is not an executable in the payload",
+        args[0]
+    );
+    // Only the flags metaliftd documents (DESIGN.md "Names an admin and a test can rely on").
+    for arg in args.iter().skip(1).filter(|a| a.starts_with('-')) {
+        assert!(
+            ["--policy", "--socket", "--audit-log"].contains(&arg.as_str()),
+            "{} passes an unknown flag {arg}",
+            plist.display()
+        );
+    }
+    let policy = flag_value(&args, "--policy");
+    assert!(at(policy).is_file(), "{policy} is not installed");
+    for created_by_daemon in [
+        flag_value(&args, "--audit-log"),
+        flag_value(&args, "--socket"),
+        dict.get("StandardOutPath")
+            .and_then(Value::as_string)
+            .unwrap(),
+        dict.get("StandardErrorPath")
+            .and_then(Value::as_string)
+            .unwrap(),
+    ] {
+        let parent = at(created_by_daemon).parent().unwrap().to_path_buf();
+        assert!(
+            parent.is_dir(),
+            "the directory of {created_by_daemon} ({}) does not exist after install",
+            plist.display()
+        );
+    }
+}
+
+#[test]
+fn agent_plist_parses_runs_in_the_background_session_and_names_only_installed_paths() {
+    let machine = Machine::new();
+    machine.install();
+    let installed = machine.at("/Library/LaunchAgents/com.metalift.metaliftd.plist");
+    assert_eq!(
+        fs::read(&installed).unwrap(),
+        fs::read(repo().join("launchd/LaunchAgents/com.metalift.metaliftd.plist")).unwrap()
+    );
+    assert_plist_is_complete_and_its_paths_exist(&installed, &machine.root());
+    let dict = plist_dict(&installed);
+    // Background: visible from the user's GUI and ssh sessions alike (see the plist's comment).
+    assert_eq!(
+        dict.get("LimitLoadToSessionType")
+            .and_then(Value::as_string),
+        Some("Background")
+    );
+    assert!(!machine
+        .at("/Library/LaunchDaemons/com.metalift.metaliftd.plist")
+        .exists());
+}
+
+#[test]
+fn daemon_plist_parses_and_names_only_installed_paths() {
+    let machine = Machine::new();
+    fs::create_dir_all(machine.at("/etc/metalift")).unwrap();
+    fs::write(machine.at("/etc/metalift/use-launchdaemon"), "").unwrap();
+    machine.install();
+    let installed = machine.at("/Library/LaunchDaemons/com.metalift.metaliftd.plist");
+    assert_plist_is_complete_and_its_paths_exist(&installed, &machine.root());
+    let dict = plist_dict(&installed);
+    assert!(dict.get("LimitLoadToSessionType").is_none());
+    assert_eq!(
+        flag_value(&program_arguments(&dict), "--socket"),
+        "/var/run/metalift/metalift.sock"
+    );
+    assert!(!machine
+        .at("/Library/LaunchAgents/com.metalift.metaliftd.plist")
+        .exists());
+}
+
+#[test]
+fn staged_payload_has_exactly_the_expected_files_and_modes() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("payload");
+    stage(&root);
+    let shim = format!("usr/local/metalift/lib/{}", shim_file());
+    let mut expected: BTreeMap<String, String> = BTreeMap::new();
+    let mut expect = |path: &str, what: &str| {
+        expected.insert(path.to_owned(), what.to_owned());
+    };
+    for d in [
+        "private",
+        "private/etc",
+        "private/etc/metalift",
+        "private/etc/metalift/policy.d",
+        "usr",
+        "usr/local",
+        "usr/local/bin",
+        "usr/local/metalift",
+        "usr/local/metalift/bin",
+        "usr/local/metalift/lib",
+        "usr/local/metalift/libexec",
+        "usr/local/metalift/share",
+        "usr/local/metalift/share/launchd",
+        "usr/local/metalift/share/launchd/LaunchAgents",
+        "usr/local/metalift/share/launchd/LaunchDaemons",
+    ] {
+        expect(d, "dir 755");
+    }
+    for f in [
+        "usr/local/metalift/bin/metaliftd",
+        "usr/local/metalift/bin/metalift",
+        "usr/local/metalift/bin/metalift-probe",
+        shim.as_str(),
+        "usr/local/metalift/libexec/uninstall.sh",
+    ] {
+        expect(f, "file 755");
+    }
+    for f in [
+        "usr/local/metalift/share/launchd/LaunchAgents/com.metalift.metaliftd.plist",
+        "usr/local/metalift/share/launchd/LaunchDaemons/com.metalift.metaliftd.plist",
+        "usr/local/metalift/share/default-policy.toml",
+    ] {
+        expect(f, "file 644");
+    }
+    expect("usr/local/bin/metalift", "link -> ../metalift/bin/metalift");
+    expect(
+        "usr/local/bin/metalift-probe",
+        "link -> ../metalift/bin/metalift-probe",
+    );
+
+    let actual: BTreeMap<String, String> = snapshot(&root)
+        .into_iter()
+        .map(|(path, what)| {
+            // Drop content hashes: kinds and modes are what this test is about.
+            let what = match what.strip_prefix("file ") {
+                Some(rest) => format!("file {}", rest.split(' ').next().unwrap()),
+                None => what,
+            };
+            (path, what)
+        })
+        .collect();
+    assert_eq!(actual, expected);
+
+    // Contents: the right sources, byte for byte.
+    let same = |staged: &str, source: &Path| {
+        assert_eq!(
+            fs::read(root.join(staged)).unwrap(),
+            fs::read(source).unwrap(),
+            "{staged}"
+        );
+    };
+    same(&shim, &bin_dir().join(shim_file()));
+    same(
+        "usr/local/metalift/bin/metalift",
+        Path::new(env!("CARGO_BIN_EXE_metalift")),
+    );
+    same(
+        "usr/local/metalift/share/default-policy.toml",
+        &repo().join("examples/default-policy.toml"),
+    );
+    same(
+        "usr/local/metalift/libexec/uninstall.sh",
+        &repo().join("pkg/uninstall.sh"),
+    );
+}
+
+#[test]
+fn every_shell_script_is_shellcheck_clean() {
+    let scripts = [
+        "pkg/build.sh",
+        "pkg/stage.sh",
+        "pkg/uninstall.sh",
+        "pkg/scripts/preinstall",
+        "pkg/scripts/postinstall",
+    ];
+    let Ok(output) = Command::new("shellcheck")
+        .arg("--shell=bash")
+        .arg("--severity=style")
+        .args(scripts.iter().map(|s| repo().join(s)))
+        .output()
+    else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "shellcheck is not installed, and CI must run it (apt-get install shellcheck)"
+        );
+        eprintln!("SKIPPED every_shell_script_is_shellcheck_clean: shellcheck is not installed");
+        return;
+    };
+    assert!(
+        output.status.success(),
+        "shellcheck:\n{}",
+        String::from_utf8_lossy(&output.stdout)
+    );
+    for script in scripts {
+        assert!(
+            mode(&repo().join(script)) & 0o111 != 0,
+            "{script} is not executable (pkgbuild runs scripts as they are)"
+        );
+    }
+}
+
+#[test]
+fn postinstall_for_another_volume_changes_nothing_and_calls_nothing() {
+    let machine = Machine::new();
+    stage(&machine.root());
+    let before = snapshot(&machine.root());
+    for script in ["pkg/scripts/preinstall", "pkg/scripts/postinstall"] {
+        check(
+            machine.script(
+                script,
+                &["metalift.pkg", "/", "/Volumes/Image", "/Volumes/Image"],
+            ),
+            script,
+        );
+    }
+    assert_eq!(snapshot(&machine.root()), before);
+    assert_eq!(machine.calls(), Vec::<String>::new());
+}
+
+#[test]
+fn fresh_install_puts_the_default_policy_in_place_and_starts_the_agent_for_the_console_user() {
+    let machine = Machine::new();
+    machine.install();
+
+    let policy = machine.at("/etc/metalift/policy.toml");
+    assert_eq!(
+        fs::read(&policy).unwrap(),
+        fs::read(repo().join("examples/default-policy.toml")).unwrap()
+    );
+    assert_eq!(mode(&policy), 0o644);
+    assert_eq!(mode(&machine.at("/etc/metalift")), 0o755);
+    assert_eq!(mode(&machine.at("/etc/metalift/policy.d")), 0o755);
+    assert_eq!(mode(&machine.at("/var/log/metalift")), 0o750);
+    assert_eq!(
+        mode(&machine.at("/Library/LaunchAgents/com.metalift.metaliftd.plist")),
+        0o644
+    );
+
+    let calls = machine.calls();
+    let agent_plist = machine.at("/Library/LaunchAgents/com.metalift.metaliftd.plist");
+    for expected in [
+        format!("chown root:wheel {}.metalift-new", policy.display()),
+        format!(
+            "chown 501:admin {}",
+            machine.at("/var/log/metalift").display()
+        ),
+        format!(
+            "chown 501:admin {}",
+            machine.at("/Users/Shared/metalift").display()
+        ),
+        format!("launchctl bootstrap user/501 {}", agent_plist.display()),
+    ] {
+        assert!(calls.contains(&expected), "no `{expected}` in {calls:#?}");
+    }
+    assert!(
+        !calls
+            .iter()
+            .any(|c| c.starts_with("launchctl bootstrap system")),
+        "{calls:#?}"
+    );
+}
+
+#[test]
+fn existing_policy_survives_install_and_upgrade() {
+    let machine = Machine::new();
+    fs::create_dir_all(machine.at("/etc/metalift/policy.d")).unwrap();
+    let mine = "version = 1\n# the admin's own policy\n";
+    let policy = machine.at("/etc/metalift/policy.toml");
+    fs::write(&policy, mine).unwrap();
+    fs::set_permissions(&policy, fs::Permissions::from_mode(0o640)).unwrap();
+    let dropped = machine.at("/etc/metalift/policy.d/50-fleet.toml");
+    fs::write(&dropped, "version = 1\n").unwrap();
+
+    let out = machine.install();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("keeping the existing"));
+    machine.install(); // upgrade: the same package again over it
+
+    assert_eq!(fs::read_to_string(&policy).unwrap(), mine);
+    assert_eq!(
+        mode(&policy),
+        0o640,
+        "an existing policy's mode is the admin's business"
+    );
+    assert_eq!(fs::read_to_string(&dropped).unwrap(), "version = 1\n");
+    assert!(!machine
+        .calls()
+        .iter()
+        .any(|c| c.starts_with("chown") && c.contains("policy.toml")));
+}
+
+#[test]
+fn second_install_is_harmless_and_boots_out_before_bootstrapping() {
+    let machine = Machine::new();
+    machine.install();
+    let after_first = snapshot(&machine.root());
+    machine.clear_calls();
+
+    machine.install();
+    assert_eq!(snapshot(&machine.root()), after_first);
+    let calls = machine.calls();
+    let bootout = calls
+        .iter()
+        .rposition(|c| c == "launchctl bootout user/501/com.metalift.metaliftd")
+        .unwrap_or_else(|| panic!("no bootout in {calls:#?}"));
+    let bootstrap = calls
+        .iter()
+        .position(|c| c.starts_with("launchctl bootstrap user/501 "))
+        .unwrap_or_else(|| panic!("no bootstrap in {calls:#?}"));
+    assert!(bootout < bootstrap, "{calls:#?}");
+    assert_eq!(
+        calls
+            .iter()
+            .filter(|c| c.starts_with("launchctl bootstrap"))
+            .count(),
+        1,
+        "{calls:#?}"
+    );
+}
+
+#[test]
+fn use_launchdaemon_marker_switches_an_agent_install_to_the_daemon() {
+    let machine = Machine::new();
+    machine.install();
+    assert!(machine
+        .at("/Library/LaunchAgents/com.metalift.metaliftd.plist")
+        .exists());
+    machine.clear_calls();
+
+    fs::write(machine.at("/etc/metalift/use-launchdaemon"), "").unwrap();
+    machine.install();
+    let calls = machine.calls();
+    let daemon_plist = machine.at("/Library/LaunchDaemons/com.metalift.metaliftd.plist");
+    assert!(daemon_plist.is_file());
+    assert!(!machine
+        .at("/Library/LaunchAgents/com.metalift.metaliftd.plist")
+        .exists());
+    assert!(calls.contains(&"launchctl bootout user/501/com.metalift.metaliftd".to_owned()));
+    assert!(calls.contains(&format!(
+        "launchctl bootstrap system {}",
+        daemon_plist.display()
+    )));
+    assert!(calls.contains(&format!(
+        "chown root:admin {}",
+        machine.at("/var/log/metalift").display()
+    )));
+    assert_eq!(mode(&machine.at("/var/log/metalift")), 0o750);
+    assert!(machine.at("/var/run/metalift").is_dir());
+}
+
+#[test]
+fn install_with_nobody_at_the_console_leaves_the_agent_for_the_next_login() {
+    let mut machine = Machine::new();
+    machine.console_uid = 0; // the login window owns the console
+    let out = machine.install();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("next login"));
+    let calls = machine.calls();
+    assert!(
+        !calls.iter().any(|c| c.starts_with("launchctl bootstrap")),
+        "{calls:#?}"
+    );
+    assert!(machine
+        .at("/Library/LaunchAgents/com.metalift.metaliftd.plist")
+        .is_file());
+    // Whichever admin logs in first runs the agent, so admins may write the log.
+    assert_eq!(mode(&machine.at("/var/log/metalift")), 0o770);
+}
+
+/// Pre-existing files that are not metalift's, to prove uninstall leaves them.
+fn add_unrelated_files(machine: &Machine) {
+    fs::create_dir_all(machine.at("/usr/local/bin")).unwrap();
+    fs::write(machine.at("/usr/local/bin/other-tool"), "#!/bin/sh\n").unwrap();
+    fs::create_dir_all(machine.at("/Library/LaunchAgents")).unwrap();
+    fs::write(
+        machine.at("/Library/LaunchAgents/com.example.other.plist"),
+        "<plist/>",
+    )
+    .unwrap();
+}
+
+/// Files (not directories) in a snapshot.
+fn files(snapshot: &BTreeMap<String, String>) -> Vec<String> {
+    snapshot
+        .iter()
+        .filter(|(_, what)| !what.starts_with("dir"))
+        .map(|(path, _)| path.clone())
+        .collect()
+}
+
+#[test]
+fn uninstall_removes_what_install_added_and_keeps_policy_and_audit_log() {
+    let machine = Machine::new();
+    add_unrelated_files(&machine);
+    let before = files(&snapshot(&machine.root()));
+    machine.install();
+    fs::write(
+        machine.at("/var/log/metalift/audit.jsonl"),
+        "{\"kind\":\"decision\"}\n",
+    )
+    .unwrap();
+    machine.clear_calls();
+
+    machine.uninstall(&[]);
+    let mut expected = before;
+    expected.extend([
+        "private/etc/metalift/policy.toml".to_owned(),
+        "private/var/log/metalift/audit.jsonl".to_owned(),
+    ]);
+    expected.sort();
+    assert_eq!(files(&snapshot(&machine.root())), expected);
+    assert!(!machine.at("/usr/local/metalift").exists());
+    assert!(!machine.at("/Users/Shared/metalift").exists());
+    let calls = machine.calls();
+    for expected in [
+        "launchctl bootout system/com.metalift.metaliftd",
+        "launchctl bootout user/501/com.metalift.metaliftd",
+        "pkgutil --forget com.metalift.pkg",
+    ] {
+        assert!(
+            calls.contains(&expected.to_owned()),
+            "no `{expected}` in {calls:#?}"
+        );
+    }
+}
+
+#[test]
+fn uninstall_with_purge_leaves_only_what_was_there_before() {
+    let machine = Machine::new();
+    add_unrelated_files(&machine);
+    let before = files(&snapshot(&machine.root()));
+    machine.install();
+    fs::write(machine.at("/var/log/metalift/audit.jsonl"), "{}\n").unwrap();
+
+    machine.uninstall(&["--purge"]);
+    assert_eq!(files(&snapshot(&machine.root())), before);
+    assert!(!machine.at("/etc/metalift").exists());
+    assert!(!machine.at("/var/log/metalift").exists());
+}
+
+#[test]
+fn uninstall_leaves_a_metalift_link_that_is_not_ours() {
+    let machine = Machine::new();
+    fs::create_dir_all(machine.at("/usr/local/bin")).unwrap();
+    symlink("/opt/other/metalift", machine.at("/usr/local/bin/metalift")).unwrap();
+    machine.uninstall(&[]);
+    assert!(fs::symlink_metadata(machine.at("/usr/local/bin/metalift")).is_ok());
+}
+
+#[test]
+fn default_policy_is_valid_and_unlocks_nothing() {
+    use metalift_policy::{compile_sources, Action, Source, Subject};
+
+    let path = repo().join("examples/default-policy.toml");
+    let text = fs::read_to_string(&path).unwrap();
+    let loaded = compile_sources(vec![Source::new("policy.toml", &text)])
+        .unwrap_or_else(|e| panic!("{} is refused: {e:?}", path.display()));
+    for exe in [
+        "/opt/llama.cpp/bin/llama-server",
+        "/usr/local/metalift/bin/metalift-probe",
+        "/bin/sh",
+    ] {
+        let subject = Subject {
+            path: exe.into(),
+            ..Subject::default()
+        };
+        let verdict = loaded.policy.evaluate(&subject);
+        assert!(
+            matches!(verdict.action, Action::Stock),
+            "{exe}: {verdict:?}"
+        );
+        assert_eq!(verdict.rule, None, "{exe}");
+    }
+}
