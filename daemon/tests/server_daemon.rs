@@ -57,10 +57,17 @@ impl Env {
 
     /// Writes `policy.toml` with one unlock rule for executables under `bin/llama-*`.
     fn write_llama_policy(&self) {
-        let glob = format!("{}/bin/llama-*", self.dir.path().display());
+        self.write_policy(
+            "enforce",
+            &format!("path = \"{}/bin/llama-*\"", self.dir.path().display()),
+        );
+    }
+
+    /// Writes `policy.toml` in `mode` with one unlock rule `llama` whose matcher is `matcher`.
+    fn write_policy(&self, mode: &str, matcher: &str) {
         let text = format!(
-            "version = 1\n\n[profile.apple7]\napple_family_max = 7\nmax_threadgroup_memory = 32768\n\n\
-             [[rule]]\nid = \"llama\"\npath = \"{glob}\"\nunlock = \"apple7\"\n"
+            "version = 1\nmode = \"{mode}\"\n\n[profile.apple7]\napple_family_max = 7\nmax_threadgroup_memory = 32768\n\n\
+             [[rule]]\nid = \"llama\"\n{matcher}\nunlock = \"apple7\"\n"
         );
         std::fs::write(self.path("policy.toml"), text).expect("write policy");
     }
@@ -246,6 +253,33 @@ fn verdict_of_child(exe: &Path, socket: &Path, claimed: &str) -> (u64, String, S
     (id, action, rule)
 }
 
+/// Whether the child's verdict said "would unlock" (monitor mode), from the same line.
+fn would_unlock_of_child(exe: &Path, socket: &Path) -> (u64, String, bool) {
+    let out = Command::new(exe)
+        .args([
+            "--ignored",
+            "--exact",
+            "child_client",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("METALIFT_TEST_SOCKET", socket)
+        .output()
+        .expect("run child");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let fields: Vec<&str> = stdout
+        .lines()
+        .find_map(|l| l.split_once("VERDICT ").map(|(_, rest)| rest))
+        .unwrap_or_else(|| panic!("child printed no verdict: {stdout}"))
+        .split(' ')
+        .collect();
+    (
+        fields[0].parse().expect("decision id"),
+        fields[1].to_owned(),
+        fields[3] == "true",
+    )
+}
+
 /// Not a test: the body of the child processes above (run with `--ignored --exact`).
 #[test]
 #[ignore = "child-process helper, run by other tests"]
@@ -258,9 +292,10 @@ fn child_client() {
         WireAction::Stock => "stock",
     };
     println!(
-        "VERDICT {} {action} {}",
+        "VERDICT {} {action} {} {}",
         v.decision_id,
-        v.rule.as_deref().unwrap_or("-")
+        v.rule.as_deref().unwrap_or("-"),
+        v.would_unlock
     );
 }
 
@@ -290,9 +325,51 @@ fn a_child_process_gets_the_verdict_for_its_real_executable() {
     assert_eq!(record["action"], "unlock");
     assert_eq!(record["profile"], "apple7");
 
+    // The parent (this test process) is read from the kernel too.
+    let me = std::env::current_exe().expect("current exe");
+    assert_eq!(record["parent_exe"], me.display().to_string());
+
     let (_, action, rule) = verdict_of_child(&other, &env.socket(), "whatever");
     assert_eq!((action.as_str(), rule.as_str()), ("stock", "-"));
     drop(daemon);
+}
+
+#[test]
+fn a_sha256_rule_matches_the_running_file_and_hashes_it_once() {
+    use sha2::Digest;
+    let env = Env::new();
+    let tool = env.executable_named("renamed-tool");
+    let digest = hex::encode(sha2::Sha256::digest(std::fs::read(&tool).expect("read")));
+    env.write_policy("enforce", &format!("sha256 = \"{digest}\""));
+    let _daemon = env.start(&[]);
+
+    for _ in 0..2 {
+        let (id, action, rule) = verdict_of_child(&tool, &env.socket(), "x");
+        assert_eq!((action.as_str(), rule.as_str()), ("unlock", "llama"));
+        assert_eq!(decision_with_id(&env, id)["sha256"], digest);
+    }
+    let status = metalift_daemon::status::request(&env.socket(), HANG_GUARD).expect("status");
+    assert_eq!(status.cache_entries, 1);
+}
+
+#[test]
+fn in_monitor_mode_a_matching_rule_answers_stock_and_records_would_unlock() {
+    let env = Env::new();
+    env.write_policy(
+        "monitor",
+        &format!("path = \"{}/bin/llama-*\"", env.dir.path().display()),
+    );
+    let llama = env.executable_named("llama-server");
+    let _daemon = env.start(&[]);
+
+    let (id, action, would_unlock) = would_unlock_of_child(&llama, &env.socket());
+    assert_eq!(action, "stock");
+    assert!(would_unlock);
+    let record = decision_with_id(&env, id);
+    assert_eq!(record["action"], "stock");
+    assert_eq!(record["mode"], "monitor");
+    assert_eq!(record["would_unlock"], true);
+    assert_eq!(record["profile"], "apple7");
 }
 
 #[test]
@@ -373,7 +450,11 @@ fn after_sigkill_mid_load_every_answered_decision_is_in_the_log() {
                     };
                     stream.set_read_timeout(Some(HANG_GUARD)).expect("timeout");
                     let mut client = Client { stream };
-                    client.send(&Message::CheckIn(CheckIn::default()));
+                    let frame = wire::encode_frame(&Message::CheckIn(CheckIn::default()));
+                    // The daemon may die between our connect and this write.
+                    if client.stream.write_all(&frame).is_err() {
+                        break;
+                    }
                     match client.recv() {
                         Some(Message::Verdict(v)) => {
                             answered.lock().unwrap().push(v.decision_id);

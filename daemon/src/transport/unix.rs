@@ -129,8 +129,11 @@ impl Listener {
                 _shutdown_complete: self.shutdown_complete_tx.clone(),
             };
             tokio::spawn(async move {
-                if let Err(error) = connection.serve(permit).await {
-                    tracing::info!(%error, "connection closed");
+                match connection.serve(permit).await {
+                    Ok(()) => {}
+                    // Expected in normal operation: a shim that never reports.
+                    Err(error @ ConnError::Idle) => tracing::debug!(%error, "connection closed"),
+                    Err(error) => tracing::warn!(%error, "connection closed"),
                 }
             });
         }
@@ -180,7 +183,7 @@ enum Wait {
 }
 
 /// `Ok(None)` from a read: the daemon is stopping or the client closed cleanly.
-type Read = Result<Option<Message>, ConnError>;
+type ReadResult = Result<Option<Message>, ConnError>;
 
 impl Connection {
     async fn serve(mut self, active: OwnedSemaphorePermit) -> Result<(), ConnError> {
@@ -240,7 +243,7 @@ impl Connection {
 
     /// Reads one frame, or `None` if the daemon stops first or the client closed
     /// between frames.
-    async fn read_or_stop(&mut self, wait: Wait) -> Read {
+    async fn read_or_stop(&mut self, wait: Wait) -> ReadResult {
         tokio::select! {
             read = self.frames.read(wait) => read,
             _ = self.shutdown.recv() => Ok(None),
@@ -257,7 +260,7 @@ struct Frames {
 }
 
 impl Frames {
-    async fn read(&mut self, wait: Wait) -> Read {
+    async fn read(&mut self, wait: Wait) -> ReadResult {
         let mut deadline = match wait {
             Wait::Until(at) => Some(at),
             Wait::Idle(_) if !self.buf.is_empty() => Some(Instant::now() + self.read_timeout),
