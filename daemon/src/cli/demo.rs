@@ -1,10 +1,360 @@
-//! `metalift demo`.
+//! `metalift demo`: the whole loop on this machine, in one command.
+//!
+//! Starts a throw-away `metaliftd` (sibling of this executable) on a temporary
+//! socket and audit log, with a policy written here that unlocks `metalift-probe`
+//! by name and keeps a copy of the probe named `untrusted-probe` stock. Then runs
+//! the probe, with libmetalift injected through the loader variable:
+//!
+//! 1. without the shim (the paravirtual GPU's own answers: "before");
+//! 2. as the allowed executable (`metalift-probe`);
+//! 3. as a denied one (`untrusted-probe`, an explicit `stock = true` rule);
+//! 4. under a second daemon whose policy is in `monitor` mode;
+//! 5. with the daemons stopped (stock, promptly);
+//!
+//! and prints a before/after table (Apple family, threadgroup memory, the three
+//! llama.cpp flags) followed by the audit records both daemons wrote. On Linux the
+//! probe runs on the simulated Metal; on macOS on the real one.
+//!
+//! The policy files live in a temporary directory owned by the user, so the
+//! daemons run with `--allow-insecure-owner` (a development flag; a real install
+//! keeps `/etc/metalift/policy.toml` root-owned). Everything needed comes from
+//! `cargo build --workspace`: `metaliftd`, `metalift-probe` and libmetalift sit
+//! next to this executable.
+
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+
+use super::exec::{INSERT_VAR, SHIM_FILE};
 
 /// Arguments of `metalift demo`.
 #[derive(Debug, clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Keep the temporary directory (policies, sockets, audit logs) and print its path.
+    #[arg(long)]
+    pub keep: bool,
+}
+
+/// How long a daemon may take to start listening (a cold, loaded CI box).
+const DAEMON_START: Duration = Duration::from_secs(30);
+
+const ENFORCE_POLICY: &str = r#"# metalift demo: unlock the probe by name, refuse its renamed copy.
+version = 1
+mode = "enforce"
+
+[profile.apple7]
+apple_family_max = 7
+max_threadgroup_memory = 32768
+
+[[rule]]
+id = "demo-probe"
+name = "metalift-probe"
+unlock = "apple7"
+
+[[rule]]
+id = "demo-untrusted"
+name = "untrusted-probe"
+stock = true
+"#;
+
+/// The same rules, in monitor mode: decide and record, change nothing.
+fn monitor_policy() -> String {
+    ENFORCE_POLICY.replace("mode = \"enforce\"", "mode = \"monitor\"")
+}
 
 /// Runs `metalift demo`.
-pub fn run(_args: Args) -> anyhow::Result<std::process::ExitCode> {
-    anyhow::bail!("metalift demo is not built yet")
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let tools = Tools::find()?;
+    let dir = TempDir::create()?;
+    let result = demo(&tools, dir.path());
+    if args.keep {
+        println!("\nkept: {}", dir.path().display());
+        std::mem::forget(dir);
+    }
+    result
+}
+
+fn demo(tools: &Tools, dir: &Path) -> anyhow::Result<ExitCode> {
+    let untrusted = dir.join("untrusted-probe");
+    std::fs::copy(&tools.probe, &untrusted).context("copying the probe")?;
+
+    let enforce = Daemon::start(tools, dir, "enforce", ENFORCE_POLICY)?;
+    let monitor = Daemon::start(tools, dir, "monitor", &monitor_policy())?;
+
+    let mut rows = vec![Row::run("before (no shim)", &tools.probe, None, tools)?];
+    rows.push(Row::run(
+        "allowed: metalift-probe",
+        &tools.probe,
+        Some(&enforce.socket),
+        tools,
+    )?);
+    rows.push(Row::run(
+        "denied: untrusted-probe",
+        &untrusted,
+        Some(&enforce.socket),
+        tools,
+    )?);
+    rows.push(Row::run(
+        "monitor mode: metalift-probe",
+        &tools.probe,
+        Some(&monitor.socket),
+        tools,
+    )?);
+    let audit_logs = [
+        ("enforce", enforce.audit_log.clone()),
+        ("monitor", monitor.audit_log.clone()),
+    ];
+    let stopped_socket = enforce.socket.clone();
+    enforce.stop();
+    monitor.stop();
+    rows.push(Row::run(
+        "daemon stopped: metalift-probe",
+        &tools.probe,
+        Some(&stopped_socket),
+        tools,
+    )?);
+
+    print_table(&rows);
+    for (name, log) in &audit_logs {
+        println!("\naudit records ({name} daemon, {}):", log.display());
+        match std::fs::File::open(log) {
+            Ok(file) => {
+                for line in std::io::BufReader::new(file).lines() {
+                    println!("  {}", line.context("reading the audit log")?);
+                }
+            }
+            Err(err) => println!("  (none: {err})"),
+        }
+    }
+
+    let expected = [5, 7, 5, 5, 5];
+    let apple: Vec<u64> = rows.iter().map(|r| r.apple_family).collect();
+    if apple == expected && rows[1].flags == [true; 3] && !rows[1].metal3 {
+        println!("\nOK: only the allowed executable saw Apple7 and llama.cpp's fast paths; Metal3 was never claimed.");
+        Ok(ExitCode::SUCCESS)
+    } else {
+        println!("\nUNEXPECTED: Apple families {apple:?}, expected {expected:?}");
+        Ok(ExitCode::FAILURE)
+    }
+}
+
+/// The binaries the demo runs, all from this executable's directory.
+struct Tools {
+    daemon: PathBuf,
+    probe: PathBuf,
+    shim: PathBuf,
+}
+
+impl Tools {
+    fn find() -> anyhow::Result<Tools> {
+        let exe = std::env::current_exe().context("locating this executable")?;
+        let dir = exe.parent().context("this executable has no directory")?;
+        let need = |name: &str| -> anyhow::Result<PathBuf> {
+            [dir.join(name), dir.join("deps").join(name)]
+                .into_iter()
+                .find(|p| p.is_file())
+                .with_context(|| {
+                    format!(
+                        "{name} not found next to {} (run `cargo build --workspace` first)",
+                        exe.display()
+                    )
+                })
+        };
+        Ok(Tools {
+            daemon: need("metaliftd")?,
+            probe: need("metalift-probe")?,
+            shim: need(SHIM_FILE)?,
+        })
+    }
+}
+
+/// A running throw-away `metaliftd`.
+struct Daemon {
+    child: Child,
+    socket: PathBuf,
+    audit_log: PathBuf,
+}
+
+impl Daemon {
+    fn start(tools: &Tools, dir: &Path, name: &str, policy: &str) -> anyhow::Result<Daemon> {
+        let policy_path = dir.join(format!("{name}-policy.toml"));
+        std::fs::write(&policy_path, policy).context("writing the demo policy")?;
+        let socket = dir.join(format!("{name}.sock"));
+        let audit_log = dir.join(format!("{name}-audit.jsonl"));
+        let stderr = std::fs::File::create(dir.join(format!("{name}-daemon.log")))
+            .context("creating the daemon's log")?;
+        let mut child = Command::new(&tools.daemon)
+            .arg("--policy")
+            .arg(&policy_path)
+            .arg("--socket")
+            .arg(&socket)
+            .arg("--audit-log")
+            .arg(&audit_log)
+            .arg("--allow-insecure-owner")
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .with_context(|| format!("starting {}", tools.daemon.display()))?;
+        let deadline = Instant::now() + DAEMON_START;
+        while !socket.exists() {
+            if let Some(status) = child.try_wait()? {
+                let log = std::fs::read_to_string(dir.join(format!("{name}-daemon.log")))
+                    .unwrap_or_default();
+                bail!("metaliftd ({name}) exited with {status}:\n{log}");
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                bail!(
+                    "metaliftd ({name}) did not listen on {} in time",
+                    socket.display()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(Daemon {
+            child,
+            socket,
+            audit_log,
+        })
+    }
+
+    /// SIGTERM (the daemon records `daemon_stop`), then wait; SIGKILL if it lingers.
+    fn stop(mut self) {
+        let pid = rustix::process::Pid::from_child(&self.child);
+        let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// One probe run, as the table shows it.
+struct Row {
+    case: &'static str,
+    apple_family: u64,
+    threadgroup_memory: u64,
+    /// has_simdgroup_reduction, has_simdgroup_mm, has_bfloat.
+    flags: [bool; 3],
+    metal3: bool,
+    elapsed: Duration,
+}
+
+impl Row {
+    fn run(
+        case: &'static str,
+        probe: &Path,
+        socket: Option<&Path>,
+        tools: &Tools,
+    ) -> anyhow::Result<Row> {
+        let mut cmd = Command::new(probe);
+        cmd.arg("--json").stdin(Stdio::null());
+        for var in ["METALIFT_DISABLE", "METALIFT_TIMEOUT_MS", "METALIFT_DEBUG"] {
+            cmd.env_remove(var);
+        }
+        match socket {
+            Some(socket) => {
+                cmd.env(INSERT_VAR, &tools.shim)
+                    .env("METALIFT_SOCKET", socket);
+            }
+            None => {
+                cmd.env_remove(INSERT_VAR);
+            }
+        }
+        let start = Instant::now();
+        let output = cmd
+            .output()
+            .with_context(|| format!("running {}", probe.display()))?;
+        let elapsed = start.elapsed();
+        if !output.status.success() {
+            bail!(
+                "{case}: the probe failed ({}): {}",
+                output.status,
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        let report: serde_json::Value = serde_json::from_slice(&output.stdout)
+            .with_context(|| format!("{case}: the probe printed no JSON"))?;
+        let flag = |name: &str| report["llama_cpp"][name].as_bool().unwrap_or(false);
+        Ok(Row {
+            case,
+            apple_family: report["apple_family"].as_u64().unwrap_or(0),
+            threadgroup_memory: report["max_threadgroup_memory"].as_u64().unwrap_or(0),
+            flags: [
+                flag("has_simdgroup_reduction"),
+                flag("has_simdgroup_mm"),
+                flag("has_bfloat"),
+            ],
+            metal3: report["families"]["Metal3"].as_bool().unwrap_or(false),
+            elapsed,
+        })
+    }
+}
+
+fn print_table(rows: &[Row]) {
+    let yes_no = |b: bool| if b { "yes" } else { "no" };
+    println!(
+        "{:<32} {:<8} {:>11} {:>10} {:>9} {:>7} {:>7} {:>8}",
+        "case", "family", "tg memory", "simd-red.", "simd-mm", "bfloat", "Metal3", "time"
+    );
+    for r in rows {
+        println!(
+            "{:<32} {:<8} {:>11} {:>10} {:>9} {:>7} {:>7} {:>6}ms",
+            r.case,
+            format!("Apple{}", r.apple_family),
+            r.threadgroup_memory,
+            yes_no(r.flags[0]),
+            yes_no(r.flags[1]),
+            yes_no(r.flags[2]),
+            yes_no(r.metal3),
+            r.elapsed.as_millis()
+        );
+    }
+}
+
+/// A private directory under the system temp dir, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn create() -> anyhow::Result<TempDir> {
+        let base = std::env::temp_dir();
+        for attempt in 0..100u32 {
+            let path = base.join(format!("metalift-demo-{}-{attempt}", std::process::id()));
+            match std::fs::create_dir(&path) {
+                Ok(()) => return Ok(TempDir(path)),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(e).context("creating the demo's temporary directory"),
+            }
+        }
+        bail!("no free temporary directory name under {}", base.display())
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }

@@ -108,31 +108,29 @@ impl FakeDaemon {
         let dir = tempfile::tempdir().expect("temp dir");
         let socket = dir.path().join("metalift.sock");
         let listener = UnixListener::bind(&socket).expect("bind fake daemon");
-        listener
-            .set_nonblocking(true)
-            .expect("non-blocking listener");
         let stop = Arc::new(AtomicBool::new(false));
         let check_ins = Arc::new(AtomicU64::new(0));
         let outcomes = Arc::new(Mutex::new(Vec::new()));
         let acceptor = {
             let (stop, check_ins, outcomes) = (stop.clone(), check_ins.clone(), outcomes.clone());
+            // Blocking accept, so a check-in is answered at once; `drop` wakes it
+            // with a connection of its own after setting `stop`.
             std::thread::spawn(move || {
                 let mut next_id = 1u64;
-                while !stop.load(Ordering::Relaxed) {
-                    match listener.accept() {
-                        Ok((stream, _)) => {
-                            let id = next_id;
-                            next_id += 1;
-                            let (b, s, c, o) = (
-                                behaviour.clone(),
-                                stop.clone(),
-                                check_ins.clone(),
-                                outcomes.clone(),
-                            );
-                            std::thread::spawn(move || serve(stream, id, b, s, c, o));
-                        }
-                        Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                for stream in listener.incoming() {
+                    if stop.load(Ordering::Relaxed) {
+                        return;
                     }
+                    let Ok(stream) = stream else { continue };
+                    let id = next_id;
+                    next_id += 1;
+                    let (b, s, c, o) = (
+                        behaviour.clone(),
+                        stop.clone(),
+                        check_ins.clone(),
+                        outcomes.clone(),
+                    );
+                    std::thread::spawn(move || serve(stream, id, b, s, c, o));
                 }
             })
         };
@@ -167,6 +165,7 @@ impl FakeDaemon {
 impl Drop for FakeDaemon {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
+        let _ = UnixStream::connect(&self.socket);
         if let Some(a) = self.acceptor.take() {
             let _ = a.join();
         }
