@@ -1,5 +1,6 @@
 //! Integration tests of the policy engine, one module per concern, in one test binary.
 
+mod examples;
 mod load;
 mod matchers;
 mod precedence;
