@@ -17,6 +17,12 @@ use serde_json::Value;
 use super::record::rfc3339;
 use super::rotation::rotated_path;
 
+/// Where a reader sends each item as it is read.
+pub type Sink<'a> = &'a mut dyn FnMut(Item) -> io::Result<()>;
+
+/// Bytes read at a time: a log of any size is read in bounded memory.
+const CHUNK: usize = 64 * 1024;
+
 /// One accepted line of the log.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Entry {
@@ -182,45 +188,55 @@ impl OpenFile {
         }
     }
 
-    /// Reads what is there now; complete lines become items, a trailing partial
-    /// line waits in `pending`.
-    fn read_available(&mut self, out: &mut Vec<Item>) -> io::Result<()> {
-        let mut buf = Vec::new();
-        self.file.read_to_end(&mut buf)?;
-        if buf.is_empty() {
-            return Ok(());
+    /// Reads what is there now, in bounded chunks; complete lines go to `sink`, a
+    /// trailing partial line waits in `pending`.
+    fn read_available(&mut self, sink: Sink<'_>) -> io::Result<()> {
+        let mut chunk = vec![0u8; CHUNK];
+        loop {
+            let n = match self.file.read(&mut chunk) {
+                Ok(0) => return Ok(()),
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            self.pending.extend_from_slice(&chunk[..n]);
+            let Some(last_newline) = self.pending.iter().rposition(|&b| b == b'\n') else {
+                continue;
+            };
+            let rest = self.pending.split_off(last_newline + 1);
+            let complete = std::mem::replace(&mut self.pending, rest);
+            for raw in complete[..complete.len() - 1].split(|&b| b == b'\n') {
+                self.line += 1;
+                sink(match std::str::from_utf8(raw) {
+                    Ok(text) => parse_line(text, &self.name, self.line),
+                    Err(e) => Item::Corrupt {
+                        file: self.name.clone(),
+                        line: self.line,
+                        error: format!("not UTF-8: {e}"),
+                    },
+                })?;
+            }
         }
-        self.pending.extend_from_slice(&buf);
-        let Some(last_newline) = self.pending.iter().rposition(|&b| b == b'\n') else {
-            return Ok(());
-        };
-        let rest = self.pending.split_off(last_newline + 1);
-        let complete = std::mem::replace(&mut self.pending, rest);
-        for raw in complete[..complete.len() - 1].split(|&b| b == b'\n') {
-            self.line += 1;
-            out.push(match std::str::from_utf8(raw) {
-                Ok(text) => parse_line(text, &self.name, self.line),
-                Err(e) => Item::Corrupt {
-                    file: self.name.clone(),
-                    line: self.line,
-                    error: format!("not UTF-8: {e}"),
-                },
-            });
-        }
-        Ok(())
     }
 
     /// Called when nothing more will be appended: an unfinished line is corrupt.
-    fn finish(&mut self, out: &mut Vec<Item>) {
-        if !self.pending.is_empty() {
-            self.line += 1;
-            self.pending.clear();
-            out.push(Item::Corrupt {
-                file: self.name.clone(),
-                line: self.line,
-                error: "incomplete last line (no newline)".into(),
-            });
+    fn finish(&mut self, sink: Sink<'_>) -> io::Result<()> {
+        if self.pending.is_empty() {
+            return Ok(());
         }
+        self.line += 1;
+        self.pending.clear();
+        sink(Item::Corrupt {
+            file: self.name.clone(),
+            line: self.line,
+            error: "incomplete last line (no newline)".into(),
+        })
+    }
+
+    /// Reads a file that will not grow any more to its end.
+    fn drain(&mut self, sink: Sink<'_>) -> io::Result<()> {
+        self.read_available(sink)?;
+        self.finish(sink)
     }
 }
 
@@ -247,27 +263,47 @@ impl LogReader {
         })
     }
 
-    /// Reads everything written so far, for a one-shot listing: an unfinished last
-    /// line of the live file is reported as corrupt.
+    /// [`read_to_end_each`](LogReader::read_to_end_each), collected.
     pub fn read_to_end(&mut self) -> io::Result<Vec<Item>> {
-        let mut items = self.poll()?;
-        if let Some(live) = &mut self.live {
-            live.finish(&mut items);
-        }
+        let mut items = Vec::new();
+        self.read_to_end_each(&mut |item| {
+            items.push(item);
+            Ok(())
+        })?;
         Ok(items)
     }
 
-    /// Returns the items written since the previous call (the whole log on the first
-    /// call). Follows rotation: when the live path names a new file, the old one is
-    /// read to its end first, then the new one from its start.
+    /// Reads everything written so far into `sink`, for a one-shot listing: an
+    /// unfinished last line of the live file is reported as corrupt.
+    pub fn read_to_end_each(&mut self, sink: Sink<'_>) -> io::Result<()> {
+        self.poll_each(sink)?;
+        match &mut self.live {
+            Some(live) => live.finish(sink),
+            None => Ok(()),
+        }
+    }
+
+    /// [`poll_each`](LogReader::poll_each), collected.
     pub fn poll(&mut self) -> io::Result<Vec<Item>> {
         let mut items = Vec::new();
-        for mut old in self.backlog.drain(..) {
-            old.read_available(&mut items)?;
-            old.finish(&mut items);
+        self.poll_each(&mut |item| {
+            items.push(item);
+            Ok(())
+        })?;
+        Ok(items)
+    }
+
+    /// Passes `sink` the items written since the previous call (the whole log on the
+    /// first call), one at a time, so memory stays bounded however big the log is.
+    /// Follows rotation: when the live path names a new file, the old one is read to
+    /// its end first, then any rotated since, then the new one from its start.
+    /// An error from `sink` stops reading and is returned.
+    pub fn poll_each(&mut self, sink: Sink<'_>) -> io::Result<()> {
+        for mut old in std::mem::take(&mut self.backlog) {
+            old.drain(sink)?;
         }
         if let Some(live) = &mut self.live {
-            live.read_available(&mut items)?;
+            live.read_available(sink)?;
         }
         let now = match std::fs::metadata(&self.path) {
             Ok(meta) => Some((meta.dev(), meta.ino())),
@@ -282,21 +318,19 @@ impl LogReader {
         if rotated {
             if let Some(mut old) = self.live.take() {
                 // The rename happened after the writer's last record to this file.
-                old.read_available(&mut items)?;
-                old.finish(&mut items);
+                old.drain(sink)?;
                 // Several rotations since the last poll: the files between ours and
                 // the new live one hold records too.
                 for mut between in self.rotated_since(old.id)? {
-                    between.read_available(&mut items)?;
-                    between.finish(&mut items);
+                    between.drain(sink)?;
                 }
             }
             self.live = OpenFile::open(&self.path)?;
             if let Some(live) = &mut self.live {
-                live.read_available(&mut items)?;
+                live.read_available(sink)?;
             }
         }
-        Ok(items)
+        Ok(())
     }
 }
 

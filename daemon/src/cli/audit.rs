@@ -17,6 +17,9 @@ use globset::{Glob, GlobMatcher};
 use crate::audit::reader::{Entry, Item, LogReader};
 use crate::audit::DEFAULT_LOG_PATH;
 
+/// Decisions remembered to join outcomes to (bounds memory under `--follow`).
+const MAX_REMEMBERED_DECISIONS: usize = 100_000;
+
 /// How often `--follow` looks for new records.
 const FOLLOW_INTERVAL: Duration = Duration::from_millis(250);
 
@@ -119,69 +122,76 @@ pub fn run_with(args: &Args, out: &mut dyn Write, err: &mut dyn Write) -> anyhow
     if !args.follow && !args.log.exists() {
         anyhow::bail!("no audit log at {}", args.log.display());
     }
+    let context = || format!("cannot read audit log {}", args.log.display());
     let mut filter = Filter::new(args)?;
-    let mut reader = LogReader::open(&args.log)
-        .with_context(|| format!("cannot read audit log {}", args.log.display()))?;
-    let first = if args.follow {
-        reader.poll()
-    } else {
-        reader.read_to_end()
-    }
-    .with_context(|| format!("cannot read audit log {}", args.log.display()))?;
+    let mut reader = LogReader::open(&args.log).with_context(context)?;
 
-    let rows = select(&mut filter, first, err)?;
-    let mut table = Table::default();
-    if args.json {
-        for entry in &rows {
-            writeln!(out, "{}", entry.raw)?;
+    // The table's columns are fitted to everything read first, so those rows are
+    // kept (as strings only) until the end; JSON lines go straight out.
+    let mut rows = Vec::new();
+    {
+        let mut each = |item: Item| -> io::Result<()> {
+            let Some(entry) = select(&mut filter, item, err)? else {
+                return Ok(());
+            };
+            if args.json {
+                writeln!(out, "{}", entry.raw)
+            } else {
+                rows.push(filter.row(&entry));
+                Ok(())
+            }
+        };
+        if args.follow {
+            reader.poll_each(&mut each)
+        } else {
+            reader.read_to_end_each(&mut each)
         }
-    } else {
-        let rendered: Vec<Row> = rows.iter().map(|e| filter.row(e)).collect();
-        table.fit(&rendered);
+        .with_context(context)?;
+    }
+    let mut table = Table::default();
+    if !args.json {
+        table.fit(&rows);
         table.header(out)?;
-        for row in &rendered {
+        for row in &rows {
             table.line(out, row)?;
         }
     }
+    drop(rows);
     out.flush()?;
     if !args.follow {
         return Ok(ExitCode::SUCCESS);
     }
     loop {
         std::thread::sleep(FOLLOW_INTERVAL);
-        let items = reader
-            .poll()
-            .with_context(|| format!("cannot read audit log {}", args.log.display()))?;
-        for entry in select(&mut filter, items, err)? {
-            if args.json {
-                writeln!(out, "{}", entry.raw)?;
-            } else {
-                let row = filter.row(&entry);
-                table.line(out, &row)?;
-            }
-        }
+        reader
+            .poll_each(&mut |item| {
+                let Some(entry) = select(&mut filter, item, err)? else {
+                    return Ok(());
+                };
+                if args.json {
+                    writeln!(out, "{}", entry.raw)
+                } else {
+                    table.line(out, &filter.row(&entry))
+                }
+            })
+            .with_context(context)?;
         out.flush()?;
     }
 }
 
-/// Keeps the entries that pass `filter`, reporting corrupt lines to `err`.
-fn select(filter: &mut Filter, items: Vec<Item>, err: &mut dyn Write) -> io::Result<Vec<Entry>> {
-    let mut kept = Vec::new();
-    for item in items {
-        match item {
-            Item::Entry(entry) => {
-                if filter.keep(&entry) {
-                    kept.push(entry);
-                }
-            }
-            Item::Corrupt { file, line, error } => writeln!(
+/// The entry in `item` if it passes `filter`; a corrupt line is reported to `err`.
+fn select(filter: &mut Filter, item: Item, err: &mut dyn Write) -> io::Result<Option<Entry>> {
+    match item {
+        Item::Entry(entry) => Ok(filter.keep(&entry).then_some(entry)),
+        Item::Corrupt { file, line, error } => {
+            writeln!(
                 err,
                 "metalift audit: {}:{line}: skipped corrupt line: {error}",
                 file.display()
-            )?,
+            )?;
+            Ok(None)
         }
     }
-    Ok(kept)
 }
 
 /// The filters, and what they remember about decisions to judge later outcomes.
@@ -239,6 +249,11 @@ impl Filter {
             {
                 let rule = e.str("rule").map(str::to_owned);
                 let action = e.str("action").unwrap_or_default().to_owned();
+                if self.decisions.len() >= MAX_REMEMBERED_DECISIONS {
+                    // Outcomes follow their decisions within seconds; forgetting old
+                    // ones only loses the join for outcomes that never came.
+                    self.decisions.clear();
+                }
                 self.decisions.insert(id, (rule, action));
             }
         }
