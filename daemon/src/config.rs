@@ -68,6 +68,16 @@ pub struct DaemonArgs {
     /// Executable hashes kept in the identity cache.
     #[arg(long, value_name = "N", default_value_t = crate::identity_cache::DEFAULT_CAPACITY)]
     pub cache_entries: usize,
+
+    /// The XPC mach service to serve (must be in the launchd job's `MachServices`).
+    #[cfg(target_os = "macos")]
+    #[arg(long, value_name = "NAME", default_value = crate::transport::xpc::DEFAULT_SERVICE)]
+    pub mach_service: String,
+
+    /// Serve the Unix socket only, no XPC (e.g. when not started by launchd).
+    #[cfg(target_os = "macos")]
+    #[arg(long)]
+    pub no_xpc: bool,
 }
 
 /// Everything metaliftd needs to run, resolved and checked.
@@ -87,6 +97,8 @@ pub struct Config {
     pub limits: Limits,
     /// Identity cache capacity.
     pub cache_entries: usize,
+    /// The XPC mach service to serve beside the socket; `None`: socket only.
+    pub mach_service: Option<String>,
 }
 
 /// A flag combination metaliftd cannot run with.
@@ -135,6 +147,10 @@ impl DaemonArgs {
                 outcome_idle: Duration::from_secs(self.outcome_idle_secs),
             },
             cache_entries: self.cache_entries,
+            #[cfg(target_os = "macos")]
+            mach_service: (!self.no_xpc).then_some(self.mach_service),
+            #[cfg(not(target_os = "macos"))]
+            mach_service: None,
         })
     }
 }

@@ -19,6 +19,8 @@ pub mod audit;
 pub mod cli;
 pub mod config;
 pub mod identity_cache;
+#[cfg(target_os = "macos")]
+pub mod macos;
 pub mod peer;
 pub mod policy_store;
 pub mod server;

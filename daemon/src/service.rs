@@ -75,22 +75,39 @@ async fn serve(
         },
     );
 
-    let (reason_tx, reason_rx) = tokio::sync::oneshot::channel();
-    let stop = async move {
-        let reason = shutdown.await;
-        tracing::info!(%reason, "stopping");
-        let _ = reason_tx.send(reason);
+    // One shutdown for every transport: the first future to see `shutdown`
+    // resolve records the reason and wakes the others through `stopping`.
+    let (stopping_tx, stopping) = tokio::sync::watch::channel(None::<String>);
+    let stop = {
+        let mut stopping = stopping.clone();
+        async move {
+            tokio::select! {
+                reason = shutdown => {
+                    tracing::info!(%reason, "stopping");
+                    let _ = stopping_tx.send(Some(reason));
+                }
+                _ = stopping.changed() => {}
+            }
+        }
     };
-    transport::unix::run(socket.listener, Arc::clone(&core), config.limits, stop).await;
+    let unix = transport::unix::run(socket.listener, Arc::clone(&core), config.limits, stop);
+    match &config.mach_service {
+        None => unix.await,
+        Some(service) => {
+            let xpc = serve_xpc(service, Arc::clone(&core), config.limits, stopping.clone());
+            tokio::join!(unix, xpc);
+        }
+    }
 
     // No reload may slip in after daemon_stop.
     drop(watcher_stop);
     if let Err(error) = watcher.await {
         tracing::error!(%error, "policy watcher task failed");
     }
-    let reason = reason_rx
-        .await
-        .unwrap_or_else(|_| "accept loop ended".to_owned());
+    let reason = stopping
+        .borrow()
+        .clone()
+        .unwrap_or_else(|| "accept loop ended".to_owned());
     if let Err(error) = audit.append(&core.stop_record(&reason)) {
         tracing::error!(%error, "could not write daemon_stop to the audit log");
     }
@@ -110,4 +127,32 @@ pub fn stop_signals() -> std::io::Result<impl Future<Output = String>> {
             _ = int.recv() => "SIGINT".to_owned(),
         }
     })
+}
+
+/// Serves the XPC mach service until `stopping` changes. A failure to start is
+/// logged, not fatal: the Unix socket still serves, and the shim falls back to it.
+#[cfg(target_os = "macos")]
+async fn serve_xpc(
+    service: &str,
+    core: Arc<Core>,
+    limits: transport::Limits,
+    mut stopping: tokio::sync::watch::Receiver<Option<String>>,
+) {
+    let stop = async move {
+        let _ = stopping.changed().await;
+    };
+    if let Err(error) = transport::xpc::run(service, core, limits, stop).await {
+        tracing::error!(%error, service, "XPC transport not serving; the Unix socket still is");
+    }
+}
+
+/// Only macOS has XPC; `Config::mach_service` is always `None` elsewhere.
+#[cfg(not(target_os = "macos"))]
+async fn serve_xpc(
+    service: &str,
+    _core: Arc<Core>,
+    _limits: transport::Limits,
+    _stopping: tokio::sync::watch::Receiver<Option<String>>,
+) {
+    tracing::error!(service, "XPC is macOS only; serving the Unix socket only");
 }

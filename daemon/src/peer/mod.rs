@@ -21,9 +21,14 @@ mod linux;
 #[cfg(target_os = "linux")]
 pub use linux::{facts_from_unix_stream, user_name};
 
-#[cfg(not(target_os = "linux"))]
+#[cfg(target_os = "macos")]
+mod macos;
+#[cfg(target_os = "macos")]
+pub use macos::{facts_from_audit_token, facts_from_unix_stream, user_name};
+
+#[cfg(not(any(target_os = "linux", target_os = "macos")))]
 mod unsupported;
-#[cfg(not(target_os = "linux"))]
+#[cfg(not(any(target_os = "linux", target_os = "macos")))]
 pub use unsupported::{facts_from_unix_stream, user_name};
 
 /// A code signature as the OS verified it (macOS fills this; Linux has none).

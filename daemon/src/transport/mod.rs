@@ -7,10 +7,15 @@
 //!
 //! - [`unix`]: length-prefixed frames on a Unix socket (Linux, and the macOS fallback).
 //! - `xpc` (macOS): the XPC mach service, plugged into the same core.
+//!
+//! metaliftd runs both on macOS (XPC first choice of the shim, the socket its
+//! fallback), with one shutdown and one [`Core`](crate::server::Core).
 
 use std::time::Duration;
 
 pub mod unix;
+#[cfg(target_os = "macos")]
+pub mod xpc;
 
 /// Resource limits of a transport, so no client can starve the others.
 ///
