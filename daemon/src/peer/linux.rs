@@ -32,19 +32,39 @@ use super::{ExeFile, PeerError, PeerFacts};
 
 /// Identifies the process on the other end of `stream` (see the module doc for the order).
 pub fn facts_from_unix_stream(stream: &tokio::net::UnixStream) -> Result<PeerFacts, PeerError> {
-    let sock = stream.as_fd();
+    identify(stream.as_fd(), PidfdSource::Socket)
+}
+
+/// Where the pidfd that pins the asker comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PidfdSource {
+    /// `SO_PEERPIDFD`, falling back to `pidfd_open` on kernels without it.
+    Socket,
+    /// `pidfd_open` only: the fallback, forced (tests exercise it on new kernels).
+    #[cfg_attr(not(test), allow(dead_code))]
+    Open,
+}
+
+fn identify(sock: BorrowedFd<'_>, source: PidfdSource) -> Result<PeerFacts, PeerError> {
     let cred = peer_cred(sock).map_err(PeerError::Credentials)?;
     let pid = u32::try_from(cred.pid)
         .ok()
         .filter(|p| *p != 0)
         .ok_or(PeerError::NoPid)?;
-    let (pidfd, from_socket) = match peer_pidfd(sock) {
-        Ok(fd) => (fd, true),
-        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOPROTOOPT | libc::EINVAL)) => (
+    let socket_pidfd = match source {
+        PidfdSource::Socket => match peer_pidfd(sock) {
+            Ok(fd) => Some(fd),
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOPROTOOPT | libc::EINVAL)) => None,
+            Err(e) => return Err(PeerError::Credentials(e)),
+        },
+        PidfdSource::Open => None,
+    };
+    let (pidfd, from_socket) = match socket_pidfd {
+        Some(fd) => (fd, true),
+        None => (
             pidfd_open(cred.pid).map_err(|_| PeerError::Gone { pid })?,
             false,
         ),
-        Err(e) => return Err(PeerError::Credentials(e)),
     };
 
     let proc_err = |what| move |source| PeerError::Proc { pid, what, source };
@@ -266,6 +286,26 @@ mod tests {
             assert!(facts.exe_file.is_some());
             assert!(facts.parent_exe.is_some());
         });
+    }
+
+    #[test]
+    fn the_pidfd_open_fallback_identifies_the_same_process() {
+        let (a, _b) = std::os::unix::net::UnixStream::pair().expect("pair");
+        let by_socket = identify(a.as_fd(), PidfdSource::Socket).expect("SO_PEERPIDFD path");
+        let by_open = identify(a.as_fd(), PidfdSource::Open).expect("fallback path");
+        assert_eq!(by_open.pid, by_socket.pid);
+        assert_eq!(by_open.exe, by_socket.exe);
+        assert_eq!(by_open.pid_version, by_socket.pid_version);
+    }
+
+    #[test]
+    fn a_peer_that_hung_up_is_not_identified_through_the_fallback() {
+        let (a, b) = std::os::unix::net::UnixStream::pair().expect("pair");
+        drop(b);
+        assert!(matches!(
+            identify(a.as_fd(), PidfdSource::Open),
+            Err(PeerError::Gone { .. })
+        ));
     }
 
     #[test]

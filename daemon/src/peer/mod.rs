@@ -11,6 +11,8 @@
 //!
 //! - `facts_from_unix_stream(&tokio::net::UnixStream) -> Result<PeerFacts, PeerError>`
 //! - `user_name(uid) -> Option<String>`
+//!
+//! and on macOS `facts_from_audit_token(AuditToken)` for the XPC transport.
 
 use std::fs::File;
 use std::path::PathBuf;
