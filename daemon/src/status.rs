@@ -94,7 +94,7 @@ impl StatusReport {
 #[derive(Debug, thiserror::Error)]
 pub enum StatusError {
     /// Nothing listens on the socket.
-    #[error("cannot connect to {}: {source} (is metaliftd running? tried {})", socket.display(), socket.display())]
+    #[error("no daemon answers: {source} (is metaliftd running? tried {})", socket.display())]
     NotRunning {
         /// The socket tried.
         socket: PathBuf,

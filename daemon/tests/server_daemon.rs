@@ -553,7 +553,7 @@ fn a_slowloris_client_is_cut_at_the_read_deadline_and_others_are_served() {
     let env = Env::new();
     env.write_llama_policy();
     // One active place only: the honest client must wait for the slow one's deadline.
-    let _daemon = env.start(&["--max-connections", "1", "--read-timeout-ms", "300"]);
+    let _daemon = env.start(&["--max-connections", "1", "--read-timeout-ms", "1000"]);
 
     let mut slow = Client::connect(&env.socket());
     let frame = wire::encode_frame(&Message::CheckIn(CheckIn::default()));
