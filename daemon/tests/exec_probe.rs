@@ -280,7 +280,6 @@ impl Drop for Daemon {
 }
 
 #[test]
-#[ignore = "needs metaliftd serving check-ins (daemon teammate, in progress); run with --ignored once it does"]
 fn exec_with_an_unlocking_verdict_unlocks_the_probe_and_the_daemon_audits_it() {
     let policy = format!(
         r#"version = 1
@@ -320,22 +319,27 @@ unlock = "apple7"
     );
     assert_eq!(report["llama_cpp"]["has_simdgroup_mm"], true, "{report}");
 
-    // The decision is in the audit log, with the rule that made it.
+    // The decision is in the audit log with the rule that made it, and so is
+    // what the shim reported it actually did.
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         let log = fs::read_to_string(&daemon.audit).unwrap_or_default();
-        let decided = log
+        let records: Vec<Value> = log
             .lines()
             .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .any(|r| {
-                r["kind"] == "decision" && r["rule"] == "the-probe" && r["action"] == "unlock"
-            });
-        if decided {
+            .collect();
+        let decided = records.iter().any(|r| {
+            r["kind"] == "decision" && r["rule"] == "the-probe" && r["action"] == "unlock"
+        });
+        let applied = records
+            .iter()
+            .any(|r| r["kind"] == "outcome" && r["result"] == "applied");
+        if decided && applied {
             break;
         }
         assert!(
             Instant::now() < deadline,
-            "no unlock decision in the audit log:\n{log}"
+            "no unlock decision with an applied outcome in the audit log:\n{log}"
         );
         std::thread::sleep(Duration::from_millis(50));
     }
