@@ -155,7 +155,7 @@ impl Core {
             policy_loaded_at: crate::audit::record::rfc3339::format(live.loaded_at),
             rule_count: live.rule_count,
             mode: live.policy.mode().as_str().to_owned(),
-            last_reload_error: self.policy.last_error(),
+            last_reload_error: self.policy.last_error().as_deref().map(locating_lines),
             check_ins: count(&self.counters.check_ins),
             unlocks: count(&self.counters.unlocks),
             would_unlock: count(&self.counters.would_unlock),
@@ -248,6 +248,18 @@ fn first_decision_id(now: SystemTime) -> u64 {
     u64::try_from(micros).unwrap_or(u64::MAX / 2).max(1)
 }
 
+/// The `file:line:col: error: ...` lines of a rendered load error, without the
+/// quoted source lines and underlines: status is served to any local user, and
+/// the policy file need not be readable by all of them.
+fn locating_lines(error: &str) -> String {
+    let located: Vec<&str> = error.lines().filter(|l| l.contains(": error: ")).collect();
+    if located.is_empty() {
+        error.lines().next().unwrap_or_default().to_owned()
+    } else {
+        located.join("\n")
+    }
+}
+
 fn pid_i32(pid: u32) -> i32 {
     i32::try_from(pid).unwrap_or(i32::MAX)
 }
@@ -312,5 +324,48 @@ fn verdict_msg(decision_id: u64, verdict: Verdict) -> VerdictMsg {
         rule: verdict.rule,
         mode: verdict.mode,
         would_unlock: verdict.would_unlock.is_some(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_shows_where_the_policy_is_wrong_but_not_its_lines() {
+        let rendered = "p.toml:2:1: error: unknown key `bogus`\nbogus = \"secret\"\n^~~~~\n\n\
+                        p.toml:4:4: error: rule `x` has no identity matcher\nid=\"x\"\n   ^~~";
+        assert_eq!(
+            locating_lines(rendered),
+            "p.toml:2:1: error: unknown key `bogus`\np.toml:4:4: error: rule `x` has no identity matcher"
+        );
+        assert_eq!(
+            locating_lines("cannot read /etc/metalift/policy.toml: permission denied"),
+            "cannot read /etc/metalift/policy.toml: permission denied"
+        );
+    }
+
+    #[test]
+    fn decision_ids_start_at_the_start_time_in_microseconds() {
+        let t = UNIX_EPOCH + std::time::Duration::from_micros(1_800_000_000_123_456);
+        assert_eq!(first_decision_id(t), 1_800_000_000_123_456);
+        assert_eq!(first_decision_id(UNIX_EPOCH), 1);
+    }
+
+    #[test]
+    fn a_monitor_verdict_goes_out_stock_naming_the_profile_it_would_unlock() {
+        let verdict = Verdict {
+            action: Action::Stock,
+            rule: Some("llama".into()),
+            mode: metalift_policy::Mode::Monitor,
+            would_unlock: Some("apple7".into()),
+            trace: Vec::new(),
+        };
+        let msg = verdict_msg(9, verdict);
+        assert_eq!(msg.action, WireAction::Stock);
+        assert!(msg.capabilities.is_none());
+        assert_eq!(msg.profile.as_deref(), Some("apple7"));
+        assert!(msg.would_unlock);
+        assert_eq!(msg.decision_id, 9);
     }
 }

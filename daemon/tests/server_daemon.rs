@@ -732,3 +732,22 @@ fn when_the_audit_log_refuses_the_decision_the_verdict_is_stock() {
         assert_eq!(unrecorded.status().unlocks, 0);
     });
 }
+
+#[test]
+fn status_names_a_refused_policy_by_location_without_quoting_it() {
+    let env = Env::new();
+    std::fs::write(
+        env.path("policy.toml"),
+        "version = 1\nsecret_key = \"do not echo\"\n",
+    )
+    .unwrap();
+    let _daemon = env.start(&[]);
+
+    let status = metalift_daemon::status::request(&env.socket(), HANG_GUARD).expect("status");
+    let error = status.last_reload_error.expect("the refusal is reported");
+    assert!(error.contains("policy.toml:2:1: error:"), "{error}");
+    assert!(!error.contains("do not echo"), "{error}");
+    // Refused at start: no rules, everything stock.
+    assert_eq!(status.rule_count, 0);
+    assert_eq!(check_in_once(&env.socket(), None).action, WireAction::Stock);
+}
