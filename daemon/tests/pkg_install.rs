@@ -521,7 +521,7 @@ fn fresh_install_puts_the_default_policy_in_place_and_starts_the_agent_for_the_c
     for expected in [
         format!("chown root:wheel {}.metalift-new", policy.display()),
         format!(
-            "chown 501:admin {}",
+            "chown -R 501:admin {}",
             machine.at("/var/log/metalift").display()
         ),
         format!(
@@ -620,7 +620,7 @@ fn use_launchdaemon_marker_switches_an_agent_install_to_the_daemon() {
         daemon_plist.display()
     )));
     assert!(calls.contains(&format!(
-        "chown root:admin {}",
+        "chown -R root:admin {}",
         machine.at("/var/log/metalift").display()
     )));
     assert_eq!(mode(&machine.at("/var/log/metalift")), 0o750);
