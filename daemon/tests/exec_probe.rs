@@ -93,10 +93,23 @@ fn exec_without_a_daemon_leaves_the_probe_stock() {
         "{report}"
     );
     // The shim is silent unless METALIFT_DEBUG=1: nothing breaks a tool parsing stderr.
+    assert_eq!(stderr(&out), "");
+
+    // It was injected all the same, and stayed stock because nobody answered.
+    let debug = Command::new(env!("CARGO_BIN_EXE_metalift"))
+        .args(["exec", "--shim"])
+        .arg(shim())
+        .arg("--")
+        .arg(probe())
+        .env_remove("LD_PRELOAD")
+        .env("METALIFT_SOCKET", &no_daemon)
+        .env("METALIFT_DEBUG", "1")
+        .output()
+        .unwrap();
+    let said = stderr(&debug);
     assert!(
-        !stderr(&out).contains("metalift: warning"),
-        "{}",
-        stderr(&out)
+        said.contains("libmetalift") && said.contains("no daemon") && said.contains("stock"),
+        "{said}"
     );
 }
 
