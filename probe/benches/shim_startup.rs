@@ -1,6 +1,6 @@
 //! Shim start-up cost: what injecting libmetalift adds to a process's wall time.
 //!
-//! `cargo bench -p metalift-probe --bench shim_startup [-- ITERATIONS]`
+//! `cargo bench -p metalift-probe --bench shim_startup [-- ITERATIONS]` (default 300)
 //!
 //! Runs, interleaved so that machine load hits every case alike:
 //! - `/bin/true` without and with the shim (a daemon up, answering every
@@ -45,10 +45,16 @@ fn micros(d: Duration) -> String {
 }
 
 fn main() {
-    let iterations: usize = std::env::args()
-        .skip(1)
-        .find_map(|a| a.parse().ok())
-        .unwrap_or(300);
+    // `cargo bench` passes `--bench`; `cargo test --all-targets` runs this binary
+    // without it, as a smoke test of the harness, so keep that run short.
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let default = if args.iter().any(|a| a == "--bench") {
+        300
+    } else {
+        3
+    };
+    let iterations: usize = args.iter().find_map(|a| a.parse().ok()).unwrap_or(default);
+    let warm_up = iterations.min(10);
     let daemon = FakeDaemon::start(unlock(APPLE7));
     let cases: [(&str, MakeCommand); 5] = [
         ("/bin/true", Box::new(|| clean("/bin/true"))),
@@ -70,9 +76,21 @@ fn main() {
             }),
         ),
     ];
+    let mut cases: Vec<(&str, MakeCommand)> = cases.into_iter().collect();
+    // Reference floor: the unwinder every Rust std cdylib on linux-gnu needs.
+    if let Some(gcc_s) = LIBGCC_S.iter().find(|p| std::path::Path::new(p).exists()) {
+        cases.push((
+            "/bin/true + libgcc_s.so.1 only (reference)",
+            Box::new(move || {
+                let mut cmd = clean("/bin/true");
+                cmd.env("LD_PRELOAD", gcc_s);
+                cmd
+            }),
+        ));
+    }
     // Warm the page cache and the dynamic loader's paths.
     for (_, make) in &cases {
-        for _ in 0..10 {
+        for _ in 0..warm_up {
             time(make());
         }
     }
@@ -102,6 +120,12 @@ fn main() {
         micros(added)
     );
 }
+
+/// Where Debian-like systems keep libgcc_s.
+const LIBGCC_S: [&str; 2] = [
+    "/lib/x86_64-linux-gnu/libgcc_s.so.1",
+    "/lib/aarch64-linux-gnu/libgcc_s.so.1",
+];
 
 fn num_cpus() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())

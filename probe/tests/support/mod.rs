@@ -244,6 +244,9 @@ pub fn clean(program: impl AsRef<std::ffi::OsStr>) -> Command {
 pub fn injected(program: impl AsRef<std::ffi::OsStr>, socket: &Path) -> Command {
     let mut cmd = clean(program);
     cmd.env("LD_PRELOAD", shim()).env("METALIFT_SOCKET", socket);
+    // The longest deadline the shim allows: a loaded CI box must not turn an
+    // answered check-in into a timeout. Tests of the deadline itself lower it.
+    cmd.env("METALIFT_TIMEOUT_MS", "10000");
     cmd
 }
 
