@@ -1,0 +1,181 @@
+//! The code signature of a running process, from its audit token, through the
+//! Security framework's `SecCode` API (bindings: `objc2-security`).
+//!
+//! The chain (`<Security/SecCode.h>`, `<Security/CSCommon.h>`):
+//!
+//! 1. `SecCodeCopyGuestWithAttributes(NULL, {kSecGuestAttributeAudit: token})`: the
+//!    kernel, as code-signing host, names the running code of exactly that process
+//!    (pid *and* pid version).
+//! 2. `SecCodeCheckValidity(code, kSecCSDefaultFlags, NULL)`: the kernel's dynamic
+//!    status is valid *and* the on-disk code still matches what runs
+//!    (`errSecCSStaticCodeChanged` otherwise), so the information read next from
+//!    disk describes the running code.
+//! 3. `SecCodeCopyStaticCode` + `SecCodeCopySigningInformation(kSecCSSigningInformation)`:
+//!    team id, signing id, cdhash (`kSecCodeInfoUnique`), flags (ad hoc or not).
+//!
+//! The result is a plain struct; the rule "an invalid or ad-hoc signature never
+//! yields a team id or signing id" is applied in [`CodeIdentity::trusted_ids`].
+
+use std::ptr::NonNull;
+
+use objc2_core_foundation::{CFData, CFDictionary, CFNumber, CFRetained, CFString, CFType};
+use objc2_security::{
+    kSecCSSigningInformation, kSecCodeInfoFlags, kSecCodeInfoIdentifier,
+    kSecCodeInfoTeamIdentifier, kSecCodeInfoUnique, kSecGuestAttributeAudit, SecCSFlags, SecCode,
+    SecCodeSignatureFlags, SecStaticCode,
+};
+
+use super::audit_token::AuditToken;
+
+/// `errSecSuccess`.
+const ERR_SEC_SUCCESS: i32 = 0;
+
+/// What the Security framework says about a running process's code.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CodeIdentity {
+    /// `SecCodeCheckValidity` passed: signed, dynamically valid, on-disk code unchanged.
+    pub valid: bool,
+    /// The `OSStatus` of the validity check (0 when valid; e.g. -67062 unsigned).
+    pub validity_status: i32,
+    /// The signature is ad hoc (`kSecCodeSignatureAdhoc`): no signing identity,
+    /// e.g. every linker-signed arm64 binary built locally.
+    pub adhoc: bool,
+    /// `kSecCodeInfoTeamIdentifier`, as recorded (not yet trusted).
+    pub team_id: Option<String>,
+    /// `kSecCodeInfoIdentifier`, as recorded (not yet trusted).
+    pub signing_id: Option<String>,
+    /// `kSecCodeInfoUnique`: the code directory hash (20 bytes).
+    pub cdhash: Option<Vec<u8>>,
+}
+
+impl CodeIdentity {
+    /// Team id and signing id, only from a valid, non-ad-hoc signature.
+    #[must_use]
+    pub fn trusted_ids(&self) -> (Option<String>, Option<String>) {
+        if self.valid && !self.adhoc {
+            (self.team_id.clone(), self.signing_id.clone())
+        } else {
+            (None, None)
+        }
+    }
+
+    /// The cdhash, only when the signature validated (ad hoc included: an ad-hoc
+    /// cdhash still pins the exact bytes that run).
+    #[must_use]
+    pub fn trusted_cdhash(&self) -> Option<Vec<u8>> {
+        self.valid.then(|| self.cdhash.clone()).flatten()
+    }
+}
+
+/// Why no identity could be read at all (the process is then treated as unsigned).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum CodeIdentityError {
+    /// `SecCodeCopyGuestWithAttributes` failed (e.g. -67065 no such code: exited).
+    #[error("SecCodeCopyGuestWithAttributes failed with OSStatus {0}")]
+    Guest(i32),
+    /// `SecCodeCopyStaticCode` failed.
+    #[error("SecCodeCopyStaticCode failed with OSStatus {0}")]
+    StaticCode(i32),
+    /// `SecCodeCopySigningInformation` failed.
+    #[error("SecCodeCopySigningInformation failed with OSStatus {0}")]
+    SigningInformation(i32),
+}
+
+/// Reads the code identity of the process `token` names.
+pub fn identify(token: &AuditToken) -> Result<CodeIdentity, CodeIdentityError> {
+    let guest = guest_for(token)?;
+
+    // SAFETY: `guest` is a valid SecCode; no requirement is passed.
+    let validity_status = unsafe { guest.check_validity(SecCSFlags::DefaultFlags, None) };
+
+    let mut static_code: *const SecStaticCode = std::ptr::null();
+    // SAFETY: `static_code` is a valid out-pointer; `guest` is a valid SecCode.
+    let status = unsafe {
+        guest.copy_static_code(SecCSFlags::DefaultFlags, NonNull::from(&mut static_code))
+    };
+    let static_code = match NonNull::new(static_code.cast_mut()) {
+        // SAFETY: a Copy-rule function returned this object at +1 on success.
+        Some(ptr) if status == ERR_SEC_SUCCESS => unsafe { CFRetained::from_raw(ptr) },
+        _ => return Err(CodeIdentityError::StaticCode(status)),
+    };
+
+    let mut info: *const CFDictionary = std::ptr::null();
+    // SAFETY: `info` is a valid out-pointer; `static_code` is a valid SecStaticCode.
+    let status = unsafe {
+        SecCode::copy_signing_information(
+            &static_code,
+            SecCSFlags(kSecCSSigningInformation),
+            NonNull::from(&mut info),
+        )
+    };
+    let info = match NonNull::new(info.cast_mut()) {
+        // SAFETY: a Copy-rule function returned this dictionary at +1 on success.
+        Some(ptr) if status == ERR_SEC_SUCCESS => unsafe { CFRetained::from_raw(ptr) },
+        _ => return Err(CodeIdentityError::SigningInformation(status)),
+    };
+    // SAFETY: the signing-information dictionary is keyed by CFString constants
+    // and holds CF objects; it is immutable and kept alive by `info`.
+    let info: &CFDictionary<CFString, CFType> = unsafe { info.cast_unchecked() };
+
+    // SAFETY: reading an immutable `extern static` CFString constant.
+    let flags_key = unsafe { kSecCodeInfoFlags };
+    let flags = info
+        .get(flags_key)
+        .and_then(|v| v.downcast::<CFNumber>().ok())
+        .and_then(|n| n.as_i64())
+        .unwrap_or(0);
+    let adhoc = flags & i64::from(SecCodeSignatureFlags::Adhoc.bits()) != 0;
+
+    // SAFETY: reading immutable `extern static` CFString constants.
+    let (team_key, id_key, unique_key) = unsafe {
+        (
+            kSecCodeInfoTeamIdentifier,
+            kSecCodeInfoIdentifier,
+            kSecCodeInfoUnique,
+        )
+    };
+    let string = |key: &CFString| {
+        info.get(key)
+            .and_then(|v| v.downcast::<CFString>().ok())
+            .map(|s| s.to_string())
+    };
+    let cdhash = info
+        .get(unique_key)
+        .and_then(|v| v.downcast::<CFData>().ok())
+        .map(|d| d.to_vec());
+
+    Ok(CodeIdentity {
+        valid: validity_status == ERR_SEC_SUCCESS,
+        validity_status,
+        adhoc,
+        team_id: string(team_key),
+        signing_id: string(id_key),
+        cdhash,
+    })
+}
+
+/// Step 1: the running code for an audit token, with the kernel as host.
+fn guest_for(token: &AuditToken) -> Result<CFRetained<SecCode>, CodeIdentityError> {
+    let token_data = CFData::from_bytes(&token.to_bytes());
+    // SAFETY: reading an immutable `extern static` CFString constant.
+    let audit_key = unsafe { kSecGuestAttributeAudit };
+    let attributes =
+        CFDictionary::<CFString, CFType>::from_slices(&[audit_key], &[token_data.as_ref()]);
+
+    let mut guest: *mut SecCode = std::ptr::null_mut();
+    // SAFETY: `attributes` is a CFDictionary of CFString → CFType as the API
+    // expects; `guest` is a valid out-pointer; a NULL host means "the kernel".
+    let status = unsafe {
+        SecCode::copy_guest_with_attributes(
+            None,
+            Some(attributes.as_opaque()),
+            SecCSFlags::DefaultFlags,
+            NonNull::from(&mut guest),
+        )
+    };
+    match NonNull::new(guest) {
+        // SAFETY: a Copy-rule function returned this object at +1 on success.
+        Some(ptr) if status == ERR_SEC_SUCCESS => Ok(unsafe { CFRetained::from_raw(ptr) }),
+        _ => Err(CodeIdentityError::Guest(status)),
+    }
+}

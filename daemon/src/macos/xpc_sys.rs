@@ -1,0 +1,215 @@
+//! The libxpc functions metalift uses, declared by hand (no SDK needed at build time).
+//!
+//! Declarations follow the macOS SDK's `<xpc/connection.h>` and `<xpc/xpc.h>` (as
+//! vendored, for example, in Zig's `lib/libc/include/aarch64-macos-gnu/xpc/`); each
+//! item names its header. libxpc is re-exported by libSystem, which every Rust
+//! program on macOS links, so no `#[link]` attribute is needed.
+//!
+//! Two functions are private (absent from the SDK headers, present in libxpc since
+//! 10.7–10.9 and used by Chromium, launchd tooling and most XPC servers that check
+//! their peers): `xpc_dictionary_get_audit_token` and `xpc_connection_get_audit_token`.
+//! They are looked up with `dlsym` at run time ([`PrivateXpc::load`]), never linked,
+//! so a macOS release that drops them costs the XPC listener (the Unix socket keeps
+//! working) instead of the whole daemon failing to load.
+//!
+//! This file is also compiled into libmetalift (the shim includes it by path), so it
+//! holds declarations only: no policy, no state.
+#![allow(non_camel_case_types, non_upper_case_globals)]
+
+use std::ffi::{c_char, c_void};
+
+use block2::Block;
+
+/// `xpc_object_t` (`<xpc/base.h>`): every XPC value, retained/released with
+/// [`xpc_retain`]/[`xpc_release`].
+pub type xpc_object_t = *mut c_void;
+/// `xpc_connection_t` (`<xpc/connection.h>`): an [`xpc_object_t`] of type connection.
+pub type xpc_connection_t = xpc_object_t;
+/// `xpc_type_t` (`<xpc/xpc.h>`): the address of one of the `_xpc_type_*` globals.
+pub type xpc_type_t = *const XpcTypeS;
+/// `xpc_handler_t` (`<xpc/xpc.h>`): `void (^)(xpc_object_t)`.
+pub type xpc_handler_t = Block<dyn Fn(xpc_object_t)>;
+/// `dispatch_block_t` (`<dispatch/object.h>`): `void (^)(void)`.
+pub type dispatch_block_t = Block<dyn Fn()>;
+/// `dispatch_queue_t`; NULL selects libdispatch's default target queue.
+pub type dispatch_queue_t = *mut c_void;
+
+/// `XPC_CONNECTION_MACH_SERVICE_LISTENER` (`<xpc/connection.h>`): the caller
+/// listens for the named service (it must be advertised in the job's plist).
+pub const XPC_CONNECTION_MACH_SERVICE_LISTENER: u64 = 1 << 0;
+/// `XPC_CONNECTION_MACH_SERVICE_PRIVILEGED` (`<xpc/connection.h>`): look the
+/// service up in the privileged (system, `/Library/LaunchDaemons`) bootstrap only.
+pub const XPC_CONNECTION_MACH_SERVICE_PRIVILEGED: u64 = 1 << 1;
+
+/// Opaque `struct _xpc_type_s`.
+#[repr(C)]
+#[derive(Debug)]
+pub struct XpcTypeS {
+    _opaque: [u8; 0],
+}
+
+/// Opaque `struct _xpc_dictionary_s` (the type of the well-known error objects).
+#[repr(C)]
+#[derive(Debug)]
+pub struct XpcDictionaryS {
+    _opaque: [u8; 0],
+}
+
+/// `audit_token_t` (`<mach/message.h>`): eight 32-bit words filled by the kernel.
+/// Read it only through libbsm's accessors (see `audit_token.rs`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct audit_token_t {
+    /// The raw words; their meaning is libbsm's business.
+    pub val: [u32; 8],
+}
+
+extern "C" {
+    // <xpc/xpc.h>: XPC_TYPE_* are the addresses of these globals.
+    /// `XPC_TYPE_CONNECTION`.
+    pub static _xpc_type_connection: XpcTypeS;
+    /// `XPC_TYPE_ERROR`.
+    pub static _xpc_type_error: XpcTypeS;
+    /// `XPC_TYPE_DICTIONARY`.
+    pub static _xpc_type_dictionary: XpcTypeS;
+    /// `XPC_TYPE_STRING`.
+    pub static _xpc_type_string: XpcTypeS;
+    /// `XPC_TYPE_UINT64`.
+    pub static _xpc_type_uint64: XpcTypeS;
+    /// `XPC_TYPE_BOOL`.
+    pub static _xpc_type_bool: XpcTypeS;
+
+    // <xpc/connection.h>: XPC_ERROR_* are the addresses of these globals.
+    /// `XPC_ERROR_CONNECTION_INTERRUPTED`: the peer went away; a reply will never come.
+    pub static _xpc_error_connection_interrupted: XpcDictionaryS;
+    /// `XPC_ERROR_CONNECTION_INVALID`: the service is not in this bootstrap (or the
+    /// connection was cancelled).
+    pub static _xpc_error_connection_invalid: XpcDictionaryS;
+    /// `XPC_ERROR_TERMINATION_IMMINENT`: the service is being asked to exit.
+    pub static _xpc_error_termination_imminent: XpcDictionaryS;
+    /// `XPC_ERROR_KEY_DESCRIPTION` (`<xpc/xpc.h>`): the error dictionaries' text key.
+    pub static _xpc_error_key_description: *const c_char;
+
+    // <xpc/connection.h>
+    /// Creates a (not yet active) connection to, or listener for, a mach service.
+    pub fn xpc_connection_create_mach_service(
+        name: *const c_char,
+        targetq: dispatch_queue_t,
+        flags: u64,
+    ) -> xpc_connection_t;
+    /// Sets the event handler (copies the block). Must precede activation.
+    pub fn xpc_connection_set_event_handler(connection: xpc_connection_t, handler: &xpc_handler_t);
+    /// Activates a connection (macOS 10.12+); nothing flows before this.
+    pub fn xpc_connection_activate(connection: xpc_connection_t);
+    /// Cancels a connection; its handler then sees `XPC_ERROR_CONNECTION_INVALID` once.
+    pub fn xpc_connection_cancel(connection: xpc_connection_t);
+    /// Sends a dictionary (logically copied) with no reply expected.
+    pub fn xpc_connection_send_message(connection: xpc_connection_t, message: xpc_object_t);
+    /// Sends a dictionary; `handler` (copied) runs on `replyq` with the reply or an error.
+    pub fn xpc_connection_send_message_with_reply(
+        connection: xpc_connection_t,
+        message: xpc_object_t,
+        replyq: dispatch_queue_t,
+        handler: &xpc_handler_t,
+    );
+    /// Runs `barrier` (copied) once every message sent before it has been sent;
+    /// the connection may be cancelled from inside it.
+    pub fn xpc_connection_send_barrier(connection: xpc_connection_t, barrier: &dispatch_block_t);
+
+    // <xpc/xpc.h>
+    /// The type of any XPC object.
+    pub fn xpc_get_type(object: xpc_object_t) -> xpc_type_t;
+    /// +1 on an XPC object.
+    pub fn xpc_retain(object: xpc_object_t) -> xpc_object_t;
+    /// -1 on an XPC object.
+    pub fn xpc_release(object: xpc_object_t);
+    /// A new dictionary from `count` keys and values (both may be NULL when 0).
+    pub fn xpc_dictionary_create(
+        keys: *const *const c_char,
+        values: *const xpc_object_t,
+        count: usize,
+    ) -> xpc_object_t;
+    /// A reply dictionary for a received message; NULL when it expects none.
+    pub fn xpc_dictionary_create_reply(original: xpc_object_t) -> xpc_object_t;
+    /// The connection a received message arrived on (not retained); NULL otherwise.
+    pub fn xpc_dictionary_get_remote_connection(xdict: xpc_object_t) -> xpc_connection_t;
+    /// The number of keys.
+    pub fn xpc_dictionary_get_count(xdict: xpc_object_t) -> usize;
+    /// The value under `key` (not retained), or NULL.
+    pub fn xpc_dictionary_get_value(xdict: xpc_object_t, key: *const c_char) -> xpc_object_t;
+    /// The string under `key` (borrowed), or NULL if absent or not a string.
+    pub fn xpc_dictionary_get_string(xdict: xpc_object_t, key: *const c_char) -> *const c_char;
+    /// Stores a copy of a NUL-terminated string.
+    pub fn xpc_dictionary_set_string(
+        xdict: xpc_object_t,
+        key: *const c_char,
+        string: *const c_char,
+    );
+    /// Stores an unsigned 64-bit integer.
+    pub fn xpc_dictionary_set_uint64(xdict: xpc_object_t, key: *const c_char, value: u64);
+    /// Stores a boolean.
+    pub fn xpc_dictionary_set_bool(xdict: xpc_object_t, key: *const c_char, value: bool);
+    /// The bytes of a string object (borrowed, NUL-terminated).
+    pub fn xpc_string_get_string_ptr(xstring: xpc_object_t) -> *const c_char;
+    /// The length of a string object in bytes, without the NUL.
+    pub fn xpc_string_get_length(xstring: xpc_object_t) -> usize;
+    /// The value of a uint64 object.
+    pub fn xpc_uint64_get_value(xuint: xpc_object_t) -> u64;
+    /// The value of a bool object.
+    pub fn xpc_bool_get_value(xbool: xpc_object_t) -> bool;
+}
+
+/// `void xpc_dictionary_get_audit_token(xpc_object_t, audit_token_t *)` (private;
+/// declared so by Chromium's `xpc_private` stubs and Dopamine's `xpc_private.h`):
+/// the audit token the kernel attached to *this* received message.
+pub type XpcDictionaryGetAuditToken = unsafe extern "C" fn(xpc_object_t, *mut audit_token_t);
+/// `void xpc_connection_get_audit_token(xpc_connection_t, audit_token_t *)`
+/// (private): the token of the last message received on the connection.
+pub type XpcConnectionGetAuditToken = unsafe extern "C" fn(xpc_connection_t, *mut audit_token_t);
+
+/// The private libxpc entry points, resolved at run time.
+#[derive(Debug, Clone, Copy)]
+pub struct PrivateXpc {
+    /// Preferred: per message, so no later message can stand in for this one.
+    pub dictionary_get_audit_token: Option<XpcDictionaryGetAuditToken>,
+    /// Fallback: per connection (the last message received), only read from the
+    /// connection's own serial handler, right after the message it vouches for.
+    pub connection_get_audit_token: Option<XpcConnectionGetAuditToken>,
+}
+
+impl PrivateXpc {
+    /// Looks both functions up in the already loaded libxpc.
+    #[must_use]
+    pub fn load() -> Self {
+        // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name only reads the
+        // loaded images' symbol tables.
+        let by_message = unsafe {
+            libc::dlsym(
+                libc::RTLD_DEFAULT,
+                c"xpc_dictionary_get_audit_token".as_ptr(),
+            )
+        };
+        // SAFETY: as above.
+        let by_connection = unsafe {
+            libc::dlsym(
+                libc::RTLD_DEFAULT,
+                c"xpc_connection_get_audit_token".as_ptr(),
+            )
+        };
+        PrivateXpc {
+            dictionary_get_audit_token: (!by_message.is_null()).then(|| {
+                // SAFETY: the symbol is libxpc's function of exactly this C signature
+                // (see the type's doc); a non-null dlsym result is its address.
+                unsafe {
+                    std::mem::transmute::<*mut c_void, XpcDictionaryGetAuditToken>(by_message)
+                }
+            }),
+            connection_get_audit_token: (!by_connection.is_null()).then(|| {
+                // SAFETY: as above, for the connection variant.
+                unsafe {
+                    std::mem::transmute::<*mut c_void, XpcConnectionGetAuditToken>(by_connection)
+                }
+            }),
+        }
+    }
+}

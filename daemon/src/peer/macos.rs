@@ -1,0 +1,138 @@
+//! macOS peer identity: the kernel's audit token, then `SecCode`.
+//!
+//! Both transports end here: XPC hands over the audit token of the message itself
+//! (`xpc_dictionary_get_audit_token`), the Unix socket the one recorded at
+//! `connect` (`LOCAL_PEERTOKEN`). From the token, in this order:
+//!
+//! 1. pid, pid version, euid: libbsm's accessors.
+//! 2. The executable: `proc_pidpath_audittoken`, which fails (`ESRCH`) if the pid
+//!    now names another process — never a pid-based lookup. It is opened at once
+//!    for `sha256` rules.
+//! 3. The code signature: `SecCode` from the same token (see
+//!    `crate::macos::code_identity`). Team id and signing id only from a valid,
+//!    non-ad-hoc signature.
+//! 4. The executable again through the token: if the process exited or exec'd
+//!    meanwhile, or the path changed, the peer is `Gone`; and the opened file must
+//!    still be the one at that path (same device and inode) to be kept for hashing.
+//! 5. The parent's executable, read between two checks of the parent's unique id.
+#![allow(unsafe_code)]
+
+use std::ffi::CStr;
+use std::fs::File;
+use std::io;
+use std::mem::MaybeUninit;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+use super::{CodeSignature, ExeFile, PeerError, PeerFacts};
+use crate::macos::audit_token::AuditToken;
+use crate::macos::code_identity;
+
+/// Identifies the process on the other end of a Unix-socket connection.
+pub fn facts_from_unix_stream(stream: &tokio::net::UnixStream) -> Result<PeerFacts, PeerError> {
+    let token = AuditToken::of_unix_peer(stream).map_err(PeerError::Credentials)?;
+    facts_from_audit_token(token)
+}
+
+/// Identifies the process an audit token names (see the module doc for the order).
+/// Blocking (the Security framework reads the executable): call it off the async
+/// executor's worker threads where latency matters.
+pub fn facts_from_audit_token(token: AuditToken) -> Result<PeerFacts, PeerError> {
+    let pid = token.pid();
+    if pid == 0 {
+        return Err(PeerError::NoPid);
+    }
+    let exe = token.executable().map_err(|e| gone_or(pid, "path", e))?;
+    let opened = File::open(&exe);
+
+    let code_signature = match code_identity::identify(&token) {
+        Ok(identity) => {
+            let (team_id, signing_id) = identity.trusted_ids();
+            Some(CodeSignature {
+                valid: identity.valid && !identity.adhoc,
+                team_id,
+                signing_id,
+                cdhash: identity.trusted_cdhash(),
+            })
+        }
+        Err(error) => {
+            tracing::debug!(pid, %error, "no code identity: treated as unsigned");
+            None
+        }
+    };
+
+    // Still the same process, still the same executable path?
+    let again = token.executable().map_err(|e| gone_or(pid, "path", e))?;
+    if again != exe {
+        return Err(PeerError::Gone { pid });
+    }
+    let exe_file = match opened {
+        Ok(file) if same_file(&file, &exe) => Some(ExeFile::new(file)),
+        Ok(_) => {
+            tracing::debug!(pid, exe = %exe.display(), "executable replaced on disk: not hashing");
+            None
+        }
+        Err(error) => {
+            tracing::debug!(pid, %error, "cannot open the peer's executable for hashing");
+            None
+        }
+    };
+
+    Ok(PeerFacts {
+        pid,
+        pid_version: Some(u64::from(token.pid_version())),
+        uid: token.euid(),
+        exe,
+        parent_exe: token.parent_executable(),
+        code_signature,
+        exe_file,
+    })
+}
+
+/// `ESRCH` means the token's process is gone; anything else is a read failure.
+fn gone_or(pid: u32, what: &'static str, source: io::Error) -> PeerError {
+    if source.raw_os_error() == Some(libc::ESRCH) {
+        PeerError::Gone { pid }
+    } else {
+        PeerError::Proc { pid, what, source }
+    }
+}
+
+/// Whether the open `file` is the file now at `path`.
+fn same_file(file: &File, path: &Path) -> bool {
+    match (file.metadata(), std::fs::metadata(path)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
+}
+
+/// The user name for `uid` (`getpwuid_r`), for `user` rules.
+#[must_use]
+pub fn user_name(uid: u32) -> Option<String> {
+    let mut buf = vec![0u8; 1024];
+    loop {
+        let mut pwd = MaybeUninit::<libc::passwd>::zeroed();
+        let mut result: *mut libc::passwd = std::ptr::null_mut();
+        // SAFETY: every pointer is to writable memory owned here; `buf.len()` is its size.
+        let rc = unsafe {
+            libc::getpwuid_r(
+                uid,
+                pwd.as_mut_ptr(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                &mut result,
+            )
+        };
+        if rc == libc::ERANGE && buf.len() < 1 << 20 {
+            buf.resize(buf.len() * 2, 0);
+            continue;
+        }
+        if rc != 0 || result.is_null() {
+            return None;
+        }
+        // SAFETY: getpwuid_r succeeded and pointed `result` at `pwd`, whose `pw_name`
+        // is a NUL-terminated string inside `buf`, alive for this scope.
+        let name = unsafe { CStr::from_ptr((*result).pw_name) };
+        return Some(name.to_string_lossy().into_owned());
+    }
+}
