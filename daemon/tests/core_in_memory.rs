@@ -1,0 +1,477 @@
+//! The server core driven through an in-memory stand-in for the XPC transport, on
+//! any OS: the proof that the XPC path decides and audits nothing on its own.
+//!
+//! The stand-in does exactly what `daemon/src/transport/xpc.rs` does between
+//! libxpc and the core, minus libxpc: messages are dictionaries in the real
+//! key layout (`daemon/src/macos/wire_dict.rs`, compiled here by path, so its own
+//! unit tests run on Linux too), the asker's identity comes with each message
+//! from "the kernel" (never from the dictionary), and the core is called exactly
+//! as the XPC transport calls it. Whatever differs between a shim that asks over
+//! XPC and one that asks over the socket is therefore only the dictionary mapping
+//! and how the kernel identity is read (`peer/macos.rs`); both are covered here or
+//! listed as type-checked only in `daemon/src/macos/mod.rs`.
+
+use std::collections::BTreeMap;
+use std::ffi::CStr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use metalift_daemon::audit::{AuditLog, Rotation};
+use metalift_daemon::peer::{CodeSignature, PeerFacts};
+use metalift_daemon::policy_store::PolicyStore;
+use metalift_daemon::server::Core;
+use metalift_policy::wire::{
+    Answers, CheckIn, Message, Outcome, OutcomeResult, VerdictMsg, WireAction, WireError,
+};
+use metalift_policy::LoadOptions;
+use serde_json::Value;
+
+#[allow(dead_code, unreachable_pub)]
+#[path = "../src/macos/wire_dict.rs"]
+mod wire_dict;
+
+use wire_dict::{DictSink, DictSource, DictValue};
+
+/// The transport name the XPC transport records.
+const XPC: &str = "xpc";
+
+const POLICY: &str = r#"version = 1
+
+[profile.apple7]
+apple_family_max = 7
+max_threadgroup_memory = 32768
+
+[[rule]]
+id = "llama"
+path = "/opt/llama.cpp/bin/llama-*"
+unlock = "apple7"
+
+[[rule]]
+id = "signed-by-us"
+team_id = "ABCDE12345"
+signing_id = "com.example.runner"
+unlock = "apple7"
+"#;
+
+// ---------------------------------------------------------------------------
+// The in-memory XPC
+// ---------------------------------------------------------------------------
+
+/// An XPC dictionary's stand-in: typed values under C-string keys.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+struct MapDict(BTreeMap<&'static CStr, DictValue>);
+
+impl DictSink for MapDict {
+    fn set_u64(&mut self, key: &'static CStr, value: u64) {
+        self.0.insert(key, DictValue::U64(value));
+    }
+    fn set_bool(&mut self, key: &'static CStr, value: bool) {
+        self.0.insert(key, DictValue::Bool(value));
+    }
+    fn set_str(&mut self, key: &'static CStr, value: &str) {
+        self.0
+            .insert(key, DictValue::Str(value.as_bytes().to_vec()));
+    }
+}
+
+impl DictSource for MapDict {
+    fn get(&self, key: &'static CStr) -> Option<DictValue> {
+        self.0.get(key).cloned()
+    }
+}
+
+fn to_dict(msg: &Message) -> MapDict {
+    let mut d = MapDict::default();
+    wire_dict::encode(msg, &mut d);
+    d
+}
+
+/// What the kernel attaches to a message (the audit token, and what `SecCode`
+/// says about the code it names). Never part of the dictionary.
+#[derive(Debug, Clone)]
+struct Kernel {
+    pid: u32,
+    pid_version: u32,
+    euid: u32,
+    exe: PathBuf,
+    signature: Option<CodeSignature>,
+}
+
+impl Kernel {
+    fn process(exe: &str) -> Kernel {
+        Kernel {
+            pid: 4242,
+            pid_version: 7,
+            euid: 501,
+            exe: PathBuf::from(exe),
+            signature: None,
+        }
+    }
+
+    /// The stand-in for `peer::facts_from_audit_token`.
+    fn facts(&self) -> PeerFacts {
+        PeerFacts {
+            pid: self.pid,
+            pid_version: Some(u64::from(self.pid_version)),
+            uid: self.euid,
+            exe: self.exe.clone(),
+            parent_exe: None,
+            code_signature: self.signature.clone(),
+            exe_file: None,
+        }
+    }
+}
+
+/// Why the stand-in closed a peer (the same cases as the XPC transport's).
+#[derive(Debug, PartialEq, Eq)]
+enum Closed {
+    Wire(WireError),
+    Unexpected(&'static str),
+    WrongDecision,
+    OtherProcess,
+}
+
+/// One peer connection, as `transport/xpc.rs`'s `PeerTask` serves it.
+struct Peer {
+    core: Arc<Core>,
+    /// After the check-in: the decision given, and who it was given to.
+    given: Option<(u64, Kernel, PeerFacts)>,
+}
+
+impl Peer {
+    fn new(core: &Arc<Core>) -> Peer {
+        Peer {
+            core: Arc::clone(core),
+            given: None,
+        }
+    }
+
+    /// Delivers one message with the kernel's identity; returns the reply, if any.
+    async fn deliver(
+        &mut self,
+        message: &MapDict,
+        kernel: &Kernel,
+    ) -> Result<Option<MapDict>, Closed> {
+        let msg = wire_dict::decode(message).map_err(Closed::Wire)?;
+        match (self.given.take(), msg) {
+            (None, Message::CheckIn(req)) => {
+                let facts = kernel.facts();
+                let verdict = self.core.check_in(&facts, req, XPC).await;
+                let reply = to_dict(&Message::Verdict(verdict.clone()));
+                self.given = Some((verdict.decision_id, kernel.clone(), facts));
+                Ok(Some(reply))
+            }
+            (None, Message::StatusRequest) => {
+                let json = serde_json::to_string(&self.core.status()).expect("status encodes");
+                Ok(Some(to_dict(&Message::Status(json))))
+            }
+            (Some((given, asker, facts)), Message::Outcome(outcome)) => {
+                if kernel.pid != asker.pid || kernel.pid_version != asker.pid_version {
+                    return Err(Closed::OtherProcess);
+                }
+                if outcome.decision_id != 0 && outcome.decision_id != given {
+                    return Err(Closed::WrongDecision);
+                }
+                self.core.outcome(&facts, outcome).await;
+                Ok(None)
+            }
+            (_, Message::CheckIn(_)) => Err(Closed::Unexpected("check-in")),
+            (_, Message::Verdict(_)) => Err(Closed::Unexpected("verdict")),
+            (_, Message::Outcome(_)) => Err(Closed::Unexpected("outcome")),
+            (_, Message::StatusRequest) => Err(Closed::Unexpected("status request")),
+            (_, Message::Status(_)) => Err(Closed::Unexpected("status")),
+        }
+    }
+}
+
+/// The shim's side: what it sends and how it reads the reply.
+fn check_in_claiming(claimed: Option<&str>) -> MapDict {
+    to_dict(&Message::CheckIn(CheckIn {
+        shim_version: "0.1.0".into(),
+        arch: "arm64e".into(),
+        claimed_executable: claimed.map(str::to_owned),
+    }))
+}
+
+fn read_verdict(reply: Option<MapDict>) -> VerdictMsg {
+    match wire_dict::decode(&reply.expect("a check-in is answered")) {
+        Ok(Message::Verdict(v)) => v,
+        other => panic!("expected a verdict, got {other:?}"),
+    }
+}
+
+fn outcome(decision_id: u64) -> MapDict {
+    to_dict(&Message::Outcome(Outcome {
+        decision_id,
+        result: OutcomeResult::Applied,
+        reason: String::new(),
+        device_class: "AppleParavirtDevice".into(),
+        stock: Answers {
+            families: 0b1_1111,
+            threadgroup_memory: 32768,
+            working_set: 0,
+        },
+        effective: Answers {
+            families: 0b111_1111,
+            threadgroup_memory: 32768,
+            working_set: 0,
+        },
+    }))
+}
+
+// ---------------------------------------------------------------------------
+// Harness
+// ---------------------------------------------------------------------------
+
+struct Daemon {
+    _dir: tempfile::TempDir,
+    audit_path: PathBuf,
+    core: Arc<Core>,
+}
+
+impl Daemon {
+    fn start() -> Daemon {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let policy = dir.path().join("policy.toml");
+        std::fs::write(&policy, POLICY).expect("write policy");
+        let audit_path = dir.path().join("audit.jsonl");
+        let audit = Arc::new(AuditLog::open(&audit_path, Rotation::default()).expect("audit log"));
+        let opts = LoadOptions {
+            allow_insecure_owner: true,
+        };
+        let store = PolicyStore::load_initial(&policy, opts, &audit).expect("policy loads");
+        let core = Arc::new(Core::new(Arc::new(store), audit, 16));
+        Daemon {
+            _dir: dir,
+            audit_path,
+            core,
+        }
+    }
+
+    fn records(&self, kind: &str) -> Vec<Value> {
+        records(&self.audit_path)
+            .into_iter()
+            .filter(|r| r["kind"] == kind)
+            .collect()
+    }
+}
+
+fn records(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("audit lines are JSON"))
+        .collect()
+}
+
+/// A verdict without its decision id (ids differ between two decisions).
+fn without_id(v: &VerdictMsg) -> VerdictMsg {
+    VerdictMsg {
+        decision_id: 0,
+        ..v.clone()
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Tests
+// ---------------------------------------------------------------------------
+
+#[tokio::test]
+async fn given_a_matching_executable_then_the_xpc_reply_is_exactly_the_cores_verdict() {
+    let d = Daemon::start();
+    let kernel = Kernel::process("/opt/llama.cpp/bin/llama-server");
+
+    let mut peer = Peer::new(&d.core);
+    let via_xpc = read_verdict(
+        peer.deliver(&check_in_claiming(None), &kernel)
+            .await
+            .unwrap(),
+    );
+    let direct = d
+        .core
+        .check_in(&kernel.facts(), CheckIn::default(), XPC)
+        .await;
+
+    assert_eq!(via_xpc.action, WireAction::Unlock);
+    assert_eq!(via_xpc.rule.as_deref(), Some("llama"));
+    assert_eq!(via_xpc.capabilities.map(|c| c.apple_family_max), Some(7));
+    assert_eq!(
+        without_id(&via_xpc),
+        without_id(&direct),
+        "the transport adds nothing"
+    );
+
+    let decisions = d.records("decision");
+    assert_eq!(
+        decisions.len(),
+        2,
+        "one record per decision, written by the core"
+    );
+    let first = &decisions[0];
+    assert_eq!(first["decision_id"], via_xpc.decision_id);
+    assert_eq!(first["transport"], "xpc");
+    assert_eq!(first["exe"], "/opt/llama.cpp/bin/llama-server");
+    assert_eq!(first["pid"], 4242);
+    assert_eq!(first["action"], "unlock");
+}
+
+#[tokio::test]
+async fn given_a_claim_to_be_llama_then_the_kernels_identity_decides_and_the_claim_is_advisory() {
+    let d = Daemon::start();
+    let kernel = Kernel::process("/usr/bin/true");
+
+    let mut peer = Peer::new(&d.core);
+    let claim = check_in_claiming(Some("/opt/llama.cpp/bin/llama-server"));
+    let verdict = read_verdict(peer.deliver(&claim, &kernel).await.unwrap());
+
+    assert_eq!(verdict.action, WireAction::Stock);
+    assert_eq!(verdict.rule, None);
+    let decision = &d.records("decision")[0];
+    assert_eq!(decision["exe"], "/usr/bin/true");
+    assert_eq!(
+        decision["advisory"]["claimed_executable"],
+        "/opt/llama.cpp/bin/llama-server"
+    );
+    assert_eq!(decision["action"], "stock");
+}
+
+#[tokio::test]
+async fn given_a_valid_signature_then_team_rules_match_and_an_ad_hoc_one_never_does() {
+    let d = Daemon::start();
+    let signed = |valid| CodeSignature {
+        valid,
+        team_id: Some("ABCDE12345".into()),
+        signing_id: Some("com.example.runner".into()),
+        cdhash: Some(vec![0xab; 20]),
+    };
+    let mut developer_id = Kernel::process("/Applications/Runner.app/Contents/MacOS/runner");
+    developer_id.signature = Some(signed(true));
+    let mut ad_hoc = developer_id.clone();
+    ad_hoc.pid_version += 1;
+    ad_hoc.signature = Some(signed(false));
+
+    let unlocked = read_verdict(
+        Peer::new(&d.core)
+            .deliver(&check_in_claiming(None), &developer_id)
+            .await
+            .unwrap(),
+    );
+    let refused = read_verdict(
+        Peer::new(&d.core)
+            .deliver(&check_in_claiming(None), &ad_hoc)
+            .await
+            .unwrap(),
+    );
+
+    assert_eq!(unlocked.action, WireAction::Unlock);
+    assert_eq!(unlocked.rule.as_deref(), Some("signed-by-us"));
+    assert_eq!(refused.action, WireAction::Stock);
+    let decisions = d.records("decision");
+    assert_eq!(decisions[0]["team_id"], "ABCDE12345");
+    assert_eq!(decisions[0]["cdhash"], "ab".repeat(20), "cdhash as 40 hex");
+    assert_eq!(
+        decisions[1]["team_id"],
+        Value::Null,
+        "ad hoc never fills team_id"
+    );
+}
+
+#[tokio::test]
+async fn given_an_outcome_then_it_is_recorded_only_for_the_decision_and_process_that_asked() {
+    let d = Daemon::start();
+    let kernel = Kernel::process("/opt/llama.cpp/bin/llama-cli");
+
+    let mut peer = Peer::new(&d.core);
+    let verdict = read_verdict(
+        peer.deliver(&check_in_claiming(None), &kernel)
+            .await
+            .unwrap(),
+    );
+    assert_eq!(
+        peer.deliver(&outcome(verdict.decision_id), &kernel).await,
+        Ok(None)
+    );
+    let outcomes = d.records("outcome");
+    assert_eq!(outcomes.len(), 1);
+    assert_eq!(outcomes[0]["decision_id"], verdict.decision_id);
+
+    let mut peer = Peer::new(&d.core);
+    let verdict = read_verdict(
+        peer.deliver(&check_in_claiming(None), &kernel)
+            .await
+            .unwrap(),
+    );
+    assert_eq!(
+        peer.deliver(&outcome(verdict.decision_id + 1), &kernel)
+            .await,
+        Err(Closed::WrongDecision)
+    );
+
+    let mut peer = Peer::new(&d.core);
+    let verdict = read_verdict(
+        peer.deliver(&check_in_claiming(None), &kernel)
+            .await
+            .unwrap(),
+    );
+    let mut exec_d = kernel.clone();
+    exec_d.pid_version += 1;
+    assert_eq!(
+        peer.deliver(&outcome(verdict.decision_id), &exec_d).await,
+        Err(Closed::OtherProcess)
+    );
+
+    assert_eq!(
+        d.records("outcome").len(),
+        1,
+        "refused outcomes reach no record"
+    );
+}
+
+#[tokio::test]
+async fn given_a_malformed_or_out_of_order_message_then_nothing_is_decided() {
+    let d = Daemon::start();
+    let kernel = Kernel::process("/opt/llama.cpp/bin/llama-server");
+
+    let mut no_version = check_in_claiming(None);
+    no_version.0.remove(wire_dict::key::VERSION);
+    assert_eq!(
+        Peer::new(&d.core).deliver(&no_version, &kernel).await,
+        Err(Closed::Wire(WireError::Missing("metalift.version")))
+    );
+    assert_eq!(
+        Peer::new(&d.core).deliver(&outcome(1), &kernel).await,
+        Err(Closed::Unexpected("outcome"))
+    );
+    let forged = to_dict(&Message::Verdict(VerdictMsg {
+        decision_id: 1,
+        action: WireAction::Stock,
+        capabilities: None,
+        profile: None,
+        rule: None,
+        mode: metalift_policy::Mode::Enforce,
+        would_unlock: false,
+    }));
+    assert_eq!(
+        Peer::new(&d.core).deliver(&forged, &kernel).await,
+        Err(Closed::Unexpected("verdict"))
+    );
+
+    assert!(d.records("decision").is_empty());
+}
+
+#[tokio::test]
+async fn given_a_status_request_then_only_counts_come_back() {
+    let d = Daemon::start();
+    let kernel = Kernel::process("/usr/local/bin/metalift");
+    let reply = Peer::new(&d.core)
+        .deliver(&to_dict(&Message::StatusRequest), &kernel)
+        .await
+        .unwrap()
+        .expect("answered");
+    let Ok(Message::Status(json)) = wire_dict::decode(&reply) else {
+        panic!("a status reply")
+    };
+    let status: Value = serde_json::from_str(&json).expect("status is JSON");
+    assert!(status.is_object());
+    assert!(d.records("decision").is_empty());
+}
