@@ -1,6 +1,7 @@
 //! `metaliftd`: the policy service. Thin: flags, logging, runtime; the daemon is
 //! `metalift_daemon::service`.
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -11,6 +12,8 @@ fn main() -> ExitCode {
     let args = DaemonArgs::parse();
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        // Colour only for a person at a terminal, not in launchd's or journald's log files.
+        .with_ansi(std::io::stderr().is_terminal())
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),

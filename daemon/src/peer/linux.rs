@@ -18,6 +18,10 @@
 //! reused process would then be identified. It needs the asker's cooperation
 //! and a pid wrap inside microseconds.
 //!
+//! What is identified is the process that connected, as it is when its check-in
+//! is read: if it `exec`ed in between, the new executable is the one decided
+//! for, which is also the code that will read the verdict.
+//!
 //! All unsafe code of peer identity is here, one operation per block.
 #![allow(unsafe_code)]
 
