@@ -41,6 +41,7 @@
 
 use std::ffi::{CStr, CString};
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use block2::RcBlock;
@@ -104,10 +105,12 @@ pub async fn run(
     }
 
     let (accepted_tx, mut accepted_rx) = mpsc::channel::<Accepted>(limits.max_active.max(1));
+    let stopping = Arc::new(AtomicBool::new(false));
     let listener_ctx = ListenerCtx {
         accepted: accepted_tx,
         places: Arc::new(Semaphore::new(limits.max_waiting.max(1))),
         private,
+        stopping: Arc::clone(&stopping),
     };
     let queue = DispatchQueue::new("com.metalift.policy.xpc", None);
     let handler = RcBlock::new(move |event: xpc_object_t| on_listener_event(event, &listener_ctx));
@@ -158,6 +161,7 @@ pub async fn run(
             }
         }
     }
+    stopping.store(true, Ordering::Relaxed);
     drop(listener); // cancels the listener: no new peers
     drop(accepted_rx); // peers accepted but not yet served are cancelled
     drop(notify_shutdown);
@@ -200,6 +204,8 @@ struct ListenerCtx {
     places: Arc<Semaphore>,
     /// The private audit-token functions.
     private: PrivateXpc,
+    /// Set before the listener is cancelled, so its final "invalid" is not an error.
+    stopping: Arc<AtomicBool>,
 }
 
 /// A peer connection, active, with the channel its handler feeds.
@@ -225,7 +231,9 @@ fn on_listener_event(event: xpc_object_t, ctx: &ListenerCtx) {
     if kind == &raw const _xpc_type_connection {
         accept(event, ctx);
     } else if kind == &raw const _xpc_type_error {
-        if event == error_object(&raw const _xpc_error_connection_invalid) {
+        if ctx.stopping.load(Ordering::Relaxed) {
+            tracing::debug!("XPC listener cancelled");
+        } else if event == error_object(&raw const _xpc_error_connection_invalid) {
             tracing::error!(
                 "the XPC listener is invalid: is the service in this job's MachServices?"
             );
@@ -387,15 +395,17 @@ impl PeerTask {
         let Some(PeerEvent::Message { dict, token }) = first else {
             return Ok(());
         };
-        match wire_dict::decode(&dict)? {
+        let request = wire_dict::decode(&dict)?;
+        // A request sent without a reply handler cannot be answered: refuse it
+        // before anything is decided or recorded.
+        let Some(mut answer) = XpcDict::reply_to(&dict) else {
+            return Err(PeerError::NoReplyExpected(kind(&request)));
+        };
+        match request {
             Message::StatusRequest => {
                 let json = serde_json::to_string(&self.core.status())?;
-                reply(
-                    &accepted.peer,
-                    &dict,
-                    &Message::Status(json),
-                    "status request",
-                )
+                reply(&accepted.peer, &mut answer, &Message::Status(json));
+                Ok(())
             }
             Message::CheckIn(req) => {
                 // Not raced against shutdown: a check-in that arrived is decided,
@@ -408,12 +418,7 @@ impl PeerTask {
                         .await??;
                 let verdict = self.core.check_in(&facts, req, TRANSPORT).await;
                 let given = verdict.decision_id;
-                reply(
-                    &accepted.peer,
-                    &dict,
-                    &Message::Verdict(verdict),
-                    "check-in",
-                )?;
+                reply(&accepted.peer, &mut answer, &Message::Verdict(verdict));
                 drop(active);
 
                 let next = tokio::select! {
@@ -451,17 +456,10 @@ impl PeerTask {
     }
 }
 
-/// Answers `request` on `peer` with `msg`.
-fn reply(
-    peer: &Connection,
-    request: &XpcDict,
-    msg: &Message,
-    what: &'static str,
-) -> Result<(), PeerError> {
-    let mut reply = XpcDict::reply_to(request).ok_or(PeerError::NoReplyExpected(what))?;
-    wire_dict::encode(msg, &mut reply);
-    peer.send(&reply);
-    Ok(())
+/// Sends `msg` on `peer` in `answer` (the reply dictionary made for the request).
+fn reply(peer: &Connection, answer: &mut XpcDict, msg: &Message) {
+    wire_dict::encode(msg, answer);
+    peer.send(answer);
 }
 
 fn kind(msg: &Message) -> &'static str {

@@ -75,6 +75,9 @@ const LOOKUPS: [u64; 2] = [0, XPC_CONNECTION_MACH_SERVICE_PRIVILEGED];
 /// A check-in sent over XPC (or, once XPC proved absent, over the socket).
 pub(crate) struct XpcCheckIn {
     shared: Arc<Shared>,
+    /// The process that created the connection. libxpc is not fork-safe: a forked
+    /// child must neither wait on nor cancel its parent's connection.
+    pid: u32,
 }
 
 /// What the reply handler and the waiting thread share.
@@ -145,7 +148,10 @@ pub(crate) fn start(config: &Config, hello: &Message) -> Result<XpcCheckIn, Stri
     let mut progress = shared.lock();
     *progress = send(&shared, 0);
     drop(progress);
-    Ok(XpcCheckIn { shared })
+    Ok(XpcCheckIn {
+        shared,
+        pid: std::process::id(),
+    })
 }
 
 impl Shared {
@@ -254,6 +260,9 @@ fn error_object(e: *const XpcDictionaryS) -> xpc_object_t {
 
 impl CheckIn for XpcCheckIn {
     fn await_verdict(&mut self, deadline: Instant) -> Result<VerdictMsg, String> {
+        if self.pid != std::process::id() {
+            return Err("forked child: the XPC check-in belongs to the parent process".into());
+        }
         let mut progress = self.shared.lock();
         loop {
             match &mut *progress {
@@ -284,6 +293,9 @@ impl CheckIn for XpcCheckIn {
     }
 
     fn report(self: Box<Self>, outcome: &Outcome) {
+        if self.pid != std::process::id() {
+            return; // Drop leaves the parent's connection alone
+        }
         let state = std::mem::replace(&mut *self.shared.lock(), Progress::Done);
         match state {
             Progress::Socket(Ok(socket)) => Box::new(socket).report(outcome),
@@ -309,6 +321,13 @@ impl CheckIn for XpcCheckIn {
 
 impl Drop for XpcCheckIn {
     fn drop(&mut self) {
+        if self.pid != std::process::id() {
+            // In a forked child: touch neither the lock (a parent thread may have
+            // held it at fork) nor libxpc. Leaking one reference keeps `Shared`,
+            // and so the connection, from ever being dropped here.
+            std::mem::forget(Arc::clone(&self.shared));
+            return;
+        }
         // Late replies must not start a fallback for a check-in nobody reads.
         let state = std::mem::replace(&mut *self.shared.lock(), Progress::Done);
         drop(state);
