@@ -205,3 +205,23 @@ fn a_failed_rotation_still_records_into_the_current_file() {
         .collect();
     assert_eq!(in_live, vec![1, 2, 3]);
 }
+
+#[test]
+fn keep_zero_starts_the_live_file_afresh_and_leaves_no_rotated_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("audit.jsonl");
+    let line_len = decision(0, "/bin/x").to_line().unwrap().len() as u64;
+    let log = AuditLog::open(
+        &path,
+        Rotation {
+            max_bytes: line_len * 2,
+            keep: 0,
+        },
+    )
+    .unwrap();
+    for id in 0..5 {
+        log.append(&decision(id, "/bin/x")).unwrap();
+    }
+    assert!(!rotated_path(&path, 1).exists());
+    assert_eq!(ids(&read_all(&path)), vec![4]);
+}
