@@ -407,3 +407,106 @@ pub fn bind(path: &Path) -> Result<BoundSocket, BindError> {
         id: (m.dev(), m.ino()),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    //! The deadlines, on tokio's paused clock: time only moves when every task
+    //! waits, so "15 minutes of silence" takes no time and no test races a timer.
+
+    use std::time::Duration;
+
+    use metalift_policy::wire::{Answers, Outcome, OutcomeResult};
+    use tokio::io::AsyncWriteExt;
+
+    use super::*;
+
+    const READ_TIMEOUT: Duration = Duration::from_secs(5);
+    const IDLE: Duration = Duration::from_secs(15 * 60);
+
+    fn connected() -> (Frames, UnixStream) {
+        let (server, client) = UnixStream::pair().expect("pair");
+        let frames = Frames {
+            stream: server,
+            buf: Vec::new(),
+            read_timeout: READ_TIMEOUT,
+        };
+        (frames, client)
+    }
+
+    fn outcome_frame() -> Vec<u8> {
+        wire::encode_frame(&Message::Outcome(Outcome {
+            decision_id: 1,
+            result: OutcomeResult::Applied,
+            reason: String::new(),
+            device_class: "AppleParavirtDevice".into(),
+            stock: Answers::default(),
+            effective: Answers::default(),
+        }))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_frame_left_incomplete_is_cut_at_the_read_deadline() {
+        let (mut frames, mut client) = connected();
+        client.write_all(&outcome_frame()[..3]).await.unwrap();
+        let result = frames
+            .read(Wait::Until(Instant::now() + READ_TIMEOUT))
+            .await;
+        assert!(matches!(result, Err(ConnError::Deadline)), "{result:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_answered_shim_may_stay_silent_until_the_idle_limit() {
+        let (mut frames, mut client) = connected();
+        let writer = tokio::spawn(async move {
+            tokio::time::sleep(IDLE - Duration::from_secs(1)).await;
+            client.write_all(&outcome_frame()).await.unwrap();
+            client
+        });
+        let msg = frames.read(Wait::Idle(IDLE)).await.expect("frame");
+        assert!(matches!(msg, Some(Message::Outcome(_))));
+        drop(writer.await);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn silence_past_the_idle_limit_closes_the_connection() {
+        let (mut frames, _client) = connected();
+        let result = frames.read(Wait::Idle(IDLE)).await;
+        assert!(matches!(result, Err(ConnError::Idle)), "{result:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn once_an_outcome_starts_it_must_finish_within_the_read_deadline() {
+        let (mut frames, mut client) = connected();
+        // Ten minutes of silence are fine; then one byte starts the frame clock.
+        let _writer = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(600)).await;
+            client.write_all(&outcome_frame()[..1]).await.unwrap();
+            tokio::time::sleep(IDLE).await;
+            client
+        });
+        let result = frames.read(Wait::Idle(IDLE)).await;
+        assert!(matches!(result, Err(ConnError::Deadline)), "{result:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_client_closing_between_frames_is_a_clean_end_and_mid_frame_is_not() {
+        let (mut frames, client) = connected();
+        drop(client);
+        assert!(matches!(
+            frames
+                .read(Wait::Until(Instant::now() + READ_TIMEOUT))
+                .await,
+            Ok(None)
+        ));
+
+        let (mut frames, mut client) = connected();
+        client.write_all(&outcome_frame()[..5]).await.unwrap();
+        drop(client);
+        assert!(matches!(
+            frames
+                .read(Wait::Until(Instant::now() + READ_TIMEOUT))
+                .await,
+            Err(ConnError::Truncated)
+        ));
+    }
+}
