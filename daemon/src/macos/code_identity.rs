@@ -6,7 +6,7 @@
 //! 1. `SecCodeCopyGuestWithAttributes(NULL, {kSecGuestAttributeAudit: token})`: the
 //!    kernel, as code-signing host, names the running code of exactly that process
 //!    (pid *and* pid version).
-//! 2. `SecCodeCheckValidity(code, kSecCSDefaultFlags, NULL)`: the kernel's dynamic
+//! 2. `SecCodeCheckValidity(code, kSecCSNoNetworkAccess, NULL)`: the kernel's dynamic
 //!    status is valid *and* the on-disk code still matches what runs
 //!    (`errSecCSStaticCodeChanged` otherwise), so the information read next from
 //!    disk describes the running code.
@@ -85,8 +85,11 @@ pub enum CodeIdentityError {
 pub fn identify(token: &AuditToken) -> Result<CodeIdentity, CodeIdentityError> {
     let guest = guest_for(token)?;
 
+    // No network: a guest VM without network must not stall a check-in on an
+    // OCSP lookup (accepted for SecCode since macOS 11.3; guests are 12+).
+    let flags = SecCSFlags::DefaultFlags | SecCSFlags::NoNetworkAccess;
     // SAFETY: `guest` is a valid SecCode; no requirement is passed.
-    let validity_status = unsafe { guest.check_validity(SecCSFlags::DefaultFlags, None) };
+    let validity_status = unsafe { guest.check_validity(flags, None) };
 
     let mut static_code: *const SecStaticCode = std::ptr::null();
     // SAFETY: `static_code` is a valid out-pointer; `guest` is a valid SecCode.

@@ -45,7 +45,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use block2::RcBlock;
-use dispatch2::{DispatchQueue, DispatchRetained};
+use dispatch2::DispatchQueue;
 use metalift_policy::wire::{Message, WireError};
 use tokio::sync::{broadcast, mpsc, OwnedSemaphorePermit, Semaphore};
 
@@ -113,25 +113,8 @@ pub async fn run(
         stopping: Arc::clone(&stopping),
     };
     let queue = DispatchQueue::new("com.metalift.policy.xpc", None);
-    let handler = RcBlock::new(move |event: xpc_object_t| on_listener_event(event, &listener_ctx));
-    let queue_ptr = DispatchRetained::as_ptr(&queue).as_ptr().cast();
-    // SAFETY: NUL-terminated name; `queue` is a live dispatch queue (retained by the
-    // connection); the flag asks for a listener. Returns a +1 reference.
-    let raw = unsafe {
-        xpc_connection_create_mach_service(
-            name.as_ptr(),
-            queue_ptr,
-            XPC_CONNECTION_MACH_SERVICE_LISTENER,
-        )
-    };
-    if raw.is_null() {
-        return Err(XpcError::Listener(service.to_owned()));
-    }
-    let listener = Connection(raw);
-    // SAFETY: `listener` is live and not yet active; libxpc copies the block.
-    unsafe { xpc_connection_set_event_handler(listener.0, &handler) };
-    // SAFETY: the handler is set; activation starts delivering peers.
-    unsafe { xpc_connection_activate(listener.0) };
+    let listener = listen(&name, &queue, listener_ctx)
+        .ok_or_else(|| XpcError::Listener(service.to_owned()))?;
     tracing::info!(service, "listening on the XPC mach service");
 
     let (notify_shutdown, _) = broadcast::channel::<()>(1);
@@ -169,6 +152,31 @@ pub async fn run(
     let _ = done_rx.recv().await;
     drop(queue);
     Ok(())
+}
+
+/// Creates and activates the listener on `queue`, its handler owning `ctx`.
+/// Synchronous on purpose: no raw pointer or block lives across an await in [`run`].
+fn listen(name: &CStr, queue: &DispatchQueue, ctx: ListenerCtx) -> Option<Connection> {
+    let queue_ptr = (queue as *const DispatchQueue).cast_mut().cast();
+    // SAFETY: NUL-terminated name; `queue` is a live dispatch queue (retained by the
+    // connection); the flag asks for a listener. Returns a +1 reference.
+    let raw = unsafe {
+        xpc_connection_create_mach_service(
+            name.as_ptr(),
+            queue_ptr,
+            XPC_CONNECTION_MACH_SERVICE_LISTENER,
+        )
+    };
+    if raw.is_null() {
+        return None;
+    }
+    let listener = Connection(raw);
+    let handler = RcBlock::new(move |event: xpc_object_t| on_listener_event(event, &ctx));
+    // SAFETY: `listener` is live and not yet active; libxpc copies the block.
+    unsafe { xpc_connection_set_event_handler(listener.0, &handler) };
+    // SAFETY: the handler is set; activation starts delivering peers.
+    unsafe { xpc_connection_activate(listener.0) };
+    Some(listener)
 }
 
 /// One +1 reference to a connection; dropping it cancels the connection.
@@ -470,4 +478,13 @@ fn kind(msg: &Message) -> &'static str {
         Message::StatusRequest => "status request",
         Message::Status(_) => "status",
     }
+}
+
+/// `run` may be spawned on a multi-threaded runtime: its future must stay `Send`
+/// (checked by `cargo check --all-targets --target aarch64-apple-darwin`).
+#[cfg(test)]
+#[allow(dead_code)]
+fn run_is_send(core: Arc<Core>) {
+    fn assert_send<T: Send>(_: T) {}
+    assert_send(run("x", core, Limits::default(), std::future::pending()));
 }

@@ -12,7 +12,9 @@
 //!    system bootstrap, for the LaunchDaemon variant where the first is refused
 //!    (ssh sessions, sandboxed lookups);
 //! 3. the Unix socket (`transport/unix.rs`), when both report
-//!    `XPC_ERROR_CONNECTION_INVALID` ("not in this namespace").
+//!    `XPC_ERROR_CONNECTION_INVALID` ("not in this namespace"), or at once when a
+//!    found service drops the connection before answering
+//!    (`XPC_ERROR_CONNECTION_INTERRUPTED`: over its peer limit, or stopping).
 //!
 //! With `METALIFT_SOCKET` set, XPC is not tried at all: the admin named a daemon.
 //!
@@ -220,8 +222,14 @@ fn on_reply(shared: &Arc<Shared>, attempt: usize, reply: xpc_object_t) {
         return;
     };
     *progress = if reply == error_object(&raw const _xpc_error_connection_invalid) {
+        // Not in this namespace: try the next lookup.
         drop(connection);
         send(shared, attempt + 1)
+    } else if reply == error_object(&raw const _xpc_error_connection_interrupted) {
+        // Found, but the daemon dropped us before answering (it refuses peers
+        // beyond its limit, or it stopped): the socket is the other way in.
+        drop(connection);
+        send(shared, LOOKUPS.len())
     } else {
         Progress::Answered {
             verdict: read_verdict(reply),
