@@ -5,7 +5,7 @@
 //! path depends on the effective uid and `$XDG_RUNTIME_DIR`) and validates, giving
 //! a [`Config`] the daemon can run with.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::audit::Rotation;
@@ -169,12 +169,25 @@ pub fn default_socket(
     }
 }
 
-/// The default socket path for the current user (for `metalift` commands).
-pub fn default_socket_for_current_user() -> Result<PathBuf, ConfigError> {
-    default_socket(
+/// The socket a `metalift` command talks to without `--socket`: the system
+/// daemon's when it exists (as the shim chooses), else the current user's.
+pub fn default_client_socket() -> Result<PathBuf, ConfigError> {
+    client_socket(
+        Path::new(DEFAULT_ROOT_SOCKET).exists(),
         rustix::process::geteuid().is_root(),
         std::env::var_os("XDG_RUNTIME_DIR"),
     )
+}
+
+fn client_socket(
+    system_exists: bool,
+    is_root: bool,
+    runtime_dir: Option<std::ffi::OsString>,
+) -> Result<PathBuf, ConfigError> {
+    if system_exists {
+        return Ok(PathBuf::from(DEFAULT_ROOT_SOCKET));
+    }
+    default_socket(is_root, runtime_dir)
 }
 
 fn duration_ms(d: Duration) -> u64 {
@@ -201,6 +214,19 @@ mod tests {
             default_socket(false, None),
             Err(ConfigError::NoRuntimeDir)
         ));
+    }
+
+    #[test]
+    fn commands_talk_to_the_system_daemon_when_it_listens() {
+        let user = || Some("/run/user/501".into());
+        assert_eq!(
+            client_socket(true, false, user()).unwrap(),
+            PathBuf::from(DEFAULT_ROOT_SOCKET)
+        );
+        assert_eq!(
+            client_socket(false, false, user()).unwrap(),
+            PathBuf::from("/run/user/501/metalift.sock")
+        );
     }
 
     #[test]

@@ -12,8 +12,8 @@ const TIMEOUT: Duration = Duration::from_secs(5);
 /// Arguments of `metalift status`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The daemon's socket [default: /run/metalift/metalift.sock as root, else
-    /// $XDG_RUNTIME_DIR/metalift.sock].
+    /// The daemon's socket [default: /run/metalift/metalift.sock when it exists,
+    /// else $XDG_RUNTIME_DIR/metalift.sock].
     #[arg(long, value_name = "PATH")]
     pub socket: Option<PathBuf>,
     /// Print the daemon's JSON report instead of text.
@@ -25,7 +25,7 @@ pub struct Args {
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let socket = match args.socket {
         Some(s) => s,
-        None => crate::config::default_socket_for_current_user()?,
+        None => crate::config::default_client_socket()?,
     };
     let result = if args.json {
         status::request_raw(&socket, TIMEOUT).map(|json| format!("{json}\n"))
