@@ -7,7 +7,7 @@
 //! accepted is returned as [`Item::Corrupt`] with its `file:line`, never fatal.
 
 use std::fs::File;
-use std::io::{self, Read};
+use std::io::{self, Read, Seek, SeekFrom};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
@@ -219,6 +219,18 @@ impl OpenFile {
         }
     }
 
+    /// Starts over from the beginning if the file was truncated in place under us
+    /// (an outside tool's "copytruncate" rotation), instead of waiting forever past its end.
+    fn restart_if_truncated(&mut self) -> io::Result<()> {
+        let position = self.file.stream_position()?;
+        if self.file.metadata()?.len() < position {
+            self.file.seek(SeekFrom::Start(0))?;
+            self.pending.clear();
+            self.line = 0;
+        }
+        Ok(())
+    }
+
     /// Called when nothing more will be appended: an unfinished line is corrupt.
     fn finish(&mut self, sink: Sink<'_>) -> io::Result<()> {
         if self.pending.is_empty() {
@@ -303,6 +315,7 @@ impl LogReader {
             old.drain(sink)?;
         }
         if let Some(live) = &mut self.live {
+            live.restart_if_truncated()?;
             live.read_available(sink)?;
         }
         let now = match std::fs::metadata(&self.path) {
@@ -357,6 +370,49 @@ impl LogReader {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn line(id: u64) -> String {
+        format!(
+            "{{\"kind\":\"decision\",\"time\":\"2026-01-01T00:00:00Z\",\"decision_id\":{id}}}\n"
+        )
+    }
+
+    fn ids(items: Vec<Item>) -> Vec<u64> {
+        items
+            .into_iter()
+            .map(|item| match item {
+                Item::Entry(e) => e.int("decision_id").unwrap_or(-1) as u64,
+                Item::Corrupt { error, .. } => panic!("corrupt: {error}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_partial_line_waits_for_its_newline_and_a_truncated_file_is_read_again() {
+        use std::io::Write;
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("audit.jsonl");
+        std::fs::write(&path, line(1)).unwrap();
+        let mut reader = LogReader::open(&path).unwrap();
+        assert_eq!(ids(reader.poll().unwrap()), vec![1]);
+
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap();
+        let two = line(2);
+        f.write_all(&two.as_bytes()[..10]).unwrap();
+        assert!(
+            reader.poll().unwrap().is_empty(),
+            "half a line is not a record yet"
+        );
+        f.write_all(&two.as_bytes()[10..]).unwrap();
+        assert_eq!(ids(reader.poll().unwrap()), vec![2]);
+
+        // Truncated in place and rewritten shorter: read from the start again.
+        std::fs::write(&path, line(3)).unwrap();
+        assert_eq!(ids(reader.poll().unwrap()), vec![3]);
+    }
 
     #[test]
     fn a_line_without_kind_or_with_a_bad_time_is_corrupt_with_its_location() {
