@@ -13,6 +13,11 @@
 //! | same content as live             | —                                 | nothing (no record)                    |
 //! | `policy.toml` missing            | empty, `policy_loaded` (`missing`)| empty, `policy_loaded` (`deleted`)     |
 //! | invalid, unreadable, bad owner   | empty + `policy_rejected`, then `policy_loaded` (`rejected_at_start`) | last good kept, `policy_rejected` |
+//! | the same refusal again           | —                                 | nothing (no record)                    |
+//! | a refused edit reverted          | —                                 | error cleared, `policy_loaded` (`restored`) |
+//!
+//! A refused input's `sha256` is recorded when its text was read (syntax and
+//! validation errors); an ownership or I/O refusal records `null`.
 //!
 //! An invalid policy at start does not stop the daemon: an admin expects metaliftd to
 //! come up and stay safe, and with no rules everything is stock, which is what the
