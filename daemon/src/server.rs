@@ -42,6 +42,35 @@ pub struct Core {
     counters: Counters,
     /// When this core was created (the daemon's start).
     started_at: SystemTime,
+    /// Connections being read or answered now, over every transport.
+    active: Arc<Gauge>,
+    /// Answered connections waiting for an outcome report, over every transport.
+    waiting: Arc<Gauge>,
+}
+
+/// A count of things alive now, kept by [`Counted`] guards. Statistics only.
+#[derive(Debug, Default)]
+pub struct Gauge(AtomicU64);
+
+impl Gauge {
+    fn enter(self: &Arc<Self>) -> Counted {
+        self.0.fetch_add(1, Ordering::Relaxed);
+        Counted(Arc::clone(self))
+    }
+
+    fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// Counts one connection in a [`Gauge`] until dropped.
+#[derive(Debug)]
+pub struct Counted(Arc<Gauge>);
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0 .0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 #[derive(Debug, Default)]
@@ -51,6 +80,7 @@ struct Counters {
     would_unlock: AtomicU64,
     outcomes: AtomicU64,
     audit_failures: AtomicU64,
+    unidentified: AtomicU64,
 }
 
 impl Core {
@@ -66,7 +96,28 @@ impl Core {
             next_id: AtomicU64::new(first_decision_id(started_at)),
             counters: Counters::default(),
             started_at,
+            active: Arc::default(),
+            waiting: Arc::default(),
         }
+    }
+
+    /// Counts a connection as being read or answered, until the guard is dropped.
+    #[must_use]
+    pub fn count_active(&self) -> Counted {
+        self.active.enter()
+    }
+
+    /// Counts an answered connection as waiting for its outcome, until dropped.
+    #[must_use]
+    pub fn count_waiting(&self) -> Counted {
+        self.waiting.enter()
+    }
+
+    /// Notes a check-in closed unanswered because the kernel could not tell who
+    /// sent it (the peer exited, another pid namespace, ...).
+    pub fn note_unidentified(&self, error: &crate::peer::PeerError) {
+        self.counters.unidentified.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(%error, "check-in from an unidentifiable peer: closed unanswered");
     }
 
     /// Decides `req` from `peer`, records the decision, and returns the verdict to send.
@@ -161,6 +212,9 @@ impl Core {
             would_unlock: count(&self.counters.would_unlock),
             outcomes: count(&self.counters.outcomes),
             audit_failures: count(&self.counters.audit_failures),
+            unidentified: count(&self.counters.unidentified),
+            connections_active: self.active.get(),
+            connections_waiting: self.waiting.get(),
             cache_entries: self.cache.len(),
         }
     }

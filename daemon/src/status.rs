@@ -42,6 +42,15 @@ pub struct StatusReport {
     pub outcomes: u64,
     /// Decisions answered stock because the audit log refused the record.
     pub audit_failures: u64,
+    /// Check-ins closed unanswered because the kernel could not identify the peer.
+    #[serde(default)]
+    pub unidentified: u64,
+    /// Connections being read or answered now.
+    #[serde(default)]
+    pub connections_active: u64,
+    /// Answered connections waiting for the shim's outcome report now.
+    #[serde(default)]
+    pub connections_waiting: u64,
     /// Executable hashes held by the identity cache.
     pub cache_entries: usize,
 }
@@ -71,6 +80,8 @@ impl StatusReport {
              \x20 would unlock    {would}\n\
              outcomes          {outcomes}\n\
              audit failures    {failures}\n\
+             unidentified      {unidentified}\n\
+             connections       {active} active, {waiting} waiting for an outcome\n\
              cache entries     {cache}\n",
             version = self.version,
             pid = self.pid,
@@ -85,6 +96,9 @@ impl StatusReport {
             would = self.would_unlock,
             outcomes = self.outcomes,
             failures = self.audit_failures,
+            unidentified = self.unidentified,
+            active = self.connections_active,
+            waiting = self.connections_waiting,
             cache = self.cache_entries,
         )
     }
@@ -195,6 +209,9 @@ mod tests {
             would_unlock: 0,
             outcomes: 9,
             audit_failures: 0,
+            unidentified: 0,
+            connections_active: 1,
+            connections_waiting: 7,
             cache_entries: 2,
         }
     }
@@ -212,6 +229,7 @@ mod tests {
             "check-ins         10",
             "unlocks         4",
             "cache entries     2",
+            "connections       1 active, 7 waiting for an outcome",
         ] {
             assert!(text.contains(needle), "{needle:?} missing from\n{text}");
         }

@@ -582,6 +582,22 @@ fn shims_waiting_to_report_an_outcome_do_not_take_the_places_of_new_check_ins() 
     let v = check_in_once(&env.socket(), None);
     assert_eq!(v.action, WireAction::Stock);
     assert_eq!(env.records_of("decision").len(), 6);
+
+    // Status shows them waiting, and only itself active (the daemon moves each
+    // connection just after answering it, so poll until it has).
+    let start = Instant::now();
+    loop {
+        let status = metalift_daemon::status::request(&env.socket(), HANG_GUARD).expect("status");
+        let counts = (status.connections_waiting, status.connections_active);
+        if counts == (5, 1) {
+            break;
+        }
+        assert!(
+            start.elapsed() < HANG_GUARD,
+            "(waiting, active) stuck at {counts:?}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
     drop(idle);
 }
 

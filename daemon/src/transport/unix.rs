@@ -39,7 +39,7 @@ use tokio::time::Instant;
 
 use super::Limits;
 use crate::peer::{self, PeerFacts};
-use crate::server::Core;
+use crate::server::{Core, Counted};
 
 /// The transport's name in audit records.
 pub const TRANSPORT: &str = "unix";
@@ -132,7 +132,10 @@ impl Listener {
                 match connection.serve(permit).await {
                     Ok(()) => {}
                     // Expected in normal operation: a shim that never reports.
-                    Err(error @ ConnError::Idle) => tracing::debug!(%error, "connection closed"),
+                    // Expected, or already reported by the core.
+                    Err(error @ (ConnError::Idle | ConnError::Peer(_))) => {
+                        tracing::debug!(%error, "connection closed")
+                    }
                     Err(error) => tracing::warn!(%error, "connection closed"),
                 }
             });
@@ -186,7 +189,8 @@ enum Wait {
 type ReadResult = Result<Option<Message>, ConnError>;
 
 impl Connection {
-    async fn serve(mut self, active: OwnedSemaphorePermit) -> Result<(), ConnError> {
+    async fn serve(mut self, permit: OwnedSemaphorePermit) -> Result<(), ConnError> {
+        let active = (permit, self.core.count_active());
         let deadline = Instant::now() + self.limits.read_timeout;
         let Some(first) = self.read_or_stop(Wait::Until(deadline)).await? else {
             return Ok(());
@@ -205,22 +209,29 @@ impl Connection {
     async fn check_in(
         &mut self,
         req: metalift_policy::wire::CheckIn,
-        active: OwnedSemaphorePermit,
+        active: (OwnedSemaphorePermit, Counted),
     ) -> Result<(), ConnError> {
-        let facts: PeerFacts = peer::facts_from_unix_stream(&self.frames.stream)?;
+        let facts: PeerFacts = match peer::facts_from_unix_stream(&self.frames.stream) {
+            Ok(facts) => facts,
+            Err(error) => {
+                self.core.note_unidentified(&error);
+                return Err(error.into());
+            }
+        };
         // Not raced against shutdown: a check-in that arrived is decided and recorded.
         let verdict = self.core.check_in(&facts, req, TRANSPORT).await;
         let given = verdict.decision_id;
         self.frames.write(&Message::Verdict(verdict)).await?;
 
         // Answered. Trade the active place for a waiting one, or close.
-        let Ok(_waiting) = Arc::clone(&self.waiting).try_acquire_owned() else {
+        let Ok(waiting) = Arc::clone(&self.waiting).try_acquire_owned() else {
             tracing::debug!(
                 pid = facts.pid,
                 "too many connections waiting for outcomes: closing"
             );
             return Ok(());
         };
+        let _waiting = (waiting, self.core.count_waiting());
         drop(active);
         match self
             .read_or_stop(Wait::Idle(self.limits.outcome_idle))
