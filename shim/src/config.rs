@@ -1,7 +1,10 @@
 //! What the environment may tell the shim: where the daemon is, how long to wait,
 //! whether to stay out of the way, whether to talk on stderr. Nothing here can
 //! unlock anything: every setting either selects whom to ask or makes the shim do
-//! less.
+//! less. (`METALIFT_SOCKET` could name a daemon the user runs themselves; but
+//! whoever controls a process's environment can already inject any library into
+//! it, so that grants nothing new. metalift governs processes whose environment
+//! the admin controls: launchd jobs, CI agents, `metalift exec`.)
 #![forbid(unsafe_code)]
 
 use std::ffi::OsString;
