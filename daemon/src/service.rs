@@ -16,14 +16,14 @@ use crate::audit::{AuditLog, Record};
 use crate::config::Config;
 use crate::policy_store::PolicyStore;
 use crate::server::Core;
-use crate::transport::{self, unix::BoundSocket};
+use crate::transport::{self, socket_file::BoundSocket};
 use crate::watcher;
 
 /// Runs the daemon until `shutdown` resolves with the reason to record (e.g.
 /// `"SIGTERM"`). Must run inside a tokio runtime. Errors are start-up failures:
 /// the socket is taken, the audit log cannot be opened or written.
 pub async fn run(config: Config, shutdown: impl Future<Output = String>) -> anyhow::Result<()> {
-    let socket = transport::unix::bind(&config.socket)?;
+    let socket = transport::socket_file::bind(&config.socket)?;
     let (socket_path, socket_id) = (socket.path.clone(), socket.id());
     let served = serve(config, socket, shutdown).await;
     BoundSocket::remove(&socket_path, socket_id);

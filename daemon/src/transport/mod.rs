@@ -5,7 +5,8 @@
 //! ([`crate::peer`]), and hand both to the core, which decides and audits. So a
 //! verdict is reached by one code path whichever way the shim asked.
 //!
-//! - [`unix`]: length-prefixed frames on a Unix socket (Linux, and the macOS fallback).
+//! - [`unix`]: length-prefixed frames on a Unix socket (Linux, and the macOS fallback);
+//!   [`socket_file`]: that socket's file, from creation to removal.
 //! - `xpc` (macOS): the XPC mach service, plugged into the same core.
 //!
 //! metaliftd runs both on macOS (XPC first choice of the shim, the socket its
@@ -13,6 +14,7 @@
 
 use std::time::Duration;
 
+pub mod socket_file;
 pub mod unix;
 #[cfg(target_os = "macos")]
 pub mod xpc;

@@ -21,13 +21,11 @@
 //! malformed frame, a message out of order, or a timeout closes that connection
 //! only.
 //!
-//! The socket is mode 0666: any local process may ask, because the answer depends
-//! on who the kernel says is asking, never on who may connect.
+//! The socket file itself (creation, stale replacement, mode 0666, removal) is
+//! [`super::socket_file`]'s.
 
 use std::future::Future;
 use std::io;
-use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -327,96 +325,6 @@ fn kind(msg: &Message) -> &'static str {
         Message::StatusRequest => "status request",
         Message::Status(_) => "status",
     }
-}
-
-/// Why the socket could not be set up.
-#[derive(Debug, thiserror::Error)]
-pub enum BindError {
-    /// Another daemon answers on the socket.
-    #[error("another metaliftd is already listening on {}", .0.display())]
-    AlreadyRunning(PathBuf),
-    /// Something that is not a socket sits at the path; it is left alone.
-    #[error("{} exists and is not a socket; refusing to replace it", .0.display())]
-    NotASocket(PathBuf),
-    /// Creating the directory, removing the stale socket, binding or chmod failed.
-    #[error("{what} {}: {source}", path.display())]
-    Io {
-        /// What was being done.
-        what: &'static str,
-        /// The path.
-        path: PathBuf,
-        /// The OS error.
-        #[source]
-        source: io::Error,
-    },
-}
-
-/// A bound socket, and what is needed to remove exactly it at shutdown.
-#[derive(Debug)]
-pub struct BoundSocket {
-    /// The listener to pass to [`run`].
-    pub listener: UnixListener,
-    /// The socket's path.
-    pub path: PathBuf,
-    /// Device and inode of the socket file we created, so [`BoundSocket::remove`]
-    /// never deletes a socket another daemon created at the same path since.
-    id: (u64, u64),
-}
-
-impl BoundSocket {
-    /// Removes the socket file if it is still the one we bound.
-    pub fn remove(path: &Path, id: (u64, u64)) {
-        match std::fs::symlink_metadata(path) {
-            Ok(m) if (m.dev(), m.ino()) == id => {
-                if let Err(error) = std::fs::remove_file(path) {
-                    tracing::warn!(path = %path.display(), %error, "cannot remove the socket");
-                }
-            }
-            Ok(_) => tracing::warn!(path = %path.display(), "socket was replaced; leaving it"),
-            Err(_) => {}
-        }
-    }
-
-    /// The identity to pass to [`BoundSocket::remove`].
-    #[must_use]
-    pub fn id(&self) -> (u64, u64) {
-        self.id
-    }
-}
-
-/// Creates the socket's directory, replaces a stale socket left by a crash,
-/// refuses when a live daemon answers on it, binds, and makes it mode 0666.
-/// Must be called inside a tokio runtime.
-pub fn bind(path: &Path) -> Result<BoundSocket, BindError> {
-    let io_err = |what, path: &Path| {
-        let path = path.to_owned();
-        move |source| BindError::Io { what, path, source }
-    };
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(io_err("creating", dir))?;
-    }
-    match std::fs::symlink_metadata(path) {
-        Ok(m) if !m.file_type().is_socket() => return Err(BindError::NotASocket(path.into())),
-        Ok(_) => match std::os::unix::net::UnixStream::connect(path) {
-            Ok(_) => return Err(BindError::AlreadyRunning(path.into())),
-            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
-                tracing::info!(path = %path.display(), "replacing a stale socket");
-                std::fs::remove_file(path).map_err(io_err("removing stale socket", path))?;
-            }
-            Err(e) => return Err(io_err("probing", path)(e)),
-        },
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(e) => return Err(io_err("inspecting", path)(e)),
-    }
-    let listener = UnixListener::bind(path).map_err(io_err("binding", path))?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))
-        .map_err(io_err("setting mode 0666 on", path))?;
-    let m = std::fs::symlink_metadata(path).map_err(io_err("inspecting", path))?;
-    Ok(BoundSocket {
-        listener,
-        path: path.to_owned(),
-        id: (m.dev(), m.ino()),
-    })
 }
 
 #[cfg(test)]
