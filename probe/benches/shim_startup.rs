@@ -15,17 +15,28 @@
 //! trip, not the policy engine's. Prints a Markdown table (medians) for
 //! BENCHMARKS.md. A benchmark, not a test: it asserts nothing.
 
+#[cfg(target_os = "linux")]
 #[path = "../tests/support/mod.rs"]
 mod support;
 
+#[cfg(target_os = "linux")]
 use std::process::{Command, Stdio};
+#[cfg(target_os = "linux")]
 use std::time::{Duration, Instant};
 
+#[cfg(target_os = "linux")]
 use support::{clean, injected, probe, shim, unlock, FakeDaemon, APPLE7};
 
+#[cfg(not(target_os = "linux"))]
+fn main() {
+    println!("shim_startup measures LD_PRELOAD on the simulated Metal: Linux only");
+}
+
+#[cfg(target_os = "linux")]
 /// Builds one case's command afresh for every run.
 type MakeCommand<'a> = Box<dyn Fn() -> Command + 'a>;
 
+#[cfg(target_os = "linux")]
 fn time(mut cmd: Command) -> Duration {
     cmd.stdout(Stdio::null()).stderr(Stdio::null());
     let start = Instant::now();
@@ -35,15 +46,18 @@ fn time(mut cmd: Command) -> Duration {
     elapsed
 }
 
+#[cfg(target_os = "linux")]
 fn median(samples: &mut [Duration]) -> Duration {
     samples.sort();
     samples[samples.len() / 2]
 }
 
+#[cfg(target_os = "linux")]
 fn micros(d: Duration) -> String {
     format!("{:.0} µs", d.as_secs_f64() * 1e6)
 }
 
+#[cfg(target_os = "linux")]
 fn main() {
     // `cargo bench` passes `--bench`; `cargo test --all-targets` runs this binary
     // without it, as a smoke test of the harness, so keep that run short.
@@ -121,12 +135,14 @@ fn main() {
     );
 }
 
+#[cfg(target_os = "linux")]
 /// Where Debian-like systems keep libgcc_s.
 const LIBGCC_S: [&str; 2] = [
     "/lib/x86_64-linux-gnu/libgcc_s.so.1",
     "/lib/aarch64-linux-gnu/libgcc_s.so.1",
 ];
 
+#[cfg(target_os = "linux")]
 fn num_cpus() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }

@@ -1,5 +1,8 @@
 //! libmetalift injected with LD_PRELOAD into real processes — the probe on the
 //! simulated Metal, `/bin/true`, `sh`, `cat` — against a scripted fake metaliftd.
+//!
+//! Linux only: the simulated Metal and `LD_PRELOAD` (macOS runs the real Metal).
+#![cfg(target_os = "linux")]
 
 mod support;
 

@@ -1,5 +1,8 @@
 //! libmetalift must not change what a process that never touches Metal does:
 //! same stdout, same stderr, same exit code, with a daemon and without one.
+//!
+//! Linux only: the simulated Metal and `LD_PRELOAD` (macOS runs the real Metal).
+#![cfg(target_os = "linux")]
 
 mod support;
 
