@@ -5,6 +5,14 @@
 //! `touch`ing the file changes the key, so a stale hash is never served (ctime
 //! changes on every content or metadata change and cannot be set by users).
 //!
+//! Residual, documented: ctime has the file system's timestamp granularity (a
+//! few milliseconds on kernels without fine-grained timestamps). A file rewritten
+//! in place to the same size, with its mtime set back, within the same tick as
+//! the version that was hashed, would keep its key. Writing a binary that is
+//! running fails (`ETXTBSY`), so this needs the hashed process to have exited
+//! within that tick too; and an unlock is a hint to a cooperating shim, not a
+//! privilege a hostile process could not take by hooking Metal itself.
+//!
 //! Hashing runs on tokio's blocking pool, never on the async executor. Concurrent
 //! requests for the same key share one computation (a per-key `OnceCell`). The
 //! cache is bounded: when full, the least recently used entry is evicted.
