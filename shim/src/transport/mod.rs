@@ -2,10 +2,10 @@
 //! the verdict against a deadline, then report the outcome.
 //!
 //! Each transport implements [`CheckIn`] for its connection type and offers a
-//! `start` function; [`start_check_in`] picks one. Today that is the Unix socket
-//! on every platform. A macOS XPC client plugs in as `transport/xpc.rs` with one
-//! `#[cfg(target_os = "macos")]` line below, trying XPC first and falling back to
-//! the socket, so the rest of the shim never learns which one answered.
+//! `start` function; [`start_check_in`] picks one: on macOS XPC first
+//! (`xpc.rs`, which itself falls back to the socket when no metalift mach service
+//! exists, and is skipped when `METALIFT_SOCKET` names a daemon), the Unix socket
+//! (`unix.rs`) everywhere else. The rest of the shim never learns which one answered.
 
 use std::time::Instant;
 
@@ -14,6 +14,8 @@ use metalift_policy::wire::{self, Outcome, VerdictMsg};
 use crate::config::Config;
 
 mod unix;
+#[cfg(target_os = "macos")]
+mod xpc;
 
 /// A check-in that has been sent and whose verdict has not been read yet.
 pub(crate) trait CheckIn: Send {
@@ -35,6 +37,10 @@ pub(crate) fn start_check_in(config: &Config) -> Result<Box<dyn CheckIn>, String
             .ok()
             .map(|p| p.to_string_lossy().into_owned()),
     });
+    #[cfg(target_os = "macos")]
+    if let Ok(connection) = xpc::start(config, &hello) {
+        return Ok(Box::new(connection));
+    }
     let connection = unix::start(&config.socket, &wire::encode_frame(&hello))?;
     Ok(Box::new(connection))
 }
