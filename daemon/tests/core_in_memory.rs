@@ -3,10 +3,11 @@
 //!
 //! The stand-in does exactly what `daemon/src/transport/xpc.rs` does between
 //! libxpc and the core, minus libxpc: messages are dictionaries in the real
-//! key layout (`daemon/src/macos/wire_dict.rs`, compiled here by path, so its own
-//! unit tests run on Linux too), the asker's identity comes with each message
-//! from "the kernel" (never from the dictionary), and the core is called exactly
-//! as the XPC transport calls it. Whatever differs between a shim that asks over
+//! key layout (`daemon/src/macos/wire_dict.rs`), the order and checks of a peer's
+//! messages are the transport's own (`daemon/src/macos/exchange.rs`) — both
+//! compiled here by path, so their unit tests run on Linux too — the asker's
+//! identity comes with each message from "the kernel" (never from the
+//! dictionary), and the core is called exactly as the XPC transport calls it. Whatever differs between a shim that asks over
 //! XPC and one that asks over the socket is therefore only the dictionary mapping
 //! and how the kernel identity is read (`peer/macos.rs`); both are covered here or
 //! listed as type-checked only in `daemon/src/macos/mod.rs`.
@@ -30,6 +31,11 @@ use serde_json::Value;
 #[path = "../src/macos/wire_dict.rs"]
 mod wire_dict;
 
+#[allow(dead_code, unreachable_pub)]
+#[path = "../src/macos/exchange.rs"]
+mod exchange;
+
+use exchange::{Refusal, Request, Sender};
 use wire_dict::{DictSink, DictSource, DictValue};
 
 /// The transport name the XPC transport records.
@@ -108,6 +114,14 @@ impl Kernel {
         }
     }
 
+    /// The sender as the exchange sees it (the audit token's pid and version).
+    fn sender(&self) -> Sender {
+        Sender {
+            pid: self.pid,
+            pid_version: self.pid_version,
+        }
+    }
+
     /// The stand-in for `peer::facts_from_audit_token`.
     fn facts(&self) -> PeerFacts {
         PeerFacts {
@@ -122,20 +136,12 @@ impl Kernel {
     }
 }
 
-/// Why the stand-in closed a peer (the same cases as the XPC transport's).
-#[derive(Debug, PartialEq, Eq)]
-enum Closed {
-    Wire(WireError),
-    Unexpected(&'static str),
-    WrongDecision,
-    OtherProcess,
-}
-
-/// One peer connection, as `transport/xpc.rs`'s `PeerTask` serves it.
+/// One peer connection, served as `transport/xpc.rs`'s `PeerTask` serves it: the
+/// exchange's checks are the transport's own code (`exchange.rs`, included above).
 struct Peer {
     core: Arc<Core>,
-    /// After the check-in: the decision given, and who it was given to.
-    given: Option<(u64, Kernel, PeerFacts)>,
+    /// After the check-in: the decision given, to whom, and who that was.
+    given: Option<(u64, Sender, PeerFacts)>,
 }
 
 impl Peer {
@@ -151,35 +157,27 @@ impl Peer {
         &mut self,
         message: &MapDict,
         kernel: &Kernel,
-    ) -> Result<Option<MapDict>, Closed> {
-        let msg = wire_dict::decode(message).map_err(Closed::Wire)?;
-        match (self.given.take(), msg) {
-            (None, Message::CheckIn(req)) => {
-                let facts = kernel.facts();
-                let verdict = self.core.check_in(&facts, req, XPC).await;
-                let reply = to_dict(&Message::Verdict(verdict.clone()));
-                self.given = Some((verdict.decision_id, kernel.clone(), facts));
-                Ok(Some(reply))
-            }
-            (None, Message::StatusRequest) => {
-                let json = serde_json::to_string(&self.core.status()).expect("status encodes");
-                Ok(Some(to_dict(&Message::Status(json))))
-            }
-            (Some((given, asker, facts)), Message::Outcome(outcome)) => {
-                if kernel.pid != asker.pid || kernel.pid_version != asker.pid_version {
-                    return Err(Closed::OtherProcess);
+    ) -> Result<Option<MapDict>, Refusal> {
+        let decoded = wire_dict::decode(message);
+        match self.given.take() {
+            None => match exchange::first(decoded)? {
+                Request::CheckIn(req) => {
+                    let facts = kernel.facts();
+                    let verdict = self.core.check_in(&facts, req, XPC).await;
+                    let reply = to_dict(&Message::Verdict(verdict.clone()));
+                    self.given = Some((verdict.decision_id, kernel.sender(), facts));
+                    Ok(Some(reply))
                 }
-                if outcome.decision_id != 0 && outcome.decision_id != given {
-                    return Err(Closed::WrongDecision);
+                Request::Status => {
+                    let json = serde_json::to_string(&self.core.status()).expect("status encodes");
+                    Ok(Some(to_dict(&Message::Status(json))))
                 }
+            },
+            Some((given, asker, facts)) => {
+                let outcome = exchange::outcome(decoded, kernel.sender(), asker, given)?;
                 self.core.outcome(&facts, outcome).await;
                 Ok(None)
             }
-            (_, Message::CheckIn(_)) => Err(Closed::Unexpected("check-in")),
-            (_, Message::Verdict(_)) => Err(Closed::Unexpected("verdict")),
-            (_, Message::Outcome(_)) => Err(Closed::Unexpected("outcome")),
-            (_, Message::StatusRequest) => Err(Closed::Unexpected("status request")),
-            (_, Message::Status(_)) => Err(Closed::Unexpected("status")),
         }
     }
 }
@@ -404,7 +402,10 @@ async fn given_an_outcome_then_it_is_recorded_only_for_the_decision_and_process_
     assert_eq!(
         peer.deliver(&outcome(verdict.decision_id + 1), &kernel)
             .await,
-        Err(Closed::WrongDecision)
+        Err(Refusal::WrongDecision {
+            got: verdict.decision_id + 1,
+            given: verdict.decision_id
+        })
     );
 
     let mut peer = Peer::new(&d.core);
@@ -417,7 +418,7 @@ async fn given_an_outcome_then_it_is_recorded_only_for_the_decision_and_process_
     exec_d.pid_version += 1;
     assert_eq!(
         peer.deliver(&outcome(verdict.decision_id), &exec_d).await,
-        Err(Closed::OtherProcess)
+        Err(Refusal::OtherProcess)
     );
 
     assert_eq!(
@@ -436,11 +437,11 @@ async fn given_a_malformed_or_out_of_order_message_then_nothing_is_decided() {
     no_version.0.remove(wire_dict::key::VERSION);
     assert_eq!(
         Peer::new(&d.core).deliver(&no_version, &kernel).await,
-        Err(Closed::Wire(WireError::Missing("metalift.version")))
+        Err(Refusal::Wire(WireError::Missing("metalift.version")))
     );
     assert_eq!(
         Peer::new(&d.core).deliver(&outcome(1), &kernel).await,
-        Err(Closed::Unexpected("outcome"))
+        Err(Refusal::Unexpected("outcome"))
     );
     let forged = to_dict(&Message::Verdict(VerdictMsg {
         decision_id: 1,
@@ -453,7 +454,7 @@ async fn given_a_malformed_or_out_of_order_message_then_nothing_is_decided() {
     }));
     assert_eq!(
         Peer::new(&d.core).deliver(&forged, &kernel).await,
-        Err(Closed::Unexpected("verdict"))
+        Err(Refusal::Unexpected("verdict"))
     );
 
     assert!(d.records("decision").is_empty());

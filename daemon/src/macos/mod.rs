@@ -7,6 +7,7 @@
 //! - [`xpc_sys`]: the ~25 libxpc functions and globals, declared by hand.
 //! - [`xpc_dict`]: an owned XPC dictionary behind `wire_dict`'s traits.
 //! - [`wire_dict`]: the pure mapping of wire messages onto dictionary keys.
+//! - [`exchange`]: the pure order and checks of one XPC peer's messages.
 //! - [`audit_token`]: pid, pid version, euid and executable from a kernel audit token.
 //! - [`code_identity`]: `SecCode` from an audit token → team id, signing id, cdhash.
 //!
@@ -38,6 +39,7 @@
 
 pub mod audit_token;
 pub mod code_identity;
+pub mod exchange;
 pub mod wire_dict;
 pub mod xpc_dict;
 pub mod xpc_sys;

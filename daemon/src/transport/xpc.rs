@@ -46,11 +46,12 @@ use std::sync::Arc;
 
 use block2::RcBlock;
 use dispatch2::DispatchQueue;
-use metalift_policy::wire::{Message, WireError};
+use metalift_policy::wire::Message;
 use tokio::sync::{broadcast, mpsc, OwnedSemaphorePermit, Semaphore};
 
 use super::Limits;
 use crate::macos::audit_token::AuditToken;
+use crate::macos::exchange::{self, Refusal, Request, Sender};
 use crate::macos::wire_dict;
 use crate::macos::xpc_dict::XpcDict;
 use crate::macos::xpc_sys::{
@@ -362,16 +363,10 @@ enum PeerError {
     Deadline,
     #[error("silent for longer than the outcome idle limit")]
     Idle,
-    #[error("bad message: {0}")]
-    Wire(#[from] WireError),
-    #[error("unexpected {0} message")]
-    Unexpected(&'static str),
-    #[error("a {0} was sent without a reply handler")]
-    NoReplyExpected(&'static str),
-    #[error("outcome for decision {got}, but this connection was given {given}")]
-    WrongDecision { got: u64, given: u64 },
-    #[error("outcome sent by another process than the check-in")]
-    OtherProcess,
+    #[error("{0}")]
+    Refused(#[from] Refusal),
+    #[error("a request was sent without a reply handler")]
+    NoReplyExpected,
     #[error("cannot identify the peer: {0}")]
     Peer(#[from] peer::PeerError),
     #[error("identification task failed: {0}")]
@@ -393,6 +388,8 @@ struct PeerTask {
 }
 
 impl PeerTask {
+    /// The exchange's order and checks are `crate::macos::exchange`'s; this only
+    /// moves messages between libxpc and the core.
     async fn serve(mut self, mut accepted: Accepted) -> Result<(), PeerError> {
         let first = tokio::select! {
             event = tokio::time::timeout(self.limits.read_timeout, accepted.events.recv()) => {
@@ -403,64 +400,60 @@ impl PeerTask {
         let Some(PeerEvent::Message { dict, token }) = first else {
             return Ok(());
         };
-        let request = wire_dict::decode(&dict)?;
+        let request = exchange::first(wire_dict::decode(&dict))?;
         // A request sent without a reply handler cannot be answered: refuse it
         // before anything is decided or recorded.
-        let Some(mut answer) = XpcDict::reply_to(&dict) else {
-            return Err(PeerError::NoReplyExpected(kind(&request)));
-        };
-        match request {
-            Message::StatusRequest => {
+        let mut answer = XpcDict::reply_to(&dict).ok_or(PeerError::NoReplyExpected)?;
+        let req = match request {
+            Request::Status => {
                 let json = serde_json::to_string(&self.core.status())?;
                 reply(&accepted.peer, &mut answer, &Message::Status(json));
-                Ok(())
+                return Ok(());
             }
-            Message::CheckIn(req) => {
-                // Not raced against shutdown: a check-in that arrived is decided,
-                // recorded and answered.
-                let Ok(active) = Arc::clone(&self.active).acquire_owned().await else {
-                    return Ok(()); // never closed
-                };
-                let facts =
-                    tokio::task::spawn_blocking(move || peer::facts_from_audit_token(token))
-                        .await??;
-                let verdict = self.core.check_in(&facts, req, TRANSPORT).await;
-                let given = verdict.decision_id;
-                reply(&accepted.peer, &mut answer, &Message::Verdict(verdict));
-                drop(active);
+            Request::CheckIn(req) => req,
+        };
 
-                let next = tokio::select! {
-                    event = tokio::time::timeout(self.limits.outcome_idle, accepted.events.recv()) => {
-                        event.map_err(|_| PeerError::Idle)?
-                    }
-                    _ = self.shutdown.recv() => return Ok(()),
-                };
-                let Some(PeerEvent::Message {
-                    dict,
-                    token: sender,
-                }) = next
-                else {
-                    return Ok(());
-                };
-                if sender.pid() != token.pid() || sender.pid_version() != token.pid_version() {
-                    return Err(PeerError::OtherProcess);
-                }
-                match wire_dict::decode(&dict)? {
-                    Message::Outcome(outcome) => {
-                        if outcome.decision_id != 0 && outcome.decision_id != given {
-                            return Err(PeerError::WrongDecision {
-                                got: outcome.decision_id,
-                                given,
-                            });
-                        }
-                        self.core.outcome(&facts, outcome).await;
-                        Ok(())
-                    }
-                    other => Err(PeerError::Unexpected(kind(&other))),
-                }
+        // Not raced against shutdown: a check-in that arrived is decided, recorded
+        // and answered.
+        let Ok(active) = Arc::clone(&self.active).acquire_owned().await else {
+            return Ok(()); // never closed
+        };
+        let facts =
+            tokio::task::spawn_blocking(move || peer::facts_from_audit_token(token)).await??;
+        let verdict = self.core.check_in(&facts, req, TRANSPORT).await;
+        let given = verdict.decision_id;
+        reply(&accepted.peer, &mut answer, &Message::Verdict(verdict));
+        drop(active);
+
+        let next = tokio::select! {
+            event = tokio::time::timeout(self.limits.outcome_idle, accepted.events.recv()) => {
+                event.map_err(|_| PeerError::Idle)?
             }
-            other => Err(PeerError::Unexpected(kind(&other))),
-        }
+            _ = self.shutdown.recv() => return Ok(()),
+        };
+        let Some(PeerEvent::Message {
+            dict,
+            token: sent_by,
+        }) = next
+        else {
+            return Ok(());
+        };
+        let outcome = exchange::outcome(
+            wire_dict::decode(&dict),
+            sender(&sent_by),
+            sender(&token),
+            given,
+        )?;
+        self.core.outcome(&facts, outcome).await;
+        Ok(())
+    }
+}
+
+/// The exchange's view of an audit token.
+fn sender(token: &AuditToken) -> Sender {
+    Sender {
+        pid: token.pid(),
+        pid_version: token.pid_version(),
     }
 }
 
@@ -468,16 +461,6 @@ impl PeerTask {
 fn reply(peer: &Connection, answer: &mut XpcDict, msg: &Message) {
     wire_dict::encode(msg, answer);
     peer.send(answer);
-}
-
-fn kind(msg: &Message) -> &'static str {
-    match msg {
-        Message::CheckIn(_) => "check-in",
-        Message::Verdict(_) => "verdict",
-        Message::Outcome(_) => "outcome",
-        Message::StatusRequest => "status request",
-        Message::Status(_) => "status",
-    }
 }
 
 /// `run` may be spawned on a multi-threaded runtime: its future must stay `Send`
