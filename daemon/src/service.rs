@@ -22,7 +22,8 @@ use crate::watcher;
 /// Runs the daemon until `shutdown` resolves with the reason to record (e.g.
 /// `"SIGTERM"`). Must run inside a tokio runtime. Errors are start-up failures:
 /// the socket is taken, the audit log cannot be opened or written.
-pub async fn run(config: Config, shutdown: impl Future<Output = String>) -> anyhow::Result<()> {
+pub async fn run(mut config: Config, shutdown: impl Future<Output = String>) -> anyhow::Result<()> {
+    config.limits = fit_descriptor_limit(config.limits);
     let socket = transport::socket_file::bind(&config.socket)?;
     let (socket_path, socket_id) = (socket.path.clone(), socket.id());
     let served = serve(config, socket, shutdown).await;
@@ -155,4 +156,88 @@ async fn serve_xpc(
     _stopping: tokio::sync::watch::Receiver<Option<String>>,
 ) {
     tracing::error!(service, "XPC is macOS only; serving the Unix socket only");
+}
+
+/// Descriptors kept for everything but connections: the audit log (and its
+/// rotation), the watcher, stdio, the runtime, hashing.
+const FD_RESERVE: u64 = 64;
+/// Descriptors an active connection may hold at once: its socket, while being
+/// identified a pidfd, and the executable opened for hashing. A connection
+/// waiting for its outcome holds only its socket.
+const FDS_PER_ACTIVE: u64 = 3;
+
+/// Raises the open-file limit to the hard limit (macOS caps it at `OPEN_MAX`),
+/// then fits the connection limits into it. Without this, idle shims waiting to
+/// report could use up the descriptors, and every new check-in would wait in
+/// `accept` behind them — the starvation the two caps exist to prevent.
+fn fit_descriptor_limit(limits: transport::Limits) -> transport::Limits {
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let before = getrlimit(Resource::Nofile);
+    if before.current != before.maximum {
+        let raise = |current| {
+            setrlimit(
+                Resource::Nofile,
+                Rlimit {
+                    current,
+                    maximum: before.maximum,
+                },
+            )
+        };
+        const OPEN_MAX: u64 = 10240;
+        if raise(before.maximum).is_err() {
+            let capped = Some(before.maximum.map_or(OPEN_MAX, |m| m.min(OPEN_MAX)));
+            if capped > before.current {
+                let _ = raise(capped);
+            }
+        }
+    }
+    let soft = getrlimit(Resource::Nofile).current;
+    let fitted = fit_limits(limits, soft);
+    if fitted != limits {
+        tracing::warn!(
+            open_files = soft,
+            max_connections = fitted.max_active,
+            max_waiting_outcomes = fitted.max_waiting,
+            "connection limits lowered to fit the open-file limit"
+        );
+    }
+    fitted
+}
+
+/// `limits` reduced so that they fit in `open_files` descriptors (`None`: unlimited).
+fn fit_limits(limits: transport::Limits, open_files: Option<u64>) -> transport::Limits {
+    let Some(open_files) = open_files else {
+        return limits;
+    };
+    let budget = open_files.saturating_sub(FD_RESERVE);
+    let active = (limits.max_active as u64)
+        .min(budget / FDS_PER_ACTIVE)
+        .max(1);
+    let waiting = (limits.max_waiting as u64).min(budget.saturating_sub(active * FDS_PER_ACTIVE));
+    transport::Limits {
+        max_active: usize::try_from(active).unwrap_or(usize::MAX),
+        max_waiting: usize::try_from(waiting).unwrap_or(usize::MAX),
+        ..limits
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connection_limits_fit_in_the_open_file_limit() {
+        let asked = transport::Limits::default();
+        assert_eq!(fit_limits(asked, None), asked);
+        assert_eq!(fit_limits(asked, Some(1 << 20)), asked);
+
+        // macOS launchd's default soft limit: 256.
+        let fitted = fit_limits(asked, Some(256));
+        assert_eq!(fitted.max_active, 64);
+        assert_eq!(fitted.max_waiting, 256 - 64 - 3 * 64);
+
+        let tiny = fit_limits(asked, Some(70));
+        assert_eq!((tiny.max_active, tiny.max_waiting), (2, 0));
+        assert_eq!(tiny.read_timeout, asked.read_timeout);
+    }
 }

@@ -219,6 +219,12 @@ impl Connection {
         // Not raced against shutdown: a check-in that arrived is decided and recorded.
         let verdict = self.core.check_in(&facts, req, TRANSPORT).await;
         let given = verdict.decision_id;
+        // The outcome record needs the pid and path only: a waiting connection
+        // holds its socket and no other descriptor.
+        let facts = PeerFacts {
+            exe_file: None,
+            ..facts
+        };
         self.frames.write(&Message::Verdict(verdict)).await?;
 
         // Answered. Trade the active place for a waiting one, or close.
