@@ -129,8 +129,8 @@ impl Listener {
             tokio::spawn(async move {
                 match connection.serve(permit).await {
                     Ok(()) => {}
-                    // Expected in normal operation: a shim that never reports.
-                    // Expected, or already reported by the core.
+                    // A shim that never reports is normal; an unidentified
+                    // peer was already reported by the core.
                     Err(error @ (ConnError::Idle | ConnError::Peer(_))) => {
                         tracing::debug!(%error, "connection closed")
                     }
