@@ -36,6 +36,10 @@ pub struct Args {
     /// Keep the temporary directory (policies, sockets, audit logs) and print its path.
     #[arg(long)]
     pub keep: bool,
+    /// The shim's verdict deadline for the probe runs (METALIFT_TIMEOUT_MS);
+    /// default: the shim's own.
+    #[arg(long, value_name = "MS")]
+    pub timeout_ms: Option<u64>,
 }
 
 /// How long a daemon may take to start listening (a cold, loaded CI box).
@@ -67,7 +71,8 @@ fn monitor_policy() -> String {
 
 /// Runs `metalift demo`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let tools = Tools::find()?;
+    let mut tools = Tools::find()?;
+    tools.timeout_ms = args.timeout_ms;
     let dir = TempDir::create()?;
     let result = demo(&tools, dir.path());
     if args.keep {
@@ -146,6 +151,8 @@ struct Tools {
     daemon: PathBuf,
     probe: PathBuf,
     shim: PathBuf,
+    /// `--timeout-ms`, passed to the shim as METALIFT_TIMEOUT_MS.
+    timeout_ms: Option<u64>,
 }
 
 impl Tools {
@@ -167,6 +174,7 @@ impl Tools {
             daemon: need("metaliftd")?,
             probe: need("metalift-probe")?,
             shim: need(SHIM_FILE)?,
+            timeout_ms: None,
         })
     }
 }
@@ -275,6 +283,9 @@ impl Row {
             Some(socket) => {
                 cmd.env(INSERT_VAR, &tools.shim)
                     .env("METALIFT_SOCKET", socket);
+                if let Some(ms) = tools.timeout_ms {
+                    cmd.env("METALIFT_TIMEOUT_MS", ms.to_string());
+                }
             }
             None => {
                 cmd.env_remove(INSERT_VAR);
