@@ -15,6 +15,12 @@
 //!    meanwhile, or the path changed, the peer is `Gone`; and the opened file must
 //!    still be the one at that path (same device and inode) to be kept for hashing.
 //! 5. The parent's executable, read between two checks of the parent's unique id.
+//!
+//! A process that `exec`ed between `connect` and its check-in is `Gone` here: the
+//! kernel bumps the pid version at exec, so the token names the image that
+//! connected and no longer resolves. Stricter than Linux (which decides for the
+//! new image), and only reachable on the socket: XPC connections do not survive
+//! exec, and the shim's socket is close-on-exec.
 #![allow(unsafe_code)]
 
 use std::ffi::CStr;
