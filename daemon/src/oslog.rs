@@ -10,11 +10,13 @@
 //! function (in the `libc` crate), and since macOS 10.12 libsystem routes it into the
 //! unified log under the calling process, with the level mapped to an `os_log` type.
 //! It costs us the subsystem/category fields, which we replace with the process name;
-//! it gains one code path for macOS and Linux and nothing compiled from C.
+//! it gains one code path for macOS and Linux and nothing compiled from C. The text
+//! arrives preformatted, so it is not subject to `os_log`'s `<private>` redaction
+//! of dynamic arguments. The shim logs the same way (`shim/src/log.rs`).
 //!
 //! # Levels
 //!
-//! | tracing | syslog | unified log type (macOS) |
+//! | tracing | syslog | unified log type (macOS; to confirm on a Mac) |
 //! |---|---|---|
 //! | ERROR | `LOG_ERR` | error |
 //! | WARN | `LOG_WARNING` | default |
