@@ -44,6 +44,10 @@ use metalift_policy::wire::{
 };
 use metalift_policy::Capabilities;
 
+/// The mach service metaliftd listens on and the shim looks up by default; both
+/// launchd plists advertise it in `MachServices`.
+pub const DEFAULT_SERVICE: &str = "com.metalift.policy";
+
 /// The dictionary keys, as C strings (libxpc takes `const char *`).
 pub mod key {
     use std::ffi::CStr;

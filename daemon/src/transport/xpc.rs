@@ -68,7 +68,7 @@ use crate::server::Core;
 /// The transport's name in audit records.
 pub const TRANSPORT: &str = "xpc";
 /// The mach service metaliftd's launchd plists advertise (`MachServices`).
-pub const DEFAULT_SERVICE: &str = "com.metalift.policy";
+pub const DEFAULT_SERVICE: &str = wire_dict::DEFAULT_SERVICE;
 /// Messages a peer may have queued before further ones are dropped: a shim sends two.
 pub const PEER_QUEUE: usize = 4;
 

@@ -68,9 +68,6 @@ use xpc_sys::{
     XPC_CONNECTION_MACH_SERVICE_PRIVILEGED,
 };
 
-/// The mach service the daemon's plists advertise.
-pub(crate) const DEFAULT_SERVICE: &str = "com.metalift.policy";
-
 /// The lookups tried in order, as `xpc_connection_create_mach_service` flags.
 const LOOKUPS: [u64; 2] = [0, XPC_CONNECTION_MACH_SERVICE_PRIVILEGED];
 
@@ -138,7 +135,7 @@ pub(crate) fn start(config: &Config, hello: &Message) -> Result<XpcCheckIn, Stri
     let name = std::env::var("METALIFT_MACH_SERVICE")
         .ok()
         .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| DEFAULT_SERVICE.to_owned());
+        .unwrap_or_else(|| wire_dict::DEFAULT_SERVICE.to_owned());
     let service = CString::new(name).map_err(|_| "METALIFT_MACH_SERVICE contains a NUL byte")?;
     let shared = Arc::new(Shared {
         service,
