@@ -145,6 +145,32 @@ mod tests {
         assert_eq!(syslog_priority(Level::DEBUG), libc::LOG_INFO);
     }
 
+    /// Keeps the lines the unified-log layer would send.
+    struct Capture(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+
+    impl<S: Subscriber> Layer<S> for Capture {
+        fn on_event(&self, event: &Event<'_>, _ctx: Context<'_, S>) {
+            let line = format_event(event).to_string_lossy().into_owned();
+            self.0.lock().unwrap().push(line);
+        }
+    }
+
+    #[test]
+    fn an_event_becomes_target_message_then_fields() {
+        use tracing_subscriber::layer::SubscriberExt;
+
+        let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let subscriber =
+            tracing_subscriber::registry().with(Capture(std::sync::Arc::clone(&lines)));
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::warn!(target: "metaliftd::xpc", pid = 42, exe = "/bin/ls", "peer closed");
+        });
+        assert_eq!(
+            *lines.lock().unwrap(),
+            vec![r#"metaliftd::xpc: peer closed pid=42 exe="/bin/ls""#.to_owned()]
+        );
+    }
+
     #[test]
     fn a_line_with_a_nul_or_too_long_still_reaches_the_log() {
         let line = into_c_line(format!("a\0b{}", "é".repeat(MAX_LINE)));
