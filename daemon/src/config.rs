@@ -69,6 +69,11 @@ pub struct DaemonArgs {
     #[arg(long, value_name = "N", default_value_t = crate::identity_cache::DEFAULT_CAPACITY)]
     pub cache_entries: usize,
 
+    /// Also send diagnostics to the system log, syslog(3): the journal or syslogd
+    /// on Linux. Always on on macOS, where it is the unified log.
+    #[arg(long)]
+    pub syslog: bool,
+
     /// The XPC mach service to serve (must be in the launchd job's `MachServices`).
     #[cfg(target_os = "macos")]
     #[arg(long, value_name = "NAME", default_value = crate::transport::xpc::DEFAULT_SERVICE)]
@@ -113,6 +118,12 @@ pub enum ConfigError {
 }
 
 impl DaemonArgs {
+    /// Whether diagnostics also go to the system log.
+    #[must_use]
+    pub fn wants_syslog(&self) -> bool {
+        self.syslog || cfg!(target_os = "macos")
+    }
+
     /// Fills the defaults that depend on the environment and checks the limits.
     pub fn resolve(self) -> Result<Config, ConfigError> {
         let socket = match self.socket {

@@ -10,15 +10,7 @@ use metalift_daemon::service;
 
 fn main() -> ExitCode {
     let args = DaemonArgs::parse();
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        // Colour only for a person at a terminal, not in launchd's or journald's log files.
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
+    init_logging(&args);
     match run(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
@@ -26,6 +18,26 @@ fn main() -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// Diagnostics to stderr (launchd's `StandardErrorPath`, systemd's journal) and,
+/// when asked or on macOS, to the system log. `RUST_LOG` filters; default `info`.
+fn init_logging(args: &DaemonArgs) {
+    use tracing_subscriber::prelude::*;
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let stderr = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        // Colour only for a person at a terminal, not in launchd's or journald's log files.
+        .with_ansi(std::io::stderr().is_terminal());
+    let system = args
+        .wants_syslog()
+        .then(|| metalift_daemon::oslog::UnifiedLogLayer::new(c"metaliftd"));
+    tracing_subscriber::registry()
+        .with(filter)
+        .with(stderr)
+        .with(system)
+        .init();
 }
 
 fn run(args: DaemonArgs) -> anyhow::Result<()> {
