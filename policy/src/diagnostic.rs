@@ -67,7 +67,24 @@ impl Diagnostic {
         span: Range<usize>,
         message: impl Into<String>,
     ) -> Self {
-        let (line, col, len) = line_col_len(&source.text, span);
+        Self::located(
+            severity,
+            source,
+            &LineIndex::new(&source.text),
+            span,
+            message,
+        )
+    }
+
+    /// As [`Diagnostic::at`], with the source's line index already built.
+    pub(crate) fn located(
+        severity: Severity,
+        source: &Source,
+        lines: &LineIndex,
+        span: Range<usize>,
+        message: impl Into<String>,
+    ) -> Self {
+        let (line, col, len) = lines.line_col_len(&source.text, span);
         Diagnostic {
             severity,
             file: source.name.clone(),
@@ -126,17 +143,38 @@ impl fmt::Display for Diagnostic {
 
 /// 1-based line and character column of `span.start`, and the span's length in
 /// characters clipped to the end of that line.
+#[cfg(test)]
 pub(crate) fn line_col_len(text: &str, span: Range<usize>) -> (usize, usize, usize) {
-    let start = floor_char_boundary(text, span.start.min(text.len()));
-    let end = floor_char_boundary(text, span.end.clamp(start, text.len()));
-    let before = &text[..start];
-    let line = before.matches('\n').count() + 1;
-    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
-    let col = text[line_start..start].chars().count() + 1;
-    let rest = &text[start..end];
-    let on_line = rest.split('\n').next().unwrap_or("");
-    let len = on_line.trim_end_matches('\r').chars().count().max(1);
-    (line, col, len)
+    LineIndex::new(text).line_col_len(text, span)
+}
+
+/// Where each line of a text starts, so locating many spans stays linear in the
+/// text's size (a 100,000-rule policy locates every rule).
+#[derive(Debug, Clone)]
+pub(crate) struct LineIndex {
+    starts: Vec<usize>,
+}
+
+impl LineIndex {
+    pub(crate) fn new(text: &str) -> Self {
+        let starts = std::iter::once(0)
+            .chain(text.match_indices('\n').map(|(i, _)| i + 1))
+            .collect();
+        LineIndex { starts }
+    }
+
+    /// As [`line_col_len`], for the text this index was built from.
+    pub(crate) fn line_col_len(&self, text: &str, span: Range<usize>) -> (usize, usize, usize) {
+        let start = floor_char_boundary(text, span.start.min(text.len()));
+        let end = floor_char_boundary(text, span.end.clamp(start, text.len()));
+        let line = self.starts.partition_point(|&s| s <= start).max(1);
+        let line_start = self.starts.get(line - 1).copied().unwrap_or(0).min(start);
+        let col = text.get(line_start..start).map_or(0, |t| t.chars().count()) + 1;
+        let rest = text.get(start..end).unwrap_or("");
+        let on_line = rest.split('\n').next().unwrap_or("");
+        let len = on_line.trim_end_matches('\r').chars().count().max(1);
+        (line, col, len)
+    }
 }
 
 fn floor_char_boundary(text: &str, mut i: usize) -> usize {

@@ -3,10 +3,10 @@
 //!
 //! Each rule is indexed once, under its most specific identity matcher (the one that
 //! sets its [`Specificity`]): a hash map per exact identity (cdhash, sha256,
-//! signing_id, team_id, exact path, name) and one [`GlobSet`] for path globs. Every
-//! rule that matches a subject must match its own index key, so looking a subject up
-//! in each index finds every candidate; candidates are then checked in full
-//! ([`Rule::holds`]). Indexes are consulted from the most specific down, and the
+//! signing_id, team_id, exact path, name), and for path globs a [`GlobBuckets`].
+//! Every rule that matches a subject must match its own index key, so looking the
+//! subject up in each index finds every candidate; candidates are then checked in
+//! full ([`Rule::holds`]). Indexes are consulted from the most specific down, and the
 //! search stops at the first level with a matching rule: nothing below can win.
 
 use std::collections::HashMap;
@@ -22,6 +22,10 @@ use crate::subject::Subject;
 /// Rule indices (into the policy's rule list) by index key, in file order.
 type Index<K> = HashMap<K, Vec<usize>>;
 
+/// A bucket with more globs than this is matched through one [`GlobSet`]; smaller
+/// ones check their few globs directly.
+const GLOBSET_THRESHOLD: usize = 8;
+
 /// The indexes over one policy's rules.
 #[derive(Debug, Default)]
 pub(crate) struct Matcher {
@@ -30,10 +34,96 @@ pub(crate) struct Matcher {
     signing_id: Index<String>,
     team_id: Index<String>,
     exact_path: Index<PathBuf>,
-    /// Path globs, one entry per rule; `glob_rules[i]` is the rule of glob `i`.
-    globs: GlobSet,
-    glob_rules: Vec<usize>,
+    globs: GlobBuckets,
     name: Index<OsString>,
+}
+
+/// Path globs grouped by their literal directory: the part of the pattern before its
+/// first glob character, up to the last `/` (`/opt/llama/bin/llama-*` →
+/// `/opt/llama/bin`, `/opt/**` → `/opt`, `/**` → `/`). A glob can only match a path
+/// under its literal directory, so a lookup visits only the buckets of the subject's
+/// ancestors (one hash lookup per path component) instead of every glob.
+#[derive(Debug, Default)]
+struct GlobBuckets {
+    buckets: HashMap<PathBuf, GlobBucket>,
+}
+
+#[derive(Debug, Default)]
+struct GlobBucket {
+    /// The bucket's rules, in file order.
+    rules: Vec<usize>,
+    /// Built when the bucket is large: glob `i` of the set is `rules[i]`'s.
+    set: Option<GlobSet>,
+}
+
+/// The literal directory of a glob pattern (see [`GlobBuckets`]).
+fn literal_dir(pattern: &str) -> PathBuf {
+    let first_meta = pattern
+        .find(['*', '?', '[', ']', '{', '}', '\\'])
+        .unwrap_or(pattern.len());
+    let literal = pattern.get(..first_meta).unwrap_or("");
+    match literal.rfind('/') {
+        Some(0) | None => PathBuf::from("/"),
+        Some(i) => PathBuf::from(literal.get(..i).unwrap_or("/")),
+    }
+}
+
+impl GlobBuckets {
+    fn add(&mut self, pattern: &str, rule: usize) {
+        self.buckets
+            .entry(literal_dir(pattern))
+            .or_default()
+            .rules
+            .push(rule);
+    }
+
+    /// Builds a [`GlobSet`] for each large bucket.
+    fn finish(&mut self, rules: &[Rule]) -> Result<(), globset::Error> {
+        for bucket in self.buckets.values_mut() {
+            if bucket.rules.len() <= GLOBSET_THRESHOLD {
+                continue;
+            }
+            let mut set = GlobSetBuilder::new();
+            for &i in &bucket.rules {
+                if let Some(Rule {
+                    path: Some(PathPattern::Glob { matcher, .. }),
+                    ..
+                }) = rules.get(i)
+                {
+                    set.add(matcher.glob().clone());
+                }
+            }
+            bucket.set = Some(set.build()?);
+        }
+        Ok(())
+    }
+
+    /// The best glob rule that holds for `s`.
+    fn best(&self, rules: &[Rule], s: &Subject) -> Option<usize> {
+        if self.buckets.is_empty() {
+            return None;
+        }
+        let mut best: Option<(PrecedenceKey, usize)> = None;
+        let mut hits = Vec::new();
+        for dir in s.path.ancestors().filter(|d| !d.as_os_str().is_empty()) {
+            let Some(bucket) = self.buckets.get(dir) else {
+                continue;
+            };
+            let candidates: &[usize] = match &bucket.set {
+                Some(set) => {
+                    hits.clear();
+                    set.matches_into(&s.path, &mut hits);
+                    for h in hits.iter_mut() {
+                        *h = bucket.rules.get(*h).copied().unwrap_or(usize::MAX);
+                    }
+                    &hits
+                }
+                None => &bucket.rules,
+            };
+            best = better(best, pick(rules, s, candidates));
+        }
+        best.map(|(_, i)| i)
+    }
 }
 
 fn add<K: Hash + Eq>(index: &mut Index<K>, key: K, rule: usize) {
@@ -45,7 +135,6 @@ impl Matcher {
     /// compiled on their own (e.g. a size limit).
     pub(crate) fn build(rules: &[Rule]) -> Result<Matcher, globset::Error> {
         let mut m = Matcher::default();
-        let mut globs = GlobSetBuilder::new();
         for (i, rule) in rules.iter().enumerate() {
             match rule.specificity() {
                 Specificity::Cdhash => {
@@ -70,10 +159,7 @@ impl Matcher {
                 }
                 Specificity::ExactPath | Specificity::GlobPath => match &rule.path {
                     Some(PathPattern::Exact(p)) => add(&mut m.exact_path, p.clone(), i),
-                    Some(PathPattern::Glob { matcher, .. }) => {
-                        globs.add(matcher.glob().clone());
-                        m.glob_rules.push(i);
-                    }
+                    Some(PathPattern::Glob { pattern, .. }) => m.globs.add(pattern, i),
                     None => {}
                 },
                 Specificity::Name => {
@@ -83,62 +169,63 @@ impl Matcher {
                 }
             }
         }
-        m.globs = globs.build()?;
+        m.globs.finish(rules)?;
         Ok(m)
     }
 
     /// The index of the winning rule for `s`, or `None` when no rule matches.
     pub(crate) fn best(&self, rules: &[Rule], s: &Subject) -> Option<usize> {
+        let exact = |c: Option<&Vec<usize>>| c.and_then(|c| pick(rules, s, c)).map(|(_, i)| i);
         // From the most specific level down; a level with a match ends the search.
-        let levels: [&dyn Fn() -> Option<usize>; 7] = [
-            &|| pick(rules, s, s.cdhash.as_ref().and_then(|k| self.cdhash.get(k))),
-            &|| pick(rules, s, s.sha256.as_ref().and_then(|k| self.sha256.get(k))),
-            &|| {
-                pick(
-                    rules,
-                    s,
-                    s.signing_id.as_ref().and_then(|k| self.signing_id.get(k)),
-                )
-            },
-            &|| {
-                pick(
-                    rules,
-                    s,
-                    s.team_id.as_ref().and_then(|k| self.team_id.get(k)),
-                )
-            },
-            &|| pick(rules, s, self.exact_path.get(&s.path)),
-            &|| self.best_glob(rules, s),
-            &|| pick(rules, s, s.path.file_name().and_then(|n| self.name.get(n))),
-        ];
-        levels.iter().find_map(|level| level())
-    }
-
-    fn best_glob(&self, rules: &[Rule], s: &Subject) -> Option<usize> {
-        if self.glob_rules.is_empty() {
-            return None;
-        }
-        let hits: Vec<usize> = self
-            .globs
-            .matches(&s.path)
-            .into_iter()
-            .filter_map(|g| self.glob_rules.get(g).copied())
-            .collect();
-        pick(rules, s, Some(&hits))
+        exact(s.cdhash.as_ref().and_then(|k| self.cdhash.get(k)))
+            .or_else(|| exact(s.sha256.as_ref().and_then(|k| self.sha256.get(k))))
+            .or_else(|| exact(s.signing_id.as_ref().and_then(|k| self.signing_id.get(k))))
+            .or_else(|| exact(s.team_id.as_ref().and_then(|k| self.team_id.get(k))))
+            .or_else(|| exact(self.exact_path.get(s.path.as_path())))
+            .or_else(|| self.globs.best(rules, s))
+            .or_else(|| exact(s.path.file_name().and_then(|n| self.name.get(n))))
     }
 }
 
-/// The best of `candidates` that holds for `s`, by precedence.
-fn pick(rules: &[Rule], s: &Subject, candidates: Option<&Vec<usize>>) -> Option<usize> {
-    let mut best: Option<(PrecedenceKey, usize)> = None;
-    for &i in candidates? {
+/// The best of `candidates` that holds for `s`, by precedence, with its key.
+fn pick(rules: &[Rule], s: &Subject, candidates: &[usize]) -> Option<(PrecedenceKey, usize)> {
+    let mut best = None;
+    for &i in candidates {
         let Some(rule) = rules.get(i) else { continue };
         if rule.holds(s) {
-            let key = rule.precedence_key();
-            if best.as_ref().is_none_or(|(k, _)| key < *k) {
-                best = Some((key, i));
-            }
+            best = better(best, Some((rule.precedence_key(), i)));
         }
     }
-    best.map(|(_, i)| i)
+    best
+}
+
+fn better(
+    a: Option<(PrecedenceKey, usize)>,
+    b: Option<(PrecedenceKey, usize)>,
+) -> Option<(PrecedenceKey, usize)> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(if b.0 < a.0 { b } else { a }),
+        (a, None) => a,
+        (None, b) => b,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::literal_dir;
+    use std::path::Path;
+
+    #[test]
+    fn a_glob_is_bucketed_under_the_directory_before_its_first_glob_character() {
+        assert_eq!(
+            literal_dir("/opt/llama/bin/llama-*"),
+            Path::new("/opt/llama/bin")
+        );
+        assert_eq!(literal_dir("/opt/**"), Path::new("/opt"));
+        assert_eq!(literal_dir("/opt/**/x"), Path::new("/opt"));
+        assert_eq!(literal_dir("/**"), Path::new("/"));
+        assert_eq!(literal_dir("/*/bin"), Path::new("/"));
+        assert_eq!(literal_dir("/opt/{a,b/c}/x"), Path::new("/opt"));
+        assert_eq!(literal_dir("/usr/bin/l?"), Path::new("/usr/bin"));
+    }
 }

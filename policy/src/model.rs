@@ -9,7 +9,7 @@ use std::ops::Range;
 use toml::de::{DeTable, DeValue};
 use toml::Spanned;
 
-use crate::diagnostic::{Diagnostic, Severity, Source};
+use crate::diagnostic::{Diagnostic, LineIndex, Severity, Source};
 
 /// A value and the byte range of the file it came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -106,6 +106,7 @@ const PROFILE_KEYS: &[&str] = &[
 pub(crate) fn parse_file(source: &Source, out: &mut Vec<Diagnostic>) -> FileModel {
     let mut sink = Sink {
         source,
+        lines: LineIndex::new(&source.text),
         out,
         mistyped: Vec::new(),
     };
@@ -216,6 +217,7 @@ fn parse_rules(sink: &mut Sink<'_>, value: &Spanned<DeValue<'_>>, out: &mut Vec<
 /// Collects diagnostics for one source.
 struct Sink<'a> {
     source: &'a Source,
+    lines: LineIndex,
     out: &'a mut Vec<Diagnostic>,
     /// Keys that failed their type check since the last [`Sink::take_mistyped`].
     mistyped: Vec<String>,
@@ -223,8 +225,13 @@ struct Sink<'a> {
 
 impl Sink<'_> {
     fn error(&mut self, span: Range<usize>, message: impl Into<String>) {
-        self.out
-            .push(Diagnostic::at(Severity::Error, self.source, span, message));
+        self.out.push(Diagnostic::located(
+            Severity::Error,
+            self.source,
+            &self.lines,
+            span,
+            message,
+        ));
     }
 
     fn unknown_key(&mut self, span: Range<usize>, key: &str, place: &str, known: &[&str]) {

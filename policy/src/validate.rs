@@ -13,7 +13,7 @@ use std::path::PathBuf;
 
 use globset::GlobBuilder;
 
-use crate::diagnostic::{Diagnostic, Severity, Source};
+use crate::diagnostic::{Diagnostic, LineIndex, Severity, Source};
 use crate::model::{At, FileModel, RawProfile, RawRule, SizeText};
 use crate::profile::{
     Capabilities, MAX_APPLE_FAMILY, MIN_APPLE_FAMILY, SHIPPING_MAX_THREADGROUP_MEMORY,
@@ -44,7 +44,9 @@ pub(crate) struct Validated {
 pub(crate) fn validate(sources: &[Source], files: &[FileModel]) -> Validated {
     let mut v = Validator {
         sources,
+        lines: sources.iter().map(|s| LineIndex::new(&s.text)).collect(),
         out: Vec::new(),
+        errors: 0,
     };
     let mut result = Validated::default();
     let all_parsed = files.iter().all(|f| f.parsed);
@@ -103,13 +105,21 @@ pub(crate) fn validate(sources: &[Source], files: &[FileModel]) -> Validated {
 
 struct Validator<'a> {
     sources: &'a [Source],
+    /// One per source: locating every rule must not rescan the text each time.
+    lines: Vec<LineIndex>,
     out: Vec<Diagnostic>,
+    /// Errors in `out`, so each rule can tell whether it added one.
+    errors: usize,
 }
 
 impl Validator<'_> {
     fn push(&mut self, sev: Severity, file: usize, span: Range<usize>, msg: impl Into<String>) {
-        if let Some(source) = self.sources.get(file) {
-            self.out.push(Diagnostic::at(sev, source, span, msg));
+        if let (Some(source), Some(lines)) = (self.sources.get(file), self.lines.get(file)) {
+            self.out
+                .push(Diagnostic::located(sev, source, lines, span, msg));
+            if sev == Severity::Error {
+                self.errors += 1;
+            }
         }
     }
 
@@ -122,12 +132,12 @@ impl Validator<'_> {
     }
 
     fn place(&self, file: usize, span: &Range<usize>) -> String {
-        match self.sources.get(file) {
-            Some(s) => {
-                let (line, col, _) = crate::diagnostic::line_col_len(&s.text, span.clone());
+        match (self.sources.get(file), self.lines.get(file)) {
+            (Some(s), Some(lines)) => {
+                let (line, col, _) = lines.line_col_len(&s.text, span.clone());
                 format!("{}:{line}:{col}", s.name)
             }
-            None => "?".to_owned(),
+            _ => "?".to_owned(),
         }
     }
 
@@ -383,7 +393,7 @@ impl Validator<'_> {
         profiles: &BTreeMap<String, Capabilities>,
         check_references: bool,
     ) -> Option<Rule> {
-        let errors_before = self.out.iter().filter(|d| d.is_error()).count();
+        let errors_before = self.errors;
         // Problems about the rule as a whole point at its id, or at its table.
         let anchor = raw
             .id
@@ -541,19 +551,18 @@ impl Validator<'_> {
             },
         };
 
-        let errors_after = self.out.iter().filter(|d| d.is_error()).count();
-        if errors_after != errors_before {
+        if self.errors != errors_before {
             return None;
         }
-        let line = self.sources.get(i).map(|s| {
-            (
-                s.name.as_str(),
-                crate::diagnostic::line_col_len(&s.text, anchor).0,
-            )
-        });
+        let location = match (self.sources.get(i), self.lines.get(i)) {
+            (Some(s), Some(lines)) => {
+                format!("{}:{}", s.name, lines.line_col_len(&s.text, anchor).0)
+            }
+            _ => String::new(),
+        };
         Some(Rule {
             id,
-            location: line.map_or_else(String::new, |(f, l)| format!("{f}:{l}")),
+            location,
             order,
             path,
             name: name.map(OsString::from),

@@ -4,6 +4,7 @@ mod examples;
 mod load;
 mod matchers;
 mod precedence;
+mod properties;
 mod validation;
 
 use metalift_policy::{compile_sources, Diagnostic, LoadError, Policy, Source, Subject};

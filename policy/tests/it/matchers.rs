@@ -177,3 +177,38 @@ fn unmatched_executables_stay_stock_with_no_rule() {
     assert_eq!(v.action, Action::Stock);
     assert_eq!(v.rule, None);
 }
+
+#[test]
+fn many_globs_in_one_directory_agree_with_the_linear_explanation() {
+    // More globs under /opt/bin than the matcher checks one by one: they go through a GlobSet.
+    let mut text = HEADER.to_owned();
+    for i in 0..30 {
+        let effect = if i % 4 == 0 {
+            "stock = true"
+        } else {
+            "unlock = \"apple7\""
+        };
+        text.push_str(&format!(
+            "[[rule]]\nid = \"g{i}\"\npath = \"/opt/bin/tool{i}*\"\n{effect}\n"
+        ));
+    }
+    text.push_str("[[rule]]\nid = \"deep\"\npath = \"/opt/**/tool1*\"\nstock = true\n");
+    text.push_str("[[rule]]\nid = \"root\"\npath = \"/**/tool2?\"\nunlock = \"apple7\"\n");
+    let p = policy(&text);
+    for path in [
+        "/opt/bin/tool1",
+        "/opt/bin/tool12",
+        "/opt/bin/tool25",
+        "/opt/bin/tool4",
+        "/opt/x/tool1",
+        "/usr/tool21",
+        "/opt/bin/nothing",
+    ] {
+        winner(&p, &at(path));
+    }
+    assert_eq!(winner(&p, &at("/opt/bin/tool3x")).as_deref(), Some("g3"));
+    // tool12 matches g1 (unlock), g12 (stock), deep (stock) and root: stock wins, earliest first.
+    assert_eq!(winner(&p, &at("/opt/bin/tool12")).as_deref(), Some("g12"));
+    assert_eq!(winner(&p, &at("/opt/bin/tool1")).as_deref(), Some("deep"));
+    assert_eq!(winner(&p, &at("/usr/tool21")).as_deref(), Some("root"));
+}
