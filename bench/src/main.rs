@@ -1,0 +1,147 @@
+//! `metalift-bench`: runs issue 7's benchmarks against the real metaliftd,
+//! libmetalift and metalift-probe, and prints Markdown for BENCHMARKS.md.
+//!
+//! ```text
+//! cargo build --release -p metalift-daemon -p metalift-probe -p metalift-shim -p metalift-bench
+//! target/release/metalift-bench all
+//! ```
+//!
+//! Thin: the benchmarks live in the library (`metalift_bench::*`).
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// metalift's benchmarks (issue 7, items 2–5). Prints Markdown tables.
+#[derive(Debug, Parser)]
+#[command(name = "metalift-bench")]
+struct Args {
+    #[command(subcommand)]
+    command: Cmd,
+    /// Fewer iterations and shorter rounds: a smoke run, not a figure to publish.
+    #[arg(long, global = true)]
+    quick: bool,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Every benchmark, then the summary table.
+    All,
+    /// Item 2: a Metal process (the probe) unlocked vs uninjected, next to a round trip.
+    Probe,
+    /// Item 3: daemon throughput and latency at 1, 8, 64 clients, and RSS.
+    Throughput,
+    /// Item 4: policy write → first verdict under it.
+    Reload,
+    /// Item 5: a 100 MB executable under a sha256 rule, first vs later decisions.
+    BigExe,
+    /// Internal: the transport-only baseline server.
+    #[command(hide = true)]
+    ServeBaseline {
+        /// The socket to listen on.
+        socket: std::path::PathBuf,
+    },
+    /// Internal: one check-in, printed as `VERDICT <rule> <ns>` (run by the big-exe benchmark).
+    #[command(hide = true)]
+    CheckInOnce {
+        /// The daemon's socket.
+        #[arg(long)]
+        socket: std::path::PathBuf,
+    },
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    match run(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("metalift-bench: error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn run(args: Args) -> anyhow::Result<()> {
+    use std::time::Duration;
+
+    use metalift_bench::harness::{self, Artifacts};
+    use metalift_bench::{big_exe, probe_cost, reload, summary_table, throughput, Section};
+
+    let q = args.quick;
+    let probe = |art: &Artifacts| probe_cost::run(art, if q { 20 } else { 300 });
+    let through = |art: &Artifacts| {
+        let (rounds, length) = if q {
+            (2, Duration::from_millis(500))
+        } else {
+            (5, Duration::from_secs(2))
+        };
+        throughput::run(art, rounds, length)
+    };
+    let reloads = |art: &Artifacts| reload::run(art, if q { 10 } else { 100 });
+    let big = |art: &Artifacts| {
+        if q {
+            big_exe::run(art, 2, 10)
+        } else {
+            big_exe::run(art, 10, 200)
+        }
+    };
+    let sections: Vec<Section> = match args.command {
+        Cmd::ServeBaseline { socket } => return metalift_bench::baseline::serve(&socket),
+        Cmd::CheckInOnce { socket } => return big_exe::check_in_once(&socket),
+        cmd => {
+            let art = Artifacts::locate()?;
+            println!("## Machine\n");
+            println!("| | |\n|---|---|");
+            for (k, v) in harness::machine_facts() {
+                println!("| {k} | {v} |");
+            }
+            println!(
+                "| binaries | `{}`, `{}`, `{}` |\n",
+                art.daemon.display(),
+                art.probe.display(),
+                art.shim.display()
+            );
+            match cmd {
+                Cmd::Probe => vec![probe(&art)?],
+                Cmd::Throughput => vec![through(&art)?],
+                Cmd::Reload => vec![reloads(&art)?],
+                Cmd::BigExe => vec![big(&art)?],
+                _ => {
+                    let mut all = Vec::new();
+                    for (name, bench) in [
+                        (
+                            "probe",
+                            &probe as &dyn Fn(&Artifacts) -> anyhow::Result<Section>,
+                        ),
+                        ("throughput", &through),
+                        ("reload", &reloads),
+                        ("big-exe", &big),
+                    ] {
+                        eprintln!("metalift-bench: running {name}…");
+                        let section = bench(&art)?;
+                        println!("{}", section.to_markdown());
+                        all.push(section);
+                    }
+                    let targets: Vec<_> = all.iter().flat_map(|s| s.targets.clone()).collect();
+                    println!("## Summary\n\n{}", summary_table(&targets));
+                    return Ok(());
+                }
+            }
+        }
+    };
+    for s in &sections {
+        println!("{}", s.to_markdown());
+    }
+    let targets: Vec<_> = sections.iter().flat_map(|s| s.targets.clone()).collect();
+    println!("{}", summary_table(&targets));
+    Ok(())
+}
+
+#[cfg(not(target_os = "linux"))]
+fn run(_args: Args) -> anyhow::Result<()> {
+    anyhow::bail!(
+        "the benchmarks drive the simulated Metal and read /proc: run them on Linux \
+         (on a Mac, bench/llama-guest.sh measures the real thing)"
+    )
+}
