@@ -300,3 +300,14 @@ fn why_lost(loser: &Rule, winner: &Rule) -> String {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Policy;
+
+    #[test]
+    fn a_policy_can_be_shared_across_threads_in_an_arc() {
+        fn shareable<T: Send + Sync + std::fmt::Debug>() {}
+        shareable::<Policy>();
+    }
+}

@@ -318,3 +318,44 @@ proptest! {
         let _ = compile_sources(vec![Source::new("policy.toml", lines.join("\n"))]);
     }
 }
+
+const SEGMENTS: &[&str] = &["opt", "bin", ".", "..", "", "llama-x", "tool1", "a"];
+const GLOB_SEGMENTS: &[&str] = &[
+    "opt",
+    "bin",
+    "*",
+    "**",
+    "l*",
+    "{a,bin}",
+    "?",
+    "tool[0-9]",
+    "a",
+    ".",
+];
+
+fn joined(pool: &'static [&'static str], max: usize) -> impl Strategy<Value = String> {
+    prop::collection::vec(prop::sample::select(pool), 0..max)
+        .prop_map(|parts| format!("/{}", parts.join("/")))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn glob_buckets_find_every_glob_the_linear_scan_finds(
+        globs in prop::collection::vec(joined(GLOB_SEGMENTS, 5), 1..20),
+        paths in prop::collection::vec(joined(SEGMENTS, 6), 1..10),
+    ) {
+        let mut text = String::from("version = 1\n[profile.p]\napple_family_max = 7\n");
+        for (i, g) in globs.iter().enumerate() {
+            let effect = if i % 3 == 0 { "stock = true" } else { "unlock = \"p\"" };
+            text.push_str(&format!("[[rule]]\nid = \"g{i}\"\npath = \"{g}\"\n{effect}\n"));
+        }
+        // Some generated paths are plain (no glob character): those are exact-path rules.
+        let p = compile(text);
+        for path in &paths {
+            let s = Subject { path: path.into(), ..Subject::default() };
+            prop_assert_eq!(p.evaluate(&s).rule, p.explain(&s).rule, "path {}", path);
+        }
+    }
+}
