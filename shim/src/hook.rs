@@ -19,7 +19,11 @@
 //!    half-installed state left behind, and never a silent no-op.
 //!
 //! Only the first device's class is hooked: a process (or a Mac) with two GPU
-//! classes would see the second stock. Every IMP here runs inside
+//! classes would see the second stock. The hook assumes every device class runs
+//! `-[_MTLDevice initGPUFamilySupport]` while it is created (true of the
+//! simulation, and what Cua's field-tested shim relies on for the real Metal); a
+//! class that overrode it without calling `super` would stay stock with no
+//! outcome reported — only type-checked for macOS here, to be confirmed on a Mac. Every IMP here runs inside
 //! `ffi_boundary!`, whose safe value calls the original.
 
 use std::ffi::{c_char, c_void, CStr};
