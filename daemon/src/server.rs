@@ -260,8 +260,11 @@ impl Core {
         } else {
             None
         };
-        // Signing identifiers count only from a valid, non-ad-hoc signature.
-        let signature = peer.code_signature.as_ref().filter(|s| s.valid);
+        // Team and signing identifiers count only from a valid, non-ad-hoc
+        // signature. The cdhash names the exact code that runs, so the platform
+        // module keeps it for any signature that validated, ad hoc included.
+        let signature = peer.code_signature.as_ref();
+        let trusted = signature.filter(|s| s.valid);
         Subject {
             path: peer.exe.clone(),
             uid: peer.uid,
@@ -269,8 +272,8 @@ impl Core {
             parent_path: peer.parent_exe.clone(),
             sha256,
             cdhash: signature.and_then(|s| s.cdhash.clone()),
-            team_id: signature.and_then(|s| s.team_id.clone()),
-            signing_id: signature.and_then(|s| s.signing_id.clone()),
+            team_id: trusted.and_then(|s| s.team_id.clone()),
+            signing_id: trusted.and_then(|s| s.signing_id.clone()),
         }
     }
 

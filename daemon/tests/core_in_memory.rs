@@ -372,6 +372,11 @@ async fn given_a_valid_signature_then_team_rules_match_and_an_ad_hoc_one_never_d
         Value::Null,
         "ad hoc never fills team_id"
     );
+    assert_eq!(
+        decisions[1]["cdhash"],
+        "ab".repeat(20),
+        "an ad-hoc signature's cdhash still pins the exact code"
+    );
 }
 
 #[tokio::test]

@@ -43,7 +43,8 @@ pub struct CodeSignature {
     pub team_id: Option<String>,
     /// Signing identifier.
     pub signing_id: Option<String>,
-    /// Code directory hash.
+    /// Code directory hash, from a signature that validated (ad hoc included:
+    /// the hash pins the exact code, whoever signed it). `None` otherwise.
     pub cdhash: Option<Vec<u8>>,
 }
 
