@@ -97,10 +97,11 @@ fn given_badly_owned_or_writable_policy_files_under_load_then_each_is_refused_au
         std::fs::rename(dropin_dir.join(".50-evil.staged"), &dropin).unwrap();
         expect_refusal("policy.d file owned by nobody", "owned by uid 65534");
 
-        // 5. The drop-in made root's, but policy.d/ itself world-writable.
-        std::os::unix::fs::chown(&dropin, Some(0), None).unwrap();
+        // 5. policy.d/ itself world-writable, then the drop-in made root's (in
+        // that order: a root-owned drop-in in a sound directory would be valid).
         std::fs::set_permissions(&dropin_dir, std::fs::Permissions::from_mode(0o777)).unwrap();
         expect_refusal("policy.d mode 0777", "writable by group or other");
+        std::os::unix::fs::chown(&dropin, Some(0), None).unwrap();
 
         // Cleanup of the drop-in: the good policy alone is live again.
         std::fs::remove_file(&dropin).unwrap();
