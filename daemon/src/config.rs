@@ -8,15 +8,16 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use metalift_policy::socket_path;
+
 use crate::audit::Rotation;
 use crate::transport::Limits;
 
 /// The policy file read unless `--policy` says otherwise.
 pub const DEFAULT_POLICY: &str = "/etc/metalift/policy.toml";
-/// The socket a root daemon listens on unless `--socket` says otherwise.
-pub const DEFAULT_ROOT_SOCKET: &str = "/run/metalift/metalift.sock";
-/// The socket's file name under `$XDG_RUNTIME_DIR` for a per-user daemon.
-pub const USER_SOCKET_NAME: &str = "metalift.sock";
+/// The socket a root daemon listens on unless `--socket` says otherwise
+/// (`/var/run/...` on macOS; see [`metalift_policy::socket_path`]).
+pub const DEFAULT_ROOT_SOCKET: &str = socket_path::SYSTEM_SOCKET;
 
 /// metaliftd: decides, per executable, which processes see an unlocked Metal GPU.
 #[derive(Debug, Clone, clap::Parser)]
@@ -27,7 +28,8 @@ pub struct DaemonArgs {
     pub policy: PathBuf,
 
     /// The Unix socket to listen on [default: /run/metalift/metalift.sock as root,
-    /// else $XDG_RUNTIME_DIR/metalift.sock].
+    /// else $XDG_RUNTIME_DIR/metalift.sock; on macOS /var/run/metalift/metalift.sock
+    /// as root, else /Users/Shared/metalift/metalift.sock].
     #[arg(long, value_name = "PATH")]
     pub socket: Option<PathBuf>,
 
@@ -171,13 +173,7 @@ pub fn default_socket(
     is_root: bool,
     runtime_dir: Option<std::ffi::OsString>,
 ) -> Result<PathBuf, ConfigError> {
-    if is_root {
-        return Ok(PathBuf::from(DEFAULT_ROOT_SOCKET));
-    }
-    match runtime_dir {
-        Some(dir) if !dir.is_empty() => Ok(PathBuf::from(dir).join(USER_SOCKET_NAME)),
-        _ => Err(ConfigError::NoRuntimeDir),
-    }
+    socket_path::daemon_socket(is_root, runtime_dir.as_deref()).ok_or(ConfigError::NoRuntimeDir)
 }
 
 /// The socket a `metalift` command talks to without `--socket`: the system
@@ -215,7 +211,7 @@ mod tests {
     fn root_listens_in_run_and_users_in_their_runtime_dir() {
         assert_eq!(
             default_socket(true, None).unwrap(),
-            PathBuf::from("/run/metalift/metalift.sock")
+            PathBuf::from(DEFAULT_ROOT_SOCKET)
         );
         assert_eq!(
             default_socket(false, Some("/run/user/501".into())).unwrap(),

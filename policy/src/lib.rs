@@ -17,7 +17,7 @@
 //! modules: [`profile`] (capability profiles), [`subject`] (who is asking),
 //! [`verdict`] (the `#[must_use]` decision and its trace), [`diagnostic`]
 //! (`file:line:col` problems), [`size`] (human sizes), [`wire`] (the check-in
-//! protocol shared with the shim).
+//! protocol shared with the shim), [`socket_path`] (where the daemon listens by default).
 //!
 //! # The policy file
 //!
@@ -129,6 +129,7 @@ mod policy;
 pub mod profile;
 mod rule;
 pub mod size;
+pub mod socket_path;
 pub mod subject;
 mod validate;
 pub mod verdict;

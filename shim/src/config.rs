@@ -11,6 +11,8 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use metalift_policy::socket_path;
+
 /// How long the first Metal device init waits for a verdict when
 /// `METALIFT_TIMEOUT_MS` does not say otherwise.
 ///
@@ -25,12 +27,6 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(2000);
 /// The largest wait `METALIFT_TIMEOUT_MS` may ask for: past this, a hung daemon
 /// would look like a hung workload.
 pub const MAX_TIMEOUT: Duration = Duration::from_millis(10_000);
-
-/// Where a root daemon listens (the daemon's default when it runs as root).
-pub const SYSTEM_SOCKET: &str = "/run/metalift/metalift.sock";
-
-/// The socket's name under `$XDG_RUNTIME_DIR` (the daemon's default otherwise).
-pub const USER_SOCKET_NAME: &str = "metalift.sock";
 
 /// The shim's settings for this process.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,7 +62,10 @@ impl Config {
         let flag = |name: &str| var(name).is_some_and(|v| v == "1");
         let socket = match var("METALIFT_SOCKET") {
             Some(path) if !path.is_empty() => PathBuf::from(path),
-            _ => default_socket(var("XDG_RUNTIME_DIR"), exists),
+            _ => socket_path::client_socket(
+                exists(socket_path::SYSTEM_SOCKET),
+                var("XDG_RUNTIME_DIR").as_deref(),
+            ),
         };
         let timeout = match var("METALIFT_TIMEOUT_MS") {
             None => DEFAULT_TIMEOUT,
@@ -92,18 +91,6 @@ impl Config {
     }
 }
 
-/// The daemon's defaults: a root daemon at [`SYSTEM_SOCKET`], a user daemon at
-/// `$XDG_RUNTIME_DIR/metalift.sock`. The system socket wins when it exists.
-fn default_socket(xdg_runtime_dir: Option<OsString>, exists: impl Fn(&str) -> bool) -> PathBuf {
-    if exists(SYSTEM_SOCKET) {
-        return PathBuf::from(SYSTEM_SOCKET);
-    }
-    match xdg_runtime_dir {
-        Some(dir) if !dir.is_empty() => PathBuf::from(dir).join(USER_SOCKET_NAME),
-        _ => PathBuf::from(SYSTEM_SOCKET),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -122,7 +109,7 @@ mod tests {
     #[test]
     fn an_empty_environment_asks_the_default_daemon_with_the_default_deadline() {
         let c = config(&[], false);
-        assert_eq!(c.socket, PathBuf::from(SYSTEM_SOCKET));
+        assert_eq!(c.socket, PathBuf::from(socket_path::SYSTEM_SOCKET));
         assert_eq!(c.timeout, DEFAULT_TIMEOUT);
         assert!(!c.disabled && !c.debug);
     }
@@ -134,7 +121,10 @@ mod tests {
             config(&vars, false).socket,
             PathBuf::from("/run/user/501/metalift.sock")
         );
-        assert_eq!(config(&vars, true).socket, PathBuf::from(SYSTEM_SOCKET));
+        assert_eq!(
+            config(&vars, true).socket,
+            PathBuf::from(socket_path::SYSTEM_SOCKET)
+        );
     }
 
     #[test]

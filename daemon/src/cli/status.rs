@@ -12,8 +12,10 @@ const TIMEOUT: Duration = Duration::from_secs(5);
 /// Arguments of `metalift status`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The daemon's socket [default: /run/metalift/metalift.sock when it exists,
-    /// else $XDG_RUNTIME_DIR/metalift.sock].
+    /// The daemon's socket [default: the system daemon's socket when it exists
+    /// (/run/metalift/metalift.sock; /var/run/metalift/metalift.sock on macOS),
+    /// else the user's ($XDG_RUNTIME_DIR/metalift.sock; on macOS
+    /// /Users/Shared/metalift/metalift.sock)].
     #[arg(long, value_name = "PATH")]
     pub socket: Option<PathBuf>,
     /// Print the daemon's JSON report instead of text.
