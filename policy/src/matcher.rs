@@ -12,11 +12,10 @@
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::hash::Hash;
-use std::path::PathBuf;
 
 use globset::{GlobSet, GlobSetBuilder};
 
-use crate::rule::{PathPattern, PrecedenceKey, Rule, Specificity};
+use crate::rule::{path_bytes, PathPattern, PrecedenceKey, Rule, Specificity};
 use crate::subject::Subject;
 
 /// Rule indices (into the policy's rule list) by index key, in file order.
@@ -33,19 +32,21 @@ pub(crate) struct Matcher {
     sha256: Index<[u8; 32]>,
     signing_id: Index<String>,
     team_id: Index<String>,
-    exact_path: Index<PathBuf>,
+    /// Exact paths by their bytes.
+    exact_path: Index<Vec<u8>>,
     globs: GlobBuckets,
     name: Index<OsString>,
 }
 
-/// Path globs grouped by their literal directory: the part of the pattern before its
-/// first glob character, up to the last `/` (`/opt/llama/bin/llama-*` →
-/// `/opt/llama/bin`, `/opt/**` → `/opt`, `/**` → `/`). A glob can only match a path
-/// under its literal directory, so a lookup visits only the buckets of the subject's
-/// ancestors (one hash lookup per path component) instead of every glob.
+/// Path globs grouped by their literal directory: the bytes of the pattern before its
+/// first glob character, up to (not including) the last `/` (`/opt/llama/bin/llama-*`
+/// → `/opt/llama/bin`, `/opt/**` → `/opt`, `/**` → the empty string). A glob matches
+/// only paths that start with its literal directory and a `/`, so a lookup visits only
+/// the buckets named by the subject's own prefixes ending before a `/` (one hash
+/// lookup per path component) instead of every glob.
 #[derive(Debug, Default)]
 struct GlobBuckets {
-    buckets: HashMap<PathBuf, GlobBucket>,
+    buckets: HashMap<Vec<u8>, GlobBucket>,
 }
 
 #[derive(Debug, Default)]
@@ -57,21 +58,19 @@ struct GlobBucket {
 }
 
 /// The literal directory of a glob pattern (see [`GlobBuckets`]).
-fn literal_dir(pattern: &str) -> PathBuf {
+fn literal_dir(pattern: &str) -> &[u8] {
     let first_meta = pattern
         .find(['*', '?', '[', ']', '{', '}', '\\'])
         .unwrap_or(pattern.len());
     let literal = pattern.get(..first_meta).unwrap_or("");
-    match literal.rfind('/') {
-        Some(0) | None => PathBuf::from("/"),
-        Some(i) => PathBuf::from(literal.get(..i).unwrap_or("/")),
-    }
+    let end = literal.rfind('/').unwrap_or(0);
+    literal.as_bytes().get(..end).unwrap_or_default()
 }
 
 impl GlobBuckets {
     fn add(&mut self, pattern: &str, rule: usize) {
         self.buckets
-            .entry(literal_dir(pattern))
+            .entry(literal_dir(pattern).to_vec())
             .or_default()
             .rules
             .push(rule);
@@ -105,7 +104,13 @@ impl GlobBuckets {
         }
         let mut best: Option<(PrecedenceKey, usize)> = None;
         let mut hits = Vec::new();
-        for dir in s.path.ancestors().filter(|d| !d.as_os_str().is_empty()) {
+        let path = path_bytes(&s.path);
+        let dirs = path
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| **b == b'/')
+            .filter_map(|(i, _)| path.get(..i));
+        for dir in dirs {
             let Some(bucket) = self.buckets.get(dir) else {
                 continue;
             };
@@ -158,7 +163,9 @@ impl Matcher {
                     }
                 }
                 Specificity::ExactPath | Specificity::GlobPath => match &rule.path {
-                    Some(PathPattern::Exact(p)) => add(&mut m.exact_path, p.clone(), i),
+                    Some(PathPattern::Exact(p)) => {
+                        add(&mut m.exact_path, path_bytes(p).into_owned(), i);
+                    }
                     Some(PathPattern::Glob { pattern, .. }) => m.globs.add(pattern, i),
                     None => {}
                 },
@@ -181,7 +188,7 @@ impl Matcher {
             .or_else(|| exact(s.sha256.as_ref().and_then(|k| self.sha256.get(k))))
             .or_else(|| exact(s.signing_id.as_ref().and_then(|k| self.signing_id.get(k))))
             .or_else(|| exact(s.team_id.as_ref().and_then(|k| self.team_id.get(k))))
-            .or_else(|| exact(self.exact_path.get(s.path.as_path())))
+            .or_else(|| exact(self.exact_path.get(path_bytes(&s.path).as_ref())))
             .or_else(|| self.globs.best(rules, s))
             .or_else(|| exact(s.path.file_name().and_then(|n| self.name.get(n))))
     }
@@ -213,19 +220,16 @@ fn better(
 #[cfg(test)]
 mod tests {
     use super::literal_dir;
-    use std::path::Path;
 
     #[test]
     fn a_glob_is_bucketed_under_the_directory_before_its_first_glob_character() {
-        assert_eq!(
-            literal_dir("/opt/llama/bin/llama-*"),
-            Path::new("/opt/llama/bin")
-        );
-        assert_eq!(literal_dir("/opt/**"), Path::new("/opt"));
-        assert_eq!(literal_dir("/opt/**/x"), Path::new("/opt"));
-        assert_eq!(literal_dir("/**"), Path::new("/"));
-        assert_eq!(literal_dir("/*/bin"), Path::new("/"));
-        assert_eq!(literal_dir("/opt/{a,b/c}/x"), Path::new("/opt"));
-        assert_eq!(literal_dir("/usr/bin/l?"), Path::new("/usr/bin"));
+        assert_eq!(literal_dir("/opt/llama/bin/llama-*"), b"/opt/llama/bin");
+        assert_eq!(literal_dir("/opt/**"), b"/opt");
+        assert_eq!(literal_dir("/opt/**/x"), b"/opt");
+        assert_eq!(literal_dir("/**"), b"");
+        assert_eq!(literal_dir("/*/bin"), b"");
+        assert_eq!(literal_dir("/opt/{a,b/c}/x"), b"/opt");
+        assert_eq!(literal_dir("/usr/bin/l?"), b"/usr/bin");
+        assert_eq!(literal_dir("//x*"), b"/");
     }
 }

@@ -6,6 +6,7 @@
 //! of its most specific identity matcher; qualifiers do not raise it, so a qualified
 //! `unlock` never outranks an unqualified `stock` for the same identity.
 
+use std::borrow::Cow;
 use std::cmp::Reverse;
 use std::ffi::OsString;
 use std::fmt::Write as _;
@@ -63,10 +64,25 @@ pub(crate) enum PathPattern {
     },
 }
 
+/// A path's bytes as the kernel reported them. Exact paths compare byte for byte (as
+/// globs do), not component-wise: `/opt//x` is not `/opt/x` (validation warns about
+/// such patterns).
+pub(crate) fn path_bytes(path: &Path) -> Cow<'_, [u8]> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::ffi::OsStrExt;
+        Cow::Borrowed(path.as_os_str().as_bytes())
+    }
+    #[cfg(not(unix))]
+    {
+        Cow::Owned(path.to_string_lossy().into_owned().into_bytes())
+    }
+}
+
 impl PathPattern {
     pub(crate) fn matches(&self, path: &Path) -> bool {
         match self {
-            PathPattern::Exact(p) => p == path,
+            PathPattern::Exact(p) => path_bytes(p) == path_bytes(path),
             PathPattern::Glob { matcher, .. } => matcher.is_match(path),
         }
     }
