@@ -3,9 +3,9 @@
 //!
 //! The stand-in does exactly what `daemon/src/transport/xpc.rs` does between
 //! libxpc and the core, minus libxpc: messages are dictionaries in the real
-//! key layout (`daemon/src/macos/wire_dict.rs`), the order and checks of a peer's
-//! messages are the transport's own (`daemon/src/macos/exchange.rs`) — both
-//! compiled here by path, so their unit tests run on Linux too — the asker's
+//! key layout (`metalift_xpc::dict`), the order and checks of a peer's
+//! messages are the transport's own (`metalift_xpc::exchange`) — both pure and
+//! built on every platform — the asker's
 //! identity comes with each message from "the kernel" (never from the
 //! dictionary), and the core is called exactly as the XPC transport calls it. Whatever differs between a shim that asks over
 //! XPC and one that asks over the socket is therefore only the dictionary mapping
@@ -27,16 +27,9 @@ use metalift_policy::wire::{
 use metalift_policy::LoadOptions;
 use serde_json::Value;
 
-#[allow(dead_code, unreachable_pub)]
-#[path = "../src/macos/wire_dict.rs"]
-mod wire_dict;
-
-#[allow(dead_code, unreachable_pub)]
-#[path = "../src/macos/exchange.rs"]
-mod exchange;
-
-use exchange::{Refusal, Request, Sender};
-use wire_dict::{DictSink, DictSource, DictValue};
+use metalift_xpc::dict as wire_dict;
+use metalift_xpc::dict::{DictSink, DictSource, DictValue};
+use metalift_xpc::exchange::{self, Refusal, Request, Sender};
 
 /// The transport name the XPC transport records.
 const XPC: &str = "xpc";

@@ -5,8 +5,8 @@
 
 use std::ffi::CStr;
 
-use super::wire_dict::{DictSink, DictSource, DictValue};
-use super::xpc_sys::{
+use crate::dict::{DictSink, DictSource, DictValue};
+use crate::sys::{
     _xpc_type_bool, _xpc_type_dictionary, _xpc_type_string, _xpc_type_uint64, xpc_bool_get_value,
     xpc_dictionary_create, xpc_dictionary_create_reply, xpc_dictionary_get_count,
     xpc_dictionary_get_value, xpc_dictionary_set_bool, xpc_dictionary_set_string,

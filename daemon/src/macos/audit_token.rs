@@ -12,7 +12,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
-use super::xpc_sys::audit_token_t;
+use metalift_xpc::sys::audit_token_t;
 
 /// `PROC_PIDPATHINFO_MAXSIZE` (`<sys/proc_info.h>`): 4 × `MAXPATHLEN`.
 const PROC_PIDPATHINFO_MAXSIZE: usize = 4 * 1024;

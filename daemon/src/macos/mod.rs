@@ -4,10 +4,8 @@
 //!
 //! # Layout
 //!
-//! - [`xpc_sys`]: the ~25 libxpc functions and globals, declared by hand.
-//! - [`xpc_dict`]: an owned XPC dictionary behind `wire_dict`'s traits.
-//! - [`wire_dict`]: the pure mapping of wire messages onto dictionary keys.
-//! - [`exchange`]: the pure order and checks of one XPC peer's messages.
+//! - libxpc itself (declarations, dictionaries, the key layout and the
+//!   exchange's checks) is in the `metalift-xpc` crate, shared with the shim.
 //! - [`audit_token`]: pid, pid version, euid and executable from a kernel audit token.
 //! - [`code_identity`]: `SecCode` from an audit token → team id, signing id, cdhash.
 //!
@@ -15,8 +13,8 @@
 //!
 //! Everything below compiles for `aarch64-apple-darwin` (and the shim's half for
 //! `arm64e-apple-darwin`, nightly `-Zbuild-std`) but has never run. What *did* run,
-//! on Linux: the dictionary mapping ([`wire_dict`]) and the exchange's checks
-//! ([`exchange`]) against the real core, in `daemon/tests/core_in_memory.rs`. In
+//! on Linux: the dictionary mapping (`metalift_xpc::dict`) and the exchange's checks
+//! (`metalift_xpc::exchange`) against the real core, in `daemon/tests/core_in_memory.rs`. In
 //! order of risk:
 //!
 //! 1. **XPC round trip** (`transport/xpc.rs`, `shim/src/transport/xpc.rs`): the
@@ -53,7 +51,3 @@
 
 pub mod audit_token;
 pub mod code_identity;
-pub mod exchange;
-pub mod wire_dict;
-pub mod xpc_dict;
-pub mod xpc_sys;

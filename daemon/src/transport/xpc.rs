@@ -7,7 +7,7 @@
 //!
 //! # Messages
 //!
-//! Every message is an XPC dictionary in the layout `crate::macos::wire_dict`
+//! Every message is an XPC dictionary in the layout `metalift_xpc::dict`
 //! documents (one key per field of the wire messages). A peer connection carries:
 //!
 //! - a `check_in` sent with a reply handler → the reply is the `verdict`; then
@@ -51,10 +51,11 @@ use tokio::sync::{broadcast, mpsc, OwnedSemaphorePermit, Semaphore};
 
 use super::Limits;
 use crate::macos::audit_token::AuditToken;
-use crate::macos::exchange::{self, Refusal, Request, Sender};
-use crate::macos::wire_dict;
-use crate::macos::xpc_dict::XpcDict;
-use crate::macos::xpc_sys::{
+use crate::peer;
+use crate::server::Core;
+use metalift_xpc::dict as wire_dict;
+use metalift_xpc::exchange::{self, Refusal, Request, Sender};
+use metalift_xpc::sys::{
     _xpc_error_connection_interrupted, _xpc_error_connection_invalid, _xpc_error_key_description,
     _xpc_error_termination_imminent, _xpc_type_connection, _xpc_type_dictionary, _xpc_type_error,
     audit_token_t, xpc_connection_activate, xpc_connection_cancel,
@@ -62,8 +63,7 @@ use crate::macos::xpc_sys::{
     xpc_connection_set_event_handler, xpc_connection_t, xpc_dictionary_get_string, xpc_get_type,
     xpc_object_t, xpc_release, xpc_retain, PrivateXpc, XPC_CONNECTION_MACH_SERVICE_LISTENER,
 };
-use crate::peer;
-use crate::server::Core;
+use metalift_xpc::xpc_dict::XpcDict;
 
 /// The transport's name in audit records.
 pub const TRANSPORT: &str = "xpc";
@@ -328,7 +328,7 @@ fn audit_token_of(
 }
 
 /// `XPC_ERROR_*` global as the object pointer handlers receive.
-fn error_object(e: *const crate::macos::xpc_sys::XpcDictionaryS) -> xpc_object_t {
+fn error_object(e: *const metalift_xpc::sys::XpcDictionaryS) -> xpc_object_t {
     e.cast_mut().cast()
 }
 
@@ -388,7 +388,7 @@ struct PeerTask {
 }
 
 impl PeerTask {
-    /// The exchange's order and checks are `crate::macos::exchange`'s; this only
+    /// The exchange's order and checks are `metalift_xpc::exchange`'s; this only
     /// moves messages between libxpc and the core.
     async fn serve(mut self, mut accepted: Accepted) -> Result<(), PeerError> {
         let first = tokio::select! {

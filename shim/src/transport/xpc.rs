@@ -29,8 +29,8 @@
 //! bounded by the deadline (`xpc_connection_send_message_with_reply_sync` has no
 //! timeout, so it is never used).
 //!
-//! The dictionary layout and the libxpc declarations are the daemon's, compiled
-//! here by path (`daemon/src/macos/{xpc_sys,wire_dict,xpc_dict}.rs`): one mapping for
+//! The dictionary layout and the libxpc declarations come from the
+//! `metalift-xpc` crate, which the daemon's listener uses too: one mapping for
 //! both ends.
 
 use std::cell::Cell;
@@ -46,19 +46,9 @@ use super::unix::{self, UnixCheckIn};
 use super::CheckIn;
 use crate::config::Config;
 
-#[allow(dead_code, unreachable_pub)]
-#[path = "../../../daemon/src/macos/xpc_sys.rs"]
-mod xpc_sys;
-
-#[allow(dead_code, unreachable_pub)]
-#[path = "../../../daemon/src/macos/wire_dict.rs"]
-mod wire_dict;
-
-#[allow(dead_code, unreachable_pub)]
-#[path = "../../../daemon/src/macos/xpc_dict.rs"]
-mod xpc_dict;
-
-use xpc_dict::XpcDict;
+use metalift_xpc::dict as wire_dict;
+use metalift_xpc::sys as xpc_sys;
+use metalift_xpc::xpc_dict::XpcDict;
 use xpc_sys::{
     _xpc_error_connection_interrupted, _xpc_error_connection_invalid, _xpc_type_dictionary,
     xpc_connection_activate, xpc_connection_cancel, xpc_connection_create_mach_service,
