@@ -4,12 +4,13 @@
 //!
 //! A policy goes through three stages, each with its own module:
 //!
-//! 1. [`model`](crate::model) (private): the raw file model — TOML parsed with spans,
-//!    unknown keys and wrong types reported.
-//! 2. [`validate`](crate::validate) (private): every value and cross-file reference
-//!    judged; the result is a list of rules and profiles.
-//! 3. [`matcher`](crate::matcher) (private): the rules indexed by hash maps and one
-//!    glob set, so a decision never scans every rule.
+//! 1. `model` (private): the raw file model — TOML parsed with spans, unknown keys
+//!    and wrong types reported.
+//! 2. `validate` (private): every value and cross-file reference judged; the result
+//!    is a list of rules (`rule`) and profiles.
+//! 3. `matcher` (private): the rules indexed by hash maps, and path globs bucketed
+//!    by their literal directory (a `GlobSet` per large bucket), so a decision never
+//!    scans every rule.
 //!
 //! Around them: [`load`] reads `policy.toml` and `policy.d/*.toml` (refusing files
 //! root does not own); [`compile_sources`] does the same from memory; [`Policy`]

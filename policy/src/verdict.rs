@@ -73,7 +73,8 @@ pub struct Verdict {
     pub mode: Mode,
     /// In monitor mode, the profile the winning rule would have unlocked.
     pub would_unlock: Option<String>,
-    /// Every rule considered, in evaluation order, with why it matched or not.
+    /// Every rule of the policy, in file order, with why it matched, failed or lost.
+    /// Filled by `Policy::explain`; empty from the fast `Policy::evaluate`.
     pub trace: Vec<Considered>,
 }
 
