@@ -1,0 +1,290 @@
+//! Validation of one `[[rule]]`: its id, each matcher's value, its effect, and the
+//! profile it names; a rule with any error is not built.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use globset::GlobBuilder;
+
+use super::Validator;
+use crate::model::{At, RawRule};
+use crate::profile::Capabilities;
+use crate::rule::{Effect, PathPattern, Rule};
+
+impl Validator<'_> {
+    fn path_pattern(&mut self, i: usize, key: &str, at: &At<String>) -> Option<PathPattern> {
+        let text = at.value.as_str();
+        if !text.starts_with('/') {
+            self.error(
+                i,
+                at.span.clone(),
+                format!("`{key}` must be an absolute path or glob (starting with `/`)"),
+            );
+            return None;
+        }
+        if text.contains("//")
+            || text.contains("/./")
+            || text.contains("/../")
+            || text.ends_with("/.")
+            || text.ends_with("/..")
+            || (text.len() > 1 && text.ends_with('/'))
+        {
+            self.warn(
+                i,
+                at.span.clone(),
+                format!("`{key}` is not a normalized path: the kernel reports resolved paths, so it may never match"),
+            );
+        }
+        if !text.contains(['*', '?', '[', ']', '{', '}', '\\']) {
+            return Some(PathPattern::Exact(PathBuf::from(text)));
+        }
+        let built = GlobBuilder::new(text)
+            .literal_separator(true)
+            .backslash_escape(true)
+            .build();
+        match built {
+            Ok(glob) => Some(PathPattern::Glob {
+                pattern: text.to_owned(),
+                matcher: glob.compile_matcher(),
+            }),
+            Err(e) => {
+                let kind = e.kind().to_string();
+                self.error(i, at.span.clone(), format!("bad glob in `{key}`: {kind}"));
+                None
+            }
+        }
+    }
+
+    fn hex_digest(
+        &mut self,
+        i: usize,
+        key: &str,
+        at: &At<String>,
+        bytes: usize,
+    ) -> Option<Vec<u8>> {
+        let text = at.value.as_str();
+        let digits = bytes * 2;
+        if let Some((pos, c)) = text.char_indices().find(|(_, c)| !c.is_ascii_hexdigit()) {
+            self.error(
+                i,
+                at.span.clone(),
+                format!(
+                    "`{key}` must be {digits} hex digits; `{c}` at position {} is not one",
+                    pos + 1
+                ),
+            );
+            return None;
+        }
+        if text.len() != digits {
+            self.error(
+                i,
+                at.span.clone(),
+                format!("`{key}` must be {digits} hex digits, found {}", text.len()),
+            );
+            return None;
+        }
+        hex::decode(text).ok()
+    }
+
+    fn non_empty(&mut self, i: usize, key: &str, at: &Option<At<String>>) -> Option<String> {
+        let at = at.as_ref()?;
+        if at.value.trim().is_empty() {
+            self.error(i, at.span.clone(), format!("`{key}` must not be empty"));
+            return None;
+        }
+        Some(at.value.clone())
+    }
+
+    pub(super) fn rule(
+        &mut self,
+        i: usize,
+        raw: &RawRule,
+        order: usize,
+        profiles: &BTreeMap<String, Capabilities>,
+        check_references: bool,
+    ) -> Option<Rule> {
+        let errors_before = self.errors;
+        // Problems about the rule as a whole point at its id, or at its table.
+        let anchor = raw
+            .id
+            .as_ref()
+            .map_or(raw.span.clone(), |id| id.span.clone());
+        let id = match &raw.id {
+            None if raw.written("id", false) => String::new(),
+            None => {
+                self.error(i, raw.span.clone(), "rule has no `id`");
+                String::new()
+            }
+            Some(id) => {
+                if id.value.is_empty()
+                    || id.value.len() > 128
+                    || id
+                        .value
+                        .chars()
+                        .any(|c| c.is_whitespace() || c.is_control())
+                {
+                    self.error(
+                        i,
+                        id.span.clone(),
+                        "rule `id` must be 1 to 128 characters without spaces or control characters",
+                    );
+                }
+                id.value.clone()
+            }
+        };
+        let label = if id.is_empty() {
+            "rule".to_owned()
+        } else {
+            format!("rule `{id}`")
+        };
+
+        let path = raw
+            .path
+            .as_ref()
+            .and_then(|p| self.path_pattern(i, "path", p));
+        let parent = raw
+            .parent
+            .as_ref()
+            .and_then(|p| self.path_pattern(i, "parent", p));
+        let name = self.non_empty(i, "name", &raw.name);
+        if let (Some(n), Some(at)) = (&name, &raw.name) {
+            if n.contains('/') {
+                self.error(
+                    i,
+                    at.span.clone(),
+                    "`name` is a file name: it cannot contain `/` (use `path`)",
+                );
+            }
+        }
+        let sha256 = raw
+            .sha256
+            .as_ref()
+            .and_then(|s| self.hex_digest(i, "sha256", s, 32))
+            .and_then(|b| <[u8; 32]>::try_from(b).ok());
+        let cdhash = raw
+            .cdhash
+            .as_ref()
+            .and_then(|s| self.hex_digest(i, "cdhash", s, 20));
+        let team_id = self.non_empty(i, "team_id", &raw.team_id);
+        if let (Some(t), Some(at)) = (&team_id, &raw.team_id) {
+            if t.len() != 10
+                || !t
+                    .chars()
+                    .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit())
+            {
+                self.warn(i, at.span.clone(), format!("team_id `{t}` does not look like an Apple team identifier (10 characters A-Z, 0-9)"));
+            }
+        }
+        let signing_id = self.non_empty(i, "signing_id", &raw.signing_id);
+        if let (Some(_), Some(at), None) = (&signing_id, &raw.signing_id, &raw.team_id) {
+            self.warn(i, at.span.clone(), "`signing_id` without `team_id` matches any developer who signs with that identifier; add `team_id`");
+        }
+        let uid = raw.uid.as_ref().and_then(|u| match u32::try_from(u.value) {
+            Ok(n) => Some(n),
+            Err(_) => {
+                self.error(
+                    i,
+                    u.span.clone(),
+                    format!("uid {} is out of range", u.value),
+                );
+                None
+            }
+        });
+        let user = self.non_empty(i, "user", &raw.user);
+
+        let has_identity = [
+            ("path", &raw.path),
+            ("name", &raw.name),
+            ("sha256", &raw.sha256),
+            ("cdhash", &raw.cdhash),
+            ("team_id", &raw.team_id),
+            ("signing_id", &raw.signing_id),
+        ]
+        .iter()
+        .any(|(key, m)| raw.written(key, m.is_some()));
+        if !has_identity {
+            self.error(
+                i,
+                anchor.clone(),
+                format!("{label} has no identity matcher: add path, name, sha256, cdhash, team_id or signing_id (uid, user and parent only narrow a rule)"),
+            );
+        }
+
+        let effect = match (&raw.unlock, &raw.stock) {
+            (Some(_), Some(stock)) => {
+                self.error(
+                    i,
+                    stock.span.clone(),
+                    format!("{label} has both `unlock` and `stock`: choose one"),
+                );
+                None
+            }
+            (None, None) if raw.written("unlock", false) || raw.written("stock", false) => None,
+            (None, None) => {
+                self.error(
+                    i,
+                    anchor.clone(),
+                    format!("{label} says neither `unlock = \"PROFILE\"` nor `stock = true`"),
+                );
+                None
+            }
+            (None, Some(stock)) if !stock.value => {
+                self.error(
+                    i,
+                    stock.span.clone(),
+                    "`stock = false` means nothing: write `stock = true` or `unlock = \"PROFILE\"`",
+                );
+                None
+            }
+            (None, Some(_)) => Some(Effect::Stock),
+            (Some(unlock), None) => match profiles.get(&unlock.value) {
+                Some(caps) => Some(Effect::Unlock {
+                    profile: unlock.value.clone(),
+                    capabilities: *caps,
+                }),
+                None => {
+                    if check_references {
+                        let known: Vec<&str> = profiles.keys().map(String::as_str).collect();
+                        let hint = if known.is_empty() {
+                            " (no profile is defined; add a [profile.NAME] table)".to_owned()
+                        } else {
+                            format!(" (defined: {})", known.join(", "))
+                        };
+                        self.error(
+                            i,
+                            unlock.span.clone(),
+                            format!("unknown profile `{}`{hint}", unlock.value),
+                        );
+                    }
+                    None
+                }
+            },
+        };
+
+        if self.errors != errors_before {
+            return None;
+        }
+        let location = match (self.sources.get(i), self.lines.get(i)) {
+            (Some(s), Some(lines)) => {
+                format!("{}:{}", s.name, lines.line_col_len(&s.text, anchor).0)
+            }
+            _ => String::new(),
+        };
+        Some(Rule {
+            id,
+            location,
+            order,
+            path,
+            name: name.map(OsString::from),
+            sha256,
+            cdhash,
+            team_id,
+            signing_id,
+            uid,
+            user,
+            parent,
+            effect: effect?,
+        })
+    }
+}
