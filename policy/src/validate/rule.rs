@@ -155,6 +155,23 @@ impl Validator<'_> {
                     at.span.clone(),
                     "`name` is a file name: it cannot contain `/` (use `path`)",
                 );
+            } else if n.contains(['*', '?', '[', '{']) {
+                self.warn(
+                    i,
+                    at.span.clone(),
+                    format!("`name` matches the file name exactly: `{n}` is not a pattern here (for a pattern, use a `path` glob such as \"/**/{n}\")"),
+                );
+            } else if let Some(PathPattern::Exact(p)) = &path {
+                if p.file_name().is_some_and(|f| f != n.as_str()) {
+                    self.warn(
+                        i,
+                        at.span.clone(),
+                        format!(
+                            "this rule never matches: its exact `path` ends in `{}`, not `{n}`",
+                            p.file_name().unwrap_or_default().to_string_lossy()
+                        ),
+                    );
+                }
             }
         }
         let sha256 = raw

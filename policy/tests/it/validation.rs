@@ -302,6 +302,19 @@ fn questionable_but_valid_values_draw_warnings() {
 }
 
 #[test]
+fn a_name_that_looks_like_a_pattern_or_contradicts_the_path_draws_a_warning() {
+    assert_eq!(
+        rule("id = \"r\"\nname = \"llama-*\"\nstock = true\n"),
+        ["6:8: warning: `name` matches the file name exactly: `llama-*` is not a pattern here (for a pattern, use a `path` glob such as \"/**/llama-*\")"]
+    );
+    assert_eq!(
+        rule("id = \"r\"\npath = \"/opt/bin/a\"\nname = \"b\"\nstock = true\n"),
+        ["7:8: warning: this rule never matches: its exact `path` ends in `a`, not `b`"]
+    );
+    assert!(rule("id = \"r\"\npath = \"/opt/bin/a\"\nname = \"a\"\nstock = true\n").is_empty());
+}
+
+#[test]
 fn every_problem_is_reported_not_only_the_first() {
     let text = "version = 2\nmode = \"loud\"\n[profile.p]\napple_family_max = 4\n[[rule]]\nid = \"a\"\nsha256 = \"x\"\nunlock = \"q\"\n[[rule]]\nid = \"b\"\nuid = 1\nstock = true\n";
     let p = problems(text);
