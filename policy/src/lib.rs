@@ -42,8 +42,8 @@
 //! `signing_id`, `team_id`, `path` (absolute; a glob when it has `*?[]{}`, where `*`
 //! stays inside one path component and `**` crosses them), `name` (the file name) —
 //! and optionally **qualifiers**: `uid`, `user`, `parent` (path or glob of the
-//! parent's executable), and a free-text `description`. Every matcher of a rule
-//! must hold. Exact paths compare byte for byte with the path the kernel reports.
+//! parent's executable). Every matcher of a rule must hold. A rule may also carry
+//! a free-text `description`. Exact paths compare byte for byte with the path the kernel reports.
 //!
 //! Why a rule needs an identity: `uid`/`user`/`parent` alone would unlock every
 //! program a user runs, including each injected `ls` and `sh`. metalift injects

@@ -58,7 +58,8 @@ pub enum LoadError {
 fn invalid_summary(diagnostics: &[Diagnostic]) -> String {
     let errors = diagnostics.iter().filter(|d| d.is_error()).count();
     match diagnostics.iter().find(|d| d.is_error()) {
-        Some(first) if errors > 1 => format!("{first} (and {} more errors)", errors - 1),
+        Some(first) if errors == 2 => format!("{first} (and 1 more error)"),
+        Some(first) if errors > 2 => format!("{first} (and {} more errors)", errors - 1),
         Some(first) => first.to_string(),
         None => "invalid policy".to_owned(),
     }

@@ -344,7 +344,7 @@ fn invalid_error_display_names_the_first_error_and_counts_the_rest() {
     match compile_sources(vec![Source::new("/etc/metalift/policy.toml", "version = 3\nmode = 1\n")]) {
         Err(e @ LoadError::Invalid { .. }) => assert_eq!(
             e.to_string(),
-            "/etc/metalift/policy.toml:1:11: error: unsupported policy version 3 (this build reads version 1) (and 1 more errors)"
+            "/etc/metalift/policy.toml:1:11: error: unsupported policy version 3 (this build reads version 1) (and 1 more error)"
         ),
         other => panic!("{other:?}"),
     }
