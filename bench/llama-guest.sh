@@ -10,6 +10,8 @@
 #   bench/llama-guest.sh --installed MODEL.gguf          # use the installed metaliftd
 #   bench/llama-guest.sh --bare-metal-pp 4871.99 --bare-metal-tg 212.5 MODEL.gguf
 #
+# Needs bash (macOS's /bin/bash 3.2 is enough) and the tools every macOS has.
+#
 # Options:
 #   --llama-bench PATH   llama-bench to run (default: the one on $PATH)
 #   --metalift-bin DIR   directory holding metalift, metaliftd, metalift-probe
@@ -60,7 +62,7 @@ while [ $# -gt 0 ]; do
     -n) n_gen=${2:?}; shift 2 ;;
     --bare-metal-pp) bare_pp=${2:?}; shift 2 ;;
     --bare-metal-tg) bare_tg=${2:?}; shift 2 ;;
-    -h|--help) sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     --) shift; model=${1:-}; break ;;
     -*) die "unknown option $1 (try --help)" ;;
     *) model=$1; shift ;;
@@ -166,9 +168,14 @@ else
 fi
 
 say "== metalift-probe, stock"
-"$probe" | tee "$work/probe-stock.txt"
+"$probe" > "$work/probe-stock.txt"
 say "== metalift-probe, through metalift exec"
-"$metalift" exec "${exec_args[@]}" "$probe" | tee "$work/probe-unlocked.txt"
+"$metalift" exec ${exec_args[@]+"${exec_args[@]}"} "$probe" > "$work/probe-unlocked.txt"
+if ! grep -Eq '^ *Apple7 +yes' "$work/probe-unlocked.txt"; then
+  say "warning: the probe is not unlocked through metalift exec: the policy did not"
+  say "unlock it or the shim could not reach the daemon, so llama-bench will not be either."
+  say "Check 'metalift status', 'metalift audit' and METALIFT_SOCKET."
+fi
 
 bench() {
   "$@" -m "$model" -p "$n_prompt" -n "$n_gen" -r "$reps" -o jsonl
@@ -176,7 +183,7 @@ bench() {
 say "== llama-bench, stock"
 bench "$llama_bench" > "$work/stock.jsonl"
 say "== llama-bench, through metalift exec"
-bench "$metalift" exec "${exec_args[@]}" "$llama_bench" > "$work/unlocked.jsonl"
+bench "$metalift" exec ${exec_args[@]+"${exec_args[@]}"} "$llama_bench" > "$work/unlocked.jsonl"
 
 # avg_ts of the line for test pp<n_prompt> (n_gen 0) or tg<n_gen> (n_prompt 0).
 tokens_per_second() {
@@ -199,7 +206,7 @@ row() {
   awk -v name="$name" -v s="$stock" -v u="$unlocked" -v b="$bare" 'BEGIN {
     speed = (s > 0 && u > 0) ? sprintf("%.2fx", u / s) : "n/a";
     pct = (b != "" && b > 0 && u > 0) ? sprintf("%.2f%%", 100 * u / b) : "";
-    printf "| %-6s | %12.2f | %12.2f | %8s | %s\n", name, s, u, speed, pct
+    printf "| %-6s | %12.2f | %14.2f | %7s | %s\n", name, s, u, speed, pct
   }'
 }
 
