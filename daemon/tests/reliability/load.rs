@@ -37,12 +37,42 @@ fn invalid_edition(exe: &Path, n: usize) -> String {
         "version = 1\nmode = \"enforce\"\n\n{PROFILE}\n[[rule]]\nid = \"bad-{n}\"\npath = {}\nunlock = \"apple7\"\n",
         support::toml_string(&exe.display().to_string())
     );
+    // Each error names `n`: metaliftd audits a refusal once, not again when the
+    // next edition fails with the very same message.
     let tail = match n % 3 {
-        0 => "\n[[rule]]\nid = \"broken\"\nname = \"x\"\nunlock = \"no-such-profile\"\n",
-        1 => "\n[[rule]]\nid = \"broken\"\nname = \"x\"\nunlock = \"apple7\"\ncolour = \"red\"\n",
-        _ => "\n[[rule]]\nid = \"broken\nname = ",
+        0 => {
+            format!("\n[[rule]]\nid = \"broken\"\nname = \"x\"\nunlock = \"no-such-profile-{n}\"\n")
+        }
+        1 => format!(
+            "\n[[rule]]\nid = \"broken\"\nname = \"x\"\nunlock = \"apple7\"\ncolour{n} = \"red\"\n"
+        ),
+        _ => format!("\n[[rule]]\nid = \"broken-{n}\nname = "),
     };
-    head + tail
+    head + &tail
+}
+
+/// `policy_loaded` and `policy_rejected` lines in the audit log (a substring
+/// count: the log grows by thousands of decisions while this runs).
+fn count_policy_records(env: &Env) -> usize {
+    let text = std::fs::read_to_string(env.audit_log()).unwrap_or_default();
+    text.matches("\"kind\":\"policy_loaded\"").count()
+        + text.matches("\"kind\":\"policy_rejected\"").count()
+}
+
+/// Waits until the log holds more policy records than `seen`; returns the new count.
+fn wait_for_policy_record(env: &Env, seen: usize) -> usize {
+    let start = std::time::Instant::now();
+    loop {
+        let now = count_policy_records(env);
+        if now > seen {
+            return now;
+        }
+        assert!(
+            start.elapsed() < support::HANG_GUARD,
+            "metaliftd did not act on a policy edition"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
 /// What a client was told.
@@ -77,6 +107,7 @@ fn given_64_clients_and_reloads_every_few_ms_then_every_check_in_is_answered_aud
     let written: Vec<(usize, String, bool)> = std::thread::scope(|s| {
         let writer = s.spawn(|| {
             let mut jitter = Jitter::new(0x5eed);
+            let mut policy_records = count_policy_records(&env);
             let mut written = Vec::new();
             for n in 1..=writes {
                 let valid = n % 2 == 0;
@@ -88,10 +119,12 @@ fn given_64_clients_and_reloads_every_few_ms_then_every_check_in_is_answered_aud
                 support::write_atomically(&policy, &text, 0o644);
                 written.push((n, text, valid));
                 // Mostly a few ms apart (bursts the watcher must debounce), now
-                // and then a pause longer than the debounce so a reload happens;
-                // which edition is last before a pause varies.
+                // and then a pause until the daemon has acted on the last edition
+                // (a new policy_loaded or policy_rejected record), so reloads of
+                // both kinds happen however loaded the machine is; which edition
+                // is last before a pause varies.
                 if jitter.below(4) == 0 {
-                    std::thread::sleep(Duration::from_millis(60 + jitter.below(40)));
+                    policy_records = wait_for_policy_record(&env, policy_records);
                 } else {
                     std::thread::sleep(Duration::from_millis(1 + jitter.below(7)));
                 }
