@@ -147,7 +147,7 @@ impl Core {
             req,
         );
         self.counters.check_ins.fetch_add(1, Ordering::Relaxed);
-        match self.append(Record::Decision(record)).await {
+        match self.append(&Record::Decision(record)) {
             Ok(()) => {
                 if matches!(verdict.action, Action::Unlock { .. }) {
                     self.counters.unlocks.fetch_add(1, Ordering::Relaxed);
@@ -182,7 +182,7 @@ impl Core {
             &outcome,
         );
         self.counters.outcomes.fetch_add(1, Ordering::Relaxed);
-        if let Err(error) = self.append(Record::Outcome(record)).await {
+        if let Err(error) = self.append(&Record::Outcome(record)) {
             tracing::error!(
                 decision_id = outcome.decision_id,
                 pid = peer.pid,
@@ -277,18 +277,15 @@ impl Core {
         }
     }
 
-    /// Appends on the blocking pool: `AuditLog::append` is one `write(2)`, usually
-    /// microseconds, but a rotation renames files and a slow disk can stall, and
-    /// neither should stall the executor threads other check-ins run on.
-    async fn append(&self, record: Record) -> Result<(), AuditError> {
-        let audit = Arc::clone(&self.audit);
-        match tokio::task::spawn_blocking(move || audit.append(&record)).await {
-            Ok(result) => result,
-            Err(join) => Err(AuditError::Write {
-                path: self.audit.path().to_owned(),
-                source: std::io::Error::other(join.to_string()),
-            }),
-        }
+    /// Appends inline, on the executor thread: `AuditLog::append` is one
+    /// `write(2)` to an `O_APPEND` file (a few microseconds, like the `/proc` reads
+    /// the peer's identity already costs), and handing it to the blocking pool cost
+    /// more than the write itself: thread wake-ups were the largest item in the
+    /// daemon's profile under load (BENCHMARKS.md, item 3). The price is that a
+    /// stalled disk (or a rotation's renames on one) stalls this worker thread for
+    /// that long; the decision must wait for the record either way.
+    fn append(&self, record: &Record) -> Result<(), AuditError> {
+        self.audit.append(record)
     }
 }
 
