@@ -149,7 +149,8 @@ fn build_subject(args: &Args, policy: &Policy) -> anyhow::Result<(Subject, HashN
     if let Some(parent) = &args.parent {
         s.parent_path = Some(parent.clone());
     }
-    s.user = user_name(s.uid);
+    // The daemon's own lookup (NSS), so explain names the user the daemon would.
+    s.user = crate::peer::user_name(s.uid);
     s.team_id.clone_from(&args.team_id);
     s.signing_id.clone_from(&args.signing_id);
     if let Some(cdhash) = &args.cdhash {
@@ -226,17 +227,6 @@ fn parent_pid(pid: u32) -> Option<u32> {
 #[cfg(not(target_os = "linux"))]
 fn process_identity(pid: u32) -> anyhow::Result<ProcessIdentity> {
     anyhow::bail!("--pid {pid}: reading another process's identity needs /proc; use --path")
-}
-
-/// The user name of `uid` from /etc/passwd (directory services are the daemon's job).
-fn user_name(uid: u32) -> Option<String> {
-    let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
-    passwd.lines().find_map(|line| {
-        let mut fields = line.split(':');
-        let name = fields.next()?;
-        let entry_uid: u32 = fields.nth(1)?.parse().ok()?;
-        (entry_uid == uid).then(|| name.to_owned())
-    })
 }
 
 fn opt_display(v: Option<&str>) -> String {

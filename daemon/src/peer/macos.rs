@@ -23,10 +23,8 @@
 //! exec, and the shim's socket is close-on-exec.
 #![allow(unsafe_code)]
 
-use std::ffi::CStr;
 use std::fs::File;
 use std::io;
-use std::mem::MaybeUninit;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
@@ -109,36 +107,5 @@ fn same_file(file: &File, path: &Path) -> bool {
     match (file.metadata(), std::fs::metadata(path)) {
         (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
         _ => false,
-    }
-}
-
-/// The user name for `uid` (`getpwuid_r`), for `user` rules.
-#[must_use]
-pub fn user_name(uid: u32) -> Option<String> {
-    let mut buf = vec![0u8; 1024];
-    loop {
-        let mut pwd = MaybeUninit::<libc::passwd>::zeroed();
-        let mut result: *mut libc::passwd = std::ptr::null_mut();
-        // SAFETY: every pointer is to writable memory owned here; `buf.len()` is its size.
-        let rc = unsafe {
-            libc::getpwuid_r(
-                uid,
-                pwd.as_mut_ptr(),
-                buf.as_mut_ptr().cast(),
-                buf.len(),
-                &mut result,
-            )
-        };
-        if rc == libc::ERANGE && buf.len() < 1 << 20 {
-            buf.resize(buf.len() * 2, 0);
-            continue;
-        }
-        if rc != 0 || result.is_null() {
-            return None;
-        }
-        // SAFETY: getpwuid_r succeeded and pointed `result` at `pwd`, whose `pw_name`
-        // is a NUL-terminated string inside `buf`, alive for this scope.
-        let name = unsafe { CStr::from_ptr((*result).pw_name) };
-        return Some(name.to_string_lossy().into_owned());
     }
 }

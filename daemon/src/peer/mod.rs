@@ -4,13 +4,14 @@
 //! connected socket (or, on macOS, an XPC audit token) into [`PeerFacts`]:
 //!
 //! - `linux.rs`: `SO_PEERCRED` + `SO_PEERPIDFD`, `/proc/<pid>/exe`.
-//! - `macos.rs` (the XPC/SecCode teammate's): audit token, `SecCode`.
+//! - `macos.rs`: audit token, `SecCode`.
+//!
+//! `user.rs` resolves user names (`getpwuid_r`) the same way on every Unix.
 //!
 //! The seam every platform provides, used by the Unix-socket transport and the
 //! server core:
 //!
 //! - `facts_from_unix_stream(&tokio::net::UnixStream) -> Result<PeerFacts, PeerError>`
-//! - `user_name(uid) -> Option<String>`
 //!
 //! and on macOS `facts_from_audit_token(AuditToken)` for the XPC transport.
 
@@ -18,20 +19,23 @@ use std::fs::File;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+mod user;
+pub use user::user_name;
+
 #[cfg(target_os = "linux")]
 mod linux;
 #[cfg(target_os = "linux")]
-pub use linux::{facts_from_unix_stream, user_name};
+pub use linux::facts_from_unix_stream;
 
 #[cfg(target_os = "macos")]
 mod macos;
 #[cfg(target_os = "macos")]
-pub use macos::{facts_from_audit_token, facts_from_unix_stream, user_name};
+pub use macos::{facts_from_audit_token, facts_from_unix_stream};
 
 #[cfg(not(any(target_os = "linux", target_os = "macos")))]
 mod unsupported;
 #[cfg(not(any(target_os = "linux", target_os = "macos")))]
-pub use unsupported::{facts_from_unix_stream, user_name};
+pub use unsupported::facts_from_unix_stream;
 
 /// A code signature as the OS verified it (macOS fills this; Linux has none).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -10,9 +10,3 @@ use super::{PeerError, PeerFacts};
 pub fn facts_from_unix_stream(_stream: &tokio::net::UnixStream) -> Result<PeerFacts, PeerError> {
     Err(PeerError::Unsupported)
 }
-
-/// No lookup: `user` rules never match here.
-#[must_use]
-pub fn user_name(_uid: u32) -> Option<String> {
-    None
-}
