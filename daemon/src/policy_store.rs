@@ -30,8 +30,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::SystemTime;
 
 use arc_swap::ArcSwap;
-use metalift_policy::{load, LoadError, LoadOptions, Policy, Source};
-use sha2::{Digest, Sha256};
+use metalift_policy::{load, sources_sha256, LoadError, LoadOptions, Policy};
 
 use crate::audit::{AuditError, AuditLog, LoadReason, Record};
 
@@ -314,7 +313,7 @@ fn attempt(path: &Path, opts: &LoadOptions) -> Attempt {
                 .filter(|d| d.is_error())
                 .map(|d| d.render(&sources))
                 .collect(),
-            sha256: Some(merged_sha256(&sources)),
+            sha256: Some(sources_sha256(&sources)),
         }),
         Err(other @ (LoadError::Io { .. } | LoadError::Permission { .. })) => {
             Attempt::Refused(Refusal {
@@ -341,22 +340,10 @@ fn rejected_record(path: &Path, refusal: &Refusal, kept_sha256: &str) -> Record 
     }
 }
 
-/// The sha256 of a refused input, built exactly as `metalift_policy` builds a
-/// policy's (each source's name and text, each preceded by its u64-LE byte length),
-/// so a refused edit and a later accepted one with the same text carry the same hash.
-fn merged_sha256(sources: &[Source]) -> String {
-    let mut h = Sha256::new();
-    for s in sources {
-        for part in [s.name.as_bytes(), s.text.as_bytes()] {
-            h.update((part.len() as u64).to_le_bytes());
-            h.update(part);
-        }
-    }
-    hex::encode(h.finalize())
-}
-
 #[cfg(test)]
 mod tests {
+    use metalift_policy::Source;
+
     use super::*;
 
     #[test]
@@ -367,7 +354,7 @@ mod tests {
         ];
         let loaded = metalift_policy::compile_sources(sources.clone())
             .unwrap_or_else(|e| panic!("valid policy refused: {e}"));
-        assert_eq!(merged_sha256(&sources), loaded.policy.sha256_hex());
-        assert_eq!(merged_sha256(&[]), Policy::empty().sha256_hex());
+        assert_eq!(sources_sha256(&sources), loaded.policy.sha256_hex());
+        assert_eq!(sources_sha256(&[]), Policy::empty().sha256_hex());
     }
 }

@@ -139,7 +139,7 @@ pub mod wire;
 
 pub use diagnostic::{Diagnostic, Severity, Source};
 pub use load::{load, LoadError, LoadOptions};
-pub use policy::{compile_sources, Loaded, Needs, Policy};
+pub use policy::{compile_sources, sources_sha256, Loaded, Needs, Policy};
 pub use profile::Capabilities;
 pub use rule::Specificity;
 pub use subject::Subject;

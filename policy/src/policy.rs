@@ -53,10 +53,12 @@ pub struct Loaded {
     pub sources: Vec<Source>,
 }
 
-/// The sha256 over the merged sources: for each source, its name and its text, each
-/// preceded by its byte length (u64 little-endian) so no two inputs collide by
-/// shifting bytes between fields.
-fn merged_sha256(sources: &[Source]) -> String {
+/// The sha256 over the merged sources, as [`Policy::sha256_hex`] reports it: for
+/// each source, its name and its text, each preceded by its byte length (u64
+/// little-endian) so no two inputs collide by shifting bytes between fields.
+/// Public so a refused input can be named by the same hash an accepted one gets.
+#[must_use]
+pub fn sources_sha256(sources: &[Source]) -> String {
     let mut h = Sha256::new();
     for s in sources {
         for part in [s.name.as_bytes(), s.text.as_bytes()] {
@@ -117,7 +119,7 @@ pub fn compile_sources(sources: Vec<Source>) -> Result<Loaded, LoadError> {
         rules: validated.rules,
         matcher,
         needs,
-        sha256_hex: merged_sha256(&sources),
+        sha256_hex: sources_sha256(&sources),
     };
     Ok(Loaded {
         policy,
@@ -141,7 +143,7 @@ impl Policy {
             rules: Vec::new(),
             matcher: Matcher::default(),
             needs: Needs::default(),
-            sha256_hex: merged_sha256(&[]),
+            sha256_hex: sources_sha256(&[]),
         }
     }
 
