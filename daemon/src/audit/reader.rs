@@ -6,6 +6,7 @@
 //! present, so a log written by a newer daemon still reads. A line that is not
 //! accepted is returned as [`Item::Corrupt`] with its `file:line`, never fatal.
 
+use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom};
 use std::os::unix::fs::MetadataExt;
@@ -154,7 +155,20 @@ pub struct LogReader {
     backlog: Vec<OpenFile>,
     /// The live file (as of the last rotation seen), if it existed.
     live: Option<OpenFile>,
+    /// Rotated files already read to their end. A rotated file never changes again,
+    /// so (device, inode, size, mtime) names it even after further renames, and a
+    /// new file that reuses a freed inode does not match. Bounded: the oldest go.
+    finished: VecDeque<Fingerprint>,
 }
+
+/// A rotated file's identity: device, inode, size and modification time.
+type Fingerprint = (u64, u64, u64, i64, i64);
+
+/// How many finished files to remember: far more than a log keeps.
+const FINISHED_MEMORY: usize = 256;
+
+/// How many times one poll re-lists the log while rotations keep happening.
+const MAX_LISTINGS: usize = 16;
 
 /// An open log file and where reading it has got to.
 #[derive(Debug)]
@@ -186,6 +200,18 @@ impl OpenFile {
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(e),
         }
+    }
+
+    /// This file's [`Fingerprint`] and modification time, as it is now.
+    fn fingerprint(&self) -> io::Result<Fingerprint> {
+        let meta = self.file.metadata()?;
+        Ok((
+            meta.dev(),
+            meta.ino(),
+            meta.len(),
+            meta.mtime(),
+            meta.mtime_nsec(),
+        ))
     }
 
     /// Reads what is there now, in bounded chunks; complete lines go to `sink`, a
@@ -272,6 +298,7 @@ impl LogReader {
             path: path.to_owned(),
             backlog,
             live,
+            finished: VecDeque::new(),
         })
     }
 
@@ -308,62 +335,136 @@ impl LogReader {
     /// Passes `sink` the items written since the previous call (the whole log on the
     /// first call), one at a time, so memory stays bounded however big the log is.
     /// Follows rotation: when the live path names a new file, the old one is read to
-    /// its end first, then any rotated since, then the new one from its start.
-    /// An error from `sink` stops reading and is returned.
+    /// its end first, then every rotated file not read yet (oldest first), then the
+    /// new one from its start. An error from `sink` stops reading and is returned.
+    ///
+    /// Rotation renames files while this runs (metaliftd is another process), so
+    /// the rotated files are told apart by identity, not by name: the log is listed
+    /// again until a listing finds nothing unread and the live file did not change
+    /// meanwhile, and what was found is read in the order it was written (by
+    /// modification time). A record is lost only if its file is deleted (rotated
+    /// past `keep`) before a poll sees it.
     pub fn poll_each(&mut self, sink: Sink<'_>) -> io::Result<()> {
         for mut old in std::mem::take(&mut self.backlog) {
             old.drain(sink)?;
+            self.remember_finished(&old)?;
         }
         if let Some(live) = &mut self.live {
             live.restart_if_truncated()?;
             live.read_available(sink)?;
         }
-        let now = match std::fs::metadata(&self.path) {
-            Ok(meta) => Some((meta.dev(), meta.ino())),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
-            Err(e) => return Err(e),
-        };
-        let rotated = match (&self.live, now) {
+        let rotated = match (&self.live, live_id(&self.path)?) {
             (Some(live), Some(id)) => live.id != id,
             (None, Some(_)) => true,
             (_, None) => false,
         };
-        if rotated {
-            if let Some(mut old) = self.live.take() {
-                // The rename happened after the writer's last record to this file.
-                old.drain(sink)?;
-                // Several rotations since the last poll: the files between ours and
-                // the new live one hold records too.
-                for mut between in self.rotated_since(old.id)? {
-                    between.drain(sink)?;
-                }
+        if !rotated {
+            return Ok(());
+        }
+        let mut unread = self.unread_files()?;
+        if let Some(mut old) = self.live.take() {
+            if let Some(name) = self.current_name(old.id)? {
+                old.name = name;
             }
-            self.live = OpenFile::open(&self.path)?;
-            if let Some(live) = &mut self.live {
-                live.read_available(sink)?;
-            }
+            unread.push(old);
+        }
+        let live_now = live_id(&self.path)?;
+        let (new_live, rotated_away): (Vec<_>, Vec<_>) = unread
+            .into_iter()
+            .partition(|f| Some(f.id) == live_now && f.name == self.path);
+        // Written order: by modification time, and (the clock is coarse) among
+        // equal times the higher rotation number first.
+        let mut by_age = Vec::with_capacity(rotated_away.len());
+        for file in rotated_away {
+            let modified = file.file.metadata()?.modified()?;
+            let number = rotation_number(&self.path, &file.name);
+            by_age.push((modified, std::cmp::Reverse(number), file));
+        }
+        by_age.sort_by_key(|(modified, number, _)| (*modified, *number));
+        for (_, _, mut old) in by_age {
+            old.drain(sink)?;
+            self.remember_finished(&old)?;
+        }
+        self.live = new_live.into_iter().next();
+        if let Some(live) = &mut self.live {
+            live.read_available(sink)?;
         }
         Ok(())
     }
 }
 
 impl LogReader {
-    /// The rotated files newer than the file `id` (now rotated away), oldest first:
-    /// `.k-1` … `.1` when it is `.k` now, or every rotated file when it was dropped.
-    /// Exact unless the log rotates again while this runs (then best effort).
-    fn rotated_since(&self, id: (u64, u64)) -> io::Result<Vec<OpenFile>> {
-        let mut newer = Vec::new();
-        for n in 1.. {
-            let Some(file) = OpenFile::open(&rotated_path(&self.path, n))? else {
-                break;
-            };
-            if file.id == id {
+    /// Every file of the log not read to its end yet, except the live one held
+    /// already: listed again while rotations move files under the listing.
+    fn unread_files(&self) -> io::Result<Vec<OpenFile>> {
+        let held = self.live.as_ref().map(|f| f.id);
+        let mut found: Vec<OpenFile> = Vec::new();
+        for _ in 0..MAX_LISTINGS {
+            let before = live_id(&self.path)?;
+            let mut new_this_time = false;
+            for name in log_files(&self.path)? {
+                let Some(file) = OpenFile::open(&name)? else {
+                    continue;
+                };
+                let seen = Some(file.id) == held
+                    || found.iter().any(|f| f.id == file.id)
+                    || self.finished.contains(&file.fingerprint()?);
+                if !seen {
+                    new_this_time = true;
+                    found.push(file);
+                } else if let Some(earlier) = found.iter_mut().find(|f| f.id == file.id) {
+                    // The same file under its current name (the live one may have
+                    // been renamed since it was first listed).
+                    earlier.name = file.name;
+                }
+            }
+            if !new_this_time && live_id(&self.path)? == before {
                 break;
             }
-            newer.push(file);
         }
-        newer.reverse();
-        Ok(newer)
+        Ok(found)
+    }
+
+    /// The name the file `id` has in the log now, if it is still there.
+    fn current_name(&self, id: (u64, u64)) -> io::Result<Option<PathBuf>> {
+        for name in log_files(&self.path)? {
+            if let Some(file) = OpenFile::open(&name)? {
+                if file.id == id {
+                    return Ok(Some(name));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    fn remember_finished(&mut self, file: &OpenFile) -> io::Result<()> {
+        // Remember more than the log holds, so no file still listed is forgotten.
+        let listed = log_files(&self.path)?.len();
+        while self.finished.len() >= FINISHED_MEMORY.max(2 * listed) {
+            self.finished.pop_front();
+        }
+        self.finished.push_back(file.fingerprint()?);
+        Ok(())
+    }
+}
+
+/// `n` for `path.n`, 0 for the live file (or any other name).
+fn rotation_number(path: &Path, name: &Path) -> usize {
+    let (Some(base), Some(name)) = (path.to_str(), name.to_str()) else {
+        return 0;
+    };
+    name.strip_prefix(base)
+        .and_then(|rest| rest.strip_prefix('.'))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The (device, inode) the live path names now, `None` while it does not exist.
+fn live_id(path: &Path) -> io::Result<Option<(u64, u64)>> {
+    match std::fs::metadata(path) {
+        Ok(meta) => Ok(Some((meta.dev(), meta.ino()))),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
     }
 }
 
@@ -438,5 +539,45 @@ mod tests {
         };
         assert_eq!(e.kind, "decision");
         assert_eq!(e.int("pid"), Some(3));
+    }
+
+    #[test]
+    fn following_while_another_process_rotates_fast_loses_and_repeats_nothing() {
+        use std::io::Write;
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("audit.jsonl");
+        std::fs::write(&path, line(0)).unwrap();
+        let mut reader = LogReader::open(&path).unwrap();
+        let total = 1000u64;
+        let writer = {
+            let path = path.clone();
+            std::thread::spawn(move || {
+                // What AuditLog does: append, and shift the files once the live one
+                // passes a (here tiny) size, so rotations race the reader's listing.
+                let mut file = std::fs::OpenOptions::new()
+                    .append(true)
+                    .open(&path)
+                    .unwrap();
+                for id in 1..=total {
+                    if file.metadata().unwrap().len() > 300 {
+                        crate::audit::rotation::shift(&path, 10_000).unwrap();
+                        file = std::fs::OpenOptions::new()
+                            .create(true)
+                            .append(true)
+                            .open(&path)
+                            .unwrap();
+                    }
+                    file.write_all(line(id).as_bytes()).unwrap();
+                }
+            })
+        };
+        let mut seen = Vec::new();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+        while seen.len() < total as usize + 1 && std::time::Instant::now() < deadline {
+            seen.extend(ids(reader.poll().unwrap()));
+        }
+        writer.join().unwrap();
+        seen.extend(ids(reader.poll().unwrap()));
+        assert_eq!(seen, (0..=total).collect::<Vec<_>>());
     }
 }
