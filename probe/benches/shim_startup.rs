@@ -102,6 +102,18 @@ fn main() {
             }),
         ));
     }
+    // Reference floor of LD_PRELOAD itself: an empty C library (no libgcc_s, no
+    // std, a constructor that returns). No preloaded library can cost less.
+    if let Some(empty) = empty_c_library() {
+        cases.push((
+            "/bin/true + an empty C library (floor of any preload)",
+            Box::new(move || {
+                let mut cmd = clean("/bin/true");
+                cmd.env("LD_PRELOAD", &empty);
+                cmd
+            }),
+        ));
+    }
     // Warm the page cache and the dynamic loader's paths.
     for (_, make) in &cases {
         for _ in 0..warm_up {
@@ -133,6 +145,27 @@ fn main() {
         "| **probe: added by an unlock verdict** | **{}** |",
         micros(added)
     );
+}
+
+/// Builds `libempty.so` (one empty constructor) with the system C compiler;
+/// `None` when there is none.
+#[cfg(target_os = "linux")]
+fn empty_c_library() -> Option<std::path::PathBuf> {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let source = dir.join("empty.c");
+    let library = dir.join("libempty.so");
+    std::fs::write(
+        &source,
+        "__attribute__((constructor)) static void init(void) {}\n",
+    )
+    .ok()?;
+    let built = std::process::Command::new("cc")
+        .args(["-O2", "-shared", "-fPIC", "-o"])
+        .arg(&library)
+        .arg(&source)
+        .status()
+        .ok()?;
+    built.success().then_some(library)
 }
 
 #[cfg(target_os = "linux")]
