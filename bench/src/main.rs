@@ -69,7 +69,7 @@ fn run(args: Args) -> anyhow::Result<()> {
     use metalift_bench::{big_exe, probe_cost, reload, summary_table, throughput, Section};
 
     let q = args.quick;
-    let probe = |art: &Artifacts| probe_cost::run(art, if q { 20 } else { 300 });
+    let probe = |art: &Artifacts| probe_cost::run(art, if q { 20 } else { 1000 });
     let through = |art: &Artifacts| {
         let (rounds, length) = if q {
             (2, Duration::from_millis(500))

@@ -51,27 +51,50 @@ fn invalid_edition(exe: &Path, n: usize) -> String {
     head + &tail
 }
 
-/// `policy_loaded` and `policy_rejected` lines in the audit log (a substring
-/// count: the log grows by thousands of decisions while this runs).
-fn count_policy_records(env: &Env) -> usize {
-    let text = std::fs::read_to_string(env.audit_log()).unwrap_or_default();
-    text.matches("\"kind\":\"policy_loaded\"").count()
-        + text.matches("\"kind\":\"policy_rejected\"").count()
+/// Counts `policy_loaded` and `policy_rejected` lines in the audit log as it
+/// grows, reading only what was appended since the last look (the log grows by
+/// hundreds of thousands of decisions in the long form).
+struct PolicyRecords {
+    offset: u64,
+    count: usize,
 }
 
-/// Waits until the log holds more policy records than `seen`; returns the new count.
-fn wait_for_policy_record(env: &Env, seen: usize) -> usize {
-    let start = std::time::Instant::now();
-    loop {
-        let now = count_policy_records(env);
-        if now > seen {
-            return now;
+impl PolicyRecords {
+    fn new() -> PolicyRecords {
+        PolicyRecords {
+            offset: 0,
+            count: 0,
         }
-        assert!(
-            start.elapsed() < support::HANG_GUARD,
-            "metaliftd did not act on a policy edition"
-        );
-        std::thread::sleep(Duration::from_millis(5));
+    }
+
+    /// Reads the whole lines appended since the last call; returns the count so far.
+    fn update(&mut self, env: &Env) -> usize {
+        use std::io::{Read, Seek, SeekFrom};
+        let Ok(mut f) = std::fs::File::open(env.audit_log()) else {
+            return self.count;
+        };
+        let mut new = Vec::new();
+        f.seek(SeekFrom::Start(self.offset)).expect("seek");
+        f.read_to_end(&mut new).expect("read the audit log");
+        let whole = new.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+        let text = String::from_utf8_lossy(&new[..whole]);
+        self.count += text.matches("\"kind\":\"policy_loaded\"").count()
+            + text.matches("\"kind\":\"policy_rejected\"").count();
+        self.offset += whole as u64;
+        self.count
+    }
+
+    /// Waits until the log holds a policy record not seen before.
+    fn wait_for_new(&mut self, env: &Env) {
+        let seen = self.count;
+        let start = std::time::Instant::now();
+        while self.update(env) <= seen {
+            assert!(
+                start.elapsed() < support::HANG_GUARD,
+                "metaliftd did not act on a policy edition"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
 }
 
@@ -107,7 +130,8 @@ fn given_64_clients_and_reloads_every_few_ms_then_every_check_in_is_answered_aud
     let written: Vec<(usize, String, bool)> = std::thread::scope(|s| {
         let writer = s.spawn(|| {
             let mut jitter = Jitter::new(0x5eed);
-            let mut policy_records = count_policy_records(&env);
+            let mut policy_records = PolicyRecords::new();
+            policy_records.update(&env);
             let mut written = Vec::new();
             for n in 1..=writes {
                 let valid = n % 2 == 0;
@@ -124,7 +148,7 @@ fn given_64_clients_and_reloads_every_few_ms_then_every_check_in_is_answered_aud
                 // both kinds happen however loaded the machine is; which edition
                 // is last before a pause varies.
                 if jitter.below(4) == 0 {
-                    policy_records = wait_for_policy_record(&env, policy_records);
+                    policy_records.wait_for_new(&env);
                 } else {
                     std::thread::sleep(Duration::from_millis(1 + jitter.below(7)));
                 }
