@@ -31,10 +31,23 @@ fn a_short_write_is_an_error_and_leaves_only_whole_lines() {
     let rc = unsafe { libc::setrlimit(libc::RLIMIT_FSIZE, &rlimit) };
     assert_eq!(rc, 0, "setrlimit: {}", std::io::Error::last_os_error());
 
+    let appended: Vec<_> = (0..4).map(|_| log.append(&record)).collect();
+
+    // Lift the limit before anything else writes: the test harness's own output may
+    // go to a file (CI redirects it), and a write past the limit there fails too.
+    let unlimited = libc::rlimit {
+        rlim_cur: libc::RLIM_INFINITY,
+        rlim_max: libc::RLIM_INFINITY,
+    };
+    // SAFETY: `unlimited` is a valid, initialized struct that outlives the call.
+    let rc = unsafe { libc::setrlimit(libc::RLIMIT_FSIZE, &unlimited) };
+    assert_eq!(rc, 0, "setrlimit: {}", std::io::Error::last_os_error());
+
+    let mut appended = appended.into_iter();
     for _ in 0..3 {
-        log.append(&record).unwrap();
+        appended.next().unwrap().unwrap();
     }
-    let err = log.append(&record).unwrap_err();
+    let err = appended.next().unwrap().unwrap_err();
     assert!(
         matches!(err, AuditError::ShortWrite { written, expected, .. }
             if written as u64 == limit - 3 * line_len && expected as u64 == line_len),
