@@ -5,6 +5,7 @@
 //! - [`cli`]: one module per `metalift` subcommand.
 //! - [`config`]: metaliftd's flags and defaults, resolved into a `Config`.
 //! - [`service`]: metaliftd's lifecycle: audit log, policy, socket, serve, stop cleanly.
+//! - [`signals`]: signal dispositions (SIGXFSZ ignored: a full log means stock, not death).
 //! - [`server`]: the transport-independent core: decide, audit, then answer.
 //! - [`transport`]: how check-ins arrive (Unix socket; XPC on macOS) and the limits.
 //! - [`peer`]: who is asking, from the kernel (`linux.rs`, `macos.rs`).
@@ -27,6 +28,7 @@ pub mod peer;
 pub mod policy_store;
 pub mod server;
 pub mod service;
+pub mod signals;
 pub mod status;
 pub mod transport;
 pub mod watcher;

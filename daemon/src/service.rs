@@ -24,6 +24,7 @@ use crate::watcher;
 /// the socket is taken, the audit log cannot be opened or written.
 pub async fn run(mut config: Config, shutdown: impl Future<Output = String>) -> anyhow::Result<()> {
     config.limits = fit_descriptor_limit(config.limits);
+    crate::signals::ignore_file_size_signal().context("ignoring SIGXFSZ")?;
     let socket = transport::socket_file::bind(&config.socket)?;
     let (socket_path, socket_id) = (socket.path.clone(), socket.id());
     let served = serve(config, socket, shutdown).await;
