@@ -49,6 +49,15 @@ pub struct DaemonArgs {
     #[arg(long)]
     pub allow_insecure_owner: bool,
 
+    /// Accepted connections still waiting for their first frame (each for at most
+    /// --first-frame-timeout-ms); past this, further clients wait to be accepted.
+    #[arg(long, value_name = "N", default_value_t = Limits::default().max_pending)]
+    pub max_pending_connections: usize,
+
+    /// How long a new connection may take to send its first frame, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = duration_ms(Limits::default().first_frame_timeout))]
+    pub first_frame_timeout_ms: u64,
+
     /// Connections being read or answered at once; further clients wait to be accepted.
     #[arg(long, value_name = "N", default_value_t = Limits::default().max_active)]
     pub max_connections: usize,
@@ -137,6 +146,11 @@ impl DaemonArgs {
         };
         for (name, value) in [
             ("max-connections", self.max_connections as u64),
+            (
+                "max-pending-connections",
+                self.max_pending_connections as u64,
+            ),
+            ("first-frame-timeout-ms", self.first_frame_timeout_ms),
             ("read-timeout-ms", self.read_timeout_ms),
             ("outcome-idle-secs", self.outcome_idle_secs),
         ] {
@@ -154,6 +168,8 @@ impl DaemonArgs {
             },
             allow_insecure_owner: self.allow_insecure_owner,
             limits: Limits {
+                max_pending: self.max_pending_connections,
+                first_frame_timeout: Duration::from_millis(self.first_frame_timeout_ms),
                 max_active: self.max_connections,
                 max_waiting: self.max_waiting_outcomes,
                 read_timeout: Duration::from_millis(self.read_timeout_ms),

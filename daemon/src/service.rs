@@ -199,6 +199,7 @@ fn fit_descriptor_limit(limits: transport::Limits) -> transport::Limits {
             open_files = soft,
             max_connections = fitted.max_active,
             max_waiting_outcomes = fitted.max_waiting,
+            max_pending_connections = fitted.max_pending,
             "connection limits lowered to fit the open-file limit"
         );
     }
@@ -215,7 +216,12 @@ fn fit_limits(limits: transport::Limits, open_files: Option<u64>) -> transport::
         .min(budget / FDS_PER_ACTIVE)
         .max(1);
     let waiting = (limits.max_waiting as u64).min(budget.saturating_sub(active * FDS_PER_ACTIVE));
+    // A pending connection holds only its socket; the rest of the budget.
+    let pending = (limits.max_pending as u64)
+        .min(budget.saturating_sub(active * FDS_PER_ACTIVE + waiting))
+        .max(1);
     transport::Limits {
+        max_pending: usize::try_from(pending).unwrap_or(usize::MAX),
         max_active: usize::try_from(active).unwrap_or(usize::MAX),
         max_waiting: usize::try_from(waiting).unwrap_or(usize::MAX),
         ..limits

@@ -28,6 +28,14 @@ pub mod xpc;
 /// never take the places of clients that are asking now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
+    /// Accepted connections whose first frame has not arrived yet. They hold no
+    /// active place: a client that connects and says nothing costs one descriptor
+    /// for at most `first_frame_timeout`, and thousands of them cannot stop the
+    /// daemon from accepting an honest check-in.
+    pub max_pending: usize,
+    /// How long after the accept the first frame must be complete (a shim sends
+    /// its check-in right after `connect`; capped by `read_timeout`).
+    pub first_frame_timeout: Duration,
     /// Connections being read or answered at once. Further clients queue in the
     /// listen backlog; each active one is bounded by `read_timeout`.
     pub max_active: usize,
@@ -47,6 +55,8 @@ pub struct Limits {
 impl Default for Limits {
     fn default() -> Self {
         Limits {
+            max_pending: 4096,
+            first_frame_timeout: Duration::from_secs(1),
             max_active: 64,
             max_waiting: 1024,
             read_timeout: Duration::from_secs(5),

@@ -11,9 +11,12 @@
 //! - `CheckIn` → `Verdict`, then optionally one `Outcome` (a shim);
 //! - `StatusRequest` → `Status` (`metalift status`; counts only).
 //!
-//! Limits ([`Limits`]): the first frame must arrive complete within
-//! `read_timeout` of the accept, and any later frame within `read_timeout` of its
-//! first byte. At most `max_active` connections are being read or answered; an
+//! Limits ([`Limits`]): an accepted connection waits for its first frame in one
+//! of `max_pending` places, for at most `first_frame_timeout` (a shim sends its
+//! check-in right after `connect`), holding nothing but its socket: clients that
+//! connect and say nothing cannot stop the accepting. Any later frame must arrive
+//! within `read_timeout` of its first byte. At most `max_active` connections are
+//! being decided or answered; an
 //! answered shim waiting to report its outcome gives its active place up and
 //! takes one of `max_waiting` places instead, where it may stay silent for
 //! `outcome_idle`. So idle shims never block new check-ins, and a slowloris
@@ -56,6 +59,7 @@ pub async fn run(
         listener,
         core,
         limits,
+        pending: Arc::new(Semaphore::new(limits.max_pending)),
         active: Arc::new(Semaphore::new(limits.max_active.max(1))),
         waiting: Arc::new(Semaphore::new(limits.max_waiting)),
         notify_shutdown,
@@ -81,6 +85,8 @@ struct Listener {
     listener: UnixListener,
     core: Arc<Core>,
     limits: Limits,
+    /// Places for connections waiting for their first frame (see [`Limits::max_pending`]).
+    pending: Arc<Semaphore>,
     /// Places for connections being read or answered (see [`Limits::max_active`]).
     active: Arc<Semaphore>,
     /// Places for answered connections waiting for an outcome (see [`Limits::max_waiting`]).
@@ -98,7 +104,7 @@ impl Listener {
     async fn accept_loop(&mut self) {
         let mut pause = Duration::from_millis(10);
         loop {
-            let Ok(permit) = Arc::clone(&self.active).acquire_owned().await else {
+            let Ok(permit) = Arc::clone(&self.pending).acquire_owned().await else {
                 return; // never closed
             };
             let stream = match self.listener.accept().await {
@@ -122,6 +128,7 @@ impl Listener {
                 },
                 core: Arc::clone(&self.core),
                 limits: self.limits,
+                active: Arc::clone(&self.active),
                 waiting: Arc::clone(&self.waiting),
                 shutdown: self.notify_shutdown.subscribe(),
                 _shutdown_complete: self.shutdown_complete_tx.clone(),
@@ -146,6 +153,7 @@ struct Connection {
     frames: Frames,
     core: Arc<Core>,
     limits: Limits,
+    active: Arc<Semaphore>,
     waiting: Arc<Semaphore>,
     /// Wakes (with an error: the sender is dropped) when the daemon stops.
     shutdown: broadcast::Receiver<()>,
@@ -187,12 +195,23 @@ enum Wait {
 type ReadResult = Result<Option<Message>, ConnError>;
 
 impl Connection {
-    async fn serve(mut self, permit: OwnedSemaphorePermit) -> Result<(), ConnError> {
-        let active = (permit, self.core.count_active());
-        let deadline = Instant::now() + self.limits.read_timeout;
-        let Some(first) = self.read_or_stop(Wait::Until(deadline)).await? else {
+    async fn serve(mut self, pending: OwnedSemaphorePermit) -> Result<(), ConnError> {
+        let first_frame = self
+            .limits
+            .first_frame_timeout
+            .min(self.limits.read_timeout);
+        let Some(first) = self
+            .read_or_stop(Wait::Until(Instant::now() + first_frame))
+            .await?
+        else {
             return Ok(());
         };
+        // Deciding takes an active place; the pending one is given back.
+        let Ok(permit) = Arc::clone(&self.active).acquire_owned().await else {
+            return Ok(()); // never closed
+        };
+        drop(pending);
+        let active = (permit, self.core.count_active());
         match first {
             Message::StatusRequest => {
                 let json = serde_json::to_string(&self.core.status())
