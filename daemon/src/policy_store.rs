@@ -279,11 +279,15 @@ impl PolicyStore {
             reason = live.reason.as_str(),
             "policy live"
         );
-        self.live.store(Arc::new(live));
-        *lock(&self.last_error) = None;
+        // Recorded before it goes live, so that in the log every decision made
+        // under this policy comes after its `policy_loaded` record. A failed append
+        // does not keep the policy out: decisions under it then fail to be audited
+        // too, and so answer stock.
         if let Err(error) = audit.append(&record) {
             tracing::error!(%error, "could not audit the policy load");
         }
+        self.live.store(Arc::new(live));
+        *lock(&self.last_error) = None;
     }
 }
 
