@@ -163,9 +163,14 @@ struct Watches {
 
 impl Watches {
     fn new(policy: &Path, tx: mpsc::Sender<()>) -> Watches {
+        let policy_path = policy.to_owned();
         let handler = move |event: notify::Result<notify::Event>| {
             let relevant = match &event {
-                Ok(event) => !is_read_only_access(&event.kind),
+                Ok(event) => {
+                    !is_read_only_access(&event.kind)
+                        && (event.paths.is_empty()
+                            || event.paths.iter().any(|p| concerns_policy(&policy_path, p)))
+                }
                 Err(error) => {
                     tracing::warn!(%error, "policy watcher event error; reloading to be safe");
                     true
@@ -240,6 +245,19 @@ fn is_read_only_access(kind: &EventKind) -> bool {
     matches!(kind, EventKind::Access(access) if *access != AccessKind::Close(AccessMode::Write))
 }
 
+/// Whether a change at `changed` can change what `policy` loads: the policy file
+/// itself (a write, or a rename or link swap onto its name), its symlink's target,
+/// `policy.d/` or anything in it. Anything else in the watched directories (an
+/// editor's temporary file, an audit log kept beside the policy) is ignored, so
+/// its writes cannot keep postponing a reload.
+fn concerns_policy(policy: &Path, changed: &Path) -> bool {
+    let dropins = policy.with_file_name("policy.d");
+    changed == policy
+        || changed == dropins
+        || changed.parent() == Some(dropins.as_path())
+        || std::fs::canonicalize(policy).is_ok_and(|target| changed == target)
+}
+
 /// The directories to watch for `policy` (see the module doc), existing or not.
 fn desired_dirs(policy: &Path) -> Vec<PathBuf> {
     let dir = match policy.parent() {
@@ -275,6 +293,25 @@ mod tests {
     use notify::event::{CreateKind, ModifyKind};
 
     use super::*;
+
+    #[test]
+    fn only_the_policy_its_target_and_policy_d_concern_the_policy() {
+        let policy = Path::new("/etc/metalift/policy.toml");
+        assert!(concerns_policy(policy, policy));
+        assert!(concerns_policy(policy, Path::new("/etc/metalift/policy.d")));
+        assert!(concerns_policy(
+            policy,
+            Path::new("/etc/metalift/policy.d/10-fleet.toml")
+        ));
+        assert!(!concerns_policy(
+            policy,
+            Path::new("/etc/metalift/audit.jsonl")
+        ));
+        assert!(!concerns_policy(
+            policy,
+            Path::new("/etc/metalift/.policy.toml.swp")
+        ));
+    }
 
     #[test]
     fn opening_a_file_is_not_a_change_but_closing_after_writing_is() {
