@@ -105,6 +105,7 @@ fn given_thousands_of_garbage_and_oversize_frames_then_only_their_connections_cl
     let failures = Mutex::new(Vec::new());
 
     std::thread::scope(|s| {
+        let _stop_honest = support::StopOnDrop(&attacking);
         let attackers: Vec<_> = (0..4u64)
             .map(|t| {
                 let socket = &socket;

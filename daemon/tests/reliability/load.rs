@@ -129,6 +129,7 @@ fn given_64_clients_and_reloads_every_few_ms_then_every_check_in_is_answered_aud
 
     let written: Vec<(usize, String, bool)> = std::thread::scope(|s| {
         let writer = s.spawn(|| {
+            let _stop_clients = support::StopOnDrop(&writing);
             let mut jitter = Jitter::new(0x5eed);
             let mut policy_records = PolicyRecords::new();
             policy_records.update(&env);

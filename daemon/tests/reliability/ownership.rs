@@ -38,6 +38,7 @@ fn given_badly_owned_or_writable_policy_files_under_load_then_each_is_refused_au
     let failures = Mutex::new(Vec::new());
 
     std::thread::scope(|s| {
+        let _stop_clients = support::StopOnDrop(&running);
         for _ in 0..8 {
             s.spawn(|| {
                 let mut mine = Vec::new();

@@ -116,7 +116,11 @@ impl Env {
 
     /// Every audit record, parsed; a line that is not whole JSON fails the test.
     pub fn records(&self) -> Vec<Value> {
-        let text = std::fs::read_to_string(self.audit_log()).unwrap_or_default();
+        let mut text = std::fs::read_to_string(self.audit_log()).unwrap_or_default();
+        // A read racing an append may see the start of a line being written:
+        // only newline-terminated lines are records.
+        let whole = text.rfind('\n').map_or(0, |i| i + 1);
+        text.truncate(whole);
         text.lines()
             .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad line {l:?}: {e}")))
             .collect()
@@ -379,5 +383,16 @@ impl Jitter {
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
         self.0 % n.max(1)
+    }
+}
+
+/// Clears a "keep going" flag when dropped, so threads looping on it stop even
+/// when the test thread panics inside a `std::thread::scope` (which would
+/// otherwise wait for them forever).
+pub struct StopOnDrop<'a>(pub &'a std::sync::atomic::AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, std::sync::atomic::Ordering::SeqCst);
     }
 }
