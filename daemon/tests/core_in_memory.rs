@@ -12,8 +12,6 @@
 //! and how the kernel identity is read (`peer/macos.rs`); both are covered here or
 //! listed as type-checked only in `daemon/src/macos/mod.rs`.
 
-use std::collections::BTreeMap;
-use std::ffi::CStr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -28,7 +26,7 @@ use metalift_policy::LoadOptions;
 use serde_json::Value;
 
 use metalift_xpc::dict as wire_dict;
-use metalift_xpc::dict::{DictSink, DictSource, DictValue};
+use metalift_xpc::dict::MapDict;
 use metalift_xpc::exchange::{self, Refusal, Request, Sender};
 
 /// The transport name the XPC transport records.
@@ -55,29 +53,6 @@ unlock = "apple7"
 // ---------------------------------------------------------------------------
 // The in-memory XPC
 // ---------------------------------------------------------------------------
-
-/// An XPC dictionary's stand-in: typed values under C-string keys.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-struct MapDict(BTreeMap<&'static CStr, DictValue>);
-
-impl DictSink for MapDict {
-    fn set_u64(&mut self, key: &'static CStr, value: u64) {
-        self.0.insert(key, DictValue::U64(value));
-    }
-    fn set_bool(&mut self, key: &'static CStr, value: bool) {
-        self.0.insert(key, DictValue::Bool(value));
-    }
-    fn set_str(&mut self, key: &'static CStr, value: &str) {
-        self.0
-            .insert(key, DictValue::Str(value.as_bytes().to_vec()));
-    }
-}
-
-impl DictSource for MapDict {
-    fn get(&self, key: &'static CStr) -> Option<DictValue> {
-        self.0.get(key).cloned()
-    }
-}
 
 fn to_dict(msg: &Message) -> MapDict {
     let mut d = MapDict::default();

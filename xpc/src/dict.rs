@@ -35,6 +35,7 @@
 //! [`WireError`] variants.
 #![forbid(unsafe_code)]
 
+use std::collections::BTreeMap;
 use std::ffi::CStr;
 
 use metalift_policy::verdict::Mode;
@@ -131,6 +132,30 @@ pub mod key {
             JSON,
         ]
         .contains(&k)
+    }
+}
+
+/// An XPC dictionary's stand-in: typed values under their keys, in memory. What
+/// the tests on every platform (and any carrier other than libxpc) encode into.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct MapDict(pub BTreeMap<&'static CStr, DictValue>);
+
+impl DictSink for MapDict {
+    fn set_u64(&mut self, key: &'static CStr, value: u64) {
+        self.0.insert(key, DictValue::U64(value));
+    }
+    fn set_bool(&mut self, key: &'static CStr, value: bool) {
+        self.0.insert(key, DictValue::Bool(value));
+    }
+    fn set_str(&mut self, key: &'static CStr, value: &str) {
+        self.0
+            .insert(key, DictValue::Str(value.as_bytes().to_vec()));
+    }
+}
+
+impl DictSource for MapDict {
+    fn get(&self, key: &'static CStr) -> Option<DictValue> {
+        self.0.get(key).cloned()
     }
 }
 
@@ -414,32 +439,7 @@ impl<S: DictSource> Reader<'_, S> {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
     use super::*;
-
-    /// A dictionary as a map, typed like an XPC one.
-    #[derive(Default)]
-    struct MapDict(BTreeMap<&'static CStr, DictValue>);
-
-    impl DictSink for MapDict {
-        fn set_u64(&mut self, key: &'static CStr, value: u64) {
-            self.0.insert(key, DictValue::U64(value));
-        }
-        fn set_bool(&mut self, key: &'static CStr, value: bool) {
-            self.0.insert(key, DictValue::Bool(value));
-        }
-        fn set_str(&mut self, key: &'static CStr, value: &str) {
-            self.0
-                .insert(key, DictValue::Str(value.as_bytes().to_vec()));
-        }
-    }
-
-    impl DictSource for MapDict {
-        fn get(&self, key: &'static CStr) -> Option<DictValue> {
-            self.0.get(key).cloned()
-        }
-    }
 
     fn round_trip(msg: Message) {
         let mut d = MapDict::default();
