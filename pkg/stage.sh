@@ -2,12 +2,15 @@
 # Assembles the exact payload tree of metalift.pkg under DESTDIR, on any OS, so it
 # can be inspected and tested where there is no pkgbuild.
 #
-#   pkg/stage.sh DESTDIR [--bin-dir DIR] [--shim PATH]
+#   pkg/stage.sh DESTDIR [--bin-dir DIR] [--shim PATH] [--inert PATH]
 #
 #   --bin-dir DIR  where metaliftd, metalift and metalift-probe were built
 #                  (default: target/release)
 #   --shim PATH    the shim to ship (default: DIR/libmetalift.dylib, else
 #                  DIR/libmetalift.so)
+#   --inert PATH   the inert stub uninstall.sh --force leaves at the shim's path
+#                  (default: built here from pkg/inert/libmetalift-inert.c with
+#                  ${CC:-cc} -shared, named like the shim: .so or .dylib)
 #
 # The shim keeps its own file name: on macOS it is lib/libmetalift.dylib; on
 # Linux the ELF lib/libmetalift.so stands in for it, named as what it is, so a
@@ -18,6 +21,8 @@
 #   usr/local/metalift/bin/{metaliftd,metalift,metalift-probe}         0755
 #   usr/local/metalift/lib/libmetalift.dylib                           0755
 #   usr/local/metalift/libexec/uninstall.sh                            0755
+#   usr/local/metalift/libexec/metaliftd-agent                         0755
+#   usr/local/metalift/libexec/libmetalift-inert.dylib                 0755
 #   usr/local/metalift/share/launchd/LaunchAgents/com.metalift.metaliftd.plist   0644
 #   usr/local/metalift/share/launchd/LaunchDaemons/com.metalift.metaliftd.plist  0644
 #   usr/local/metalift/share/default-policy.toml                       0644
@@ -34,7 +39,7 @@
 set -euo pipefail
 
 usage() {
-  echo "usage: $0 DESTDIR [--bin-dir DIR] [--shim PATH]" >&2
+  echo "usage: $0 DESTDIR [--bin-dir DIR] [--shim PATH] [--inert PATH]" >&2
   exit 64
 }
 
@@ -42,10 +47,12 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 dest=""
 bin_dir="$repo/target/release"
 shim=""
+inert=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --bin-dir) [ $# -ge 2 ] || usage; bin_dir=$2; shift 2 ;;
     --shim) [ $# -ge 2 ] || usage; shim=$2; shift 2 ;;
+    --inert) [ $# -ge 2 ] || usage; inert=$2; shift 2 ;;
     -h|--help) usage ;;
     -*) echo "stage: unknown option $1" >&2; usage ;;
     *) [ -z "$dest" ] || usage; dest=$1; shift ;;
@@ -86,6 +93,16 @@ for bin in metaliftd metalift metalift-probe; do
 done
 put 0755 "$shim" "$prefix/lib/$(basename "$shim")"
 put 0755 "$repo/pkg/uninstall.sh" "$prefix/libexec/uninstall.sh"
+put 0755 "$repo/pkg/libexec/metaliftd-agent" "$prefix/libexec/metaliftd-agent"
+inert_name="libmetalift-inert.${shim##*.}"
+if [ -n "$inert" ]; then
+  put 0755 "$inert" "$prefix/libexec/$inert_name"
+else
+  rm -f "$prefix/libexec/$inert_name"
+  ${CC:-cc} -shared -fPIC -nostartfiles -o "$prefix/libexec/$inert_name" \
+    "$repo/pkg/inert/libmetalift-inert.c"
+  chmod 0755 "$prefix/libexec/$inert_name"
+fi
 for kind in LaunchAgents LaunchDaemons; do
   put 0644 "$repo/launchd/$kind/com.metalift.metaliftd.plist" \
     "$prefix/share/launchd/$kind/com.metalift.metaliftd.plist"

@@ -14,6 +14,11 @@ use std::process::{Command, Output};
 
 use plist::Value;
 
+#[path = "pkg_install/agent_launcher.rs"]
+mod agent_launcher;
+#[path = "pkg_install/uninstall_refusal.rs"]
+mod uninstall_refusal;
+
 const LABEL: &str = "com.metalift.metaliftd";
 const POLICY_SERVICE: &str = "com.metalift.policy";
 
@@ -45,6 +50,15 @@ fn shim_file() -> &'static str {
         "libmetalift.dylib"
     } else {
         "libmetalift.so"
+    }
+}
+
+/// The inert stub `uninstall.sh --force` leaves at the shim's path.
+fn inert_file() -> &'static str {
+    if cfg!(target_os = "macos") {
+        "libmetalift-inert.dylib"
+    } else {
+        "libmetalift-inert.so"
     }
 }
 
@@ -101,6 +115,8 @@ fn mode(path: &Path) -> u32 {
 struct Machine {
     dir: tempfile::TempDir,
     console_uid: u32,
+    /// Extra environment for the scripts (the stubs' answers).
+    env: Vec<(&'static str, String)>,
 }
 
 impl Machine {
@@ -121,11 +137,29 @@ impl Machine {
         fs::create_dir(&stubs).unwrap();
         let log = dir.path().join("calls.log");
         for (name, body) in [
-            ("launchctl", r#"echo "launchctl $*" >> "$STUB_LOG""#),
+            // `getenv` answers for the system domain, `asuser UID launchctl getenv`
+            // for a user's: what `launchctl setenv` left there.
+            (
+                "launchctl",
+                r#"echo "launchctl $*" >> "$STUB_LOG"
+case "$1" in
+  getenv) printf '%s' "${STUB_GETENV_SYSTEM:-}" ;;
+  asuser) printf '%s' "${STUB_GETENV_USER:-}" ;;
+esac"#,
+            ),
+            // The process table with environments: one line per STUB_PS entry.
+            ("ps", r#"printf '%s' "${STUB_PS:-}""#),
             ("chown", r#"echo "chown $*" >> "$STUB_LOG""#),
             ("pkgutil", r#"echo "pkgutil $*" >> "$STUB_LOG""#),
-            // Only `stat -f%u /dev/console` is asked: who is at the console.
-            ("stat", r#"echo "$STUB_CONSOLE_UID""#),
+            // `stat -f%u PATH`: who is at the console, or who owns a home
+            // (`STUB_UID_<name>` for /Users/<name>, else the console uid).
+            (
+                "stat",
+                r#"case "$2" in
+  */Users/*) eval "echo \"\${STUB_UID_${2##*/}:-$STUB_CONSOLE_UID}\"" ;;
+  *) echo "$STUB_CONSOLE_UID" ;;
+esac"#,
+            ),
         ] {
             let path = stubs.join(name);
             fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
@@ -136,6 +170,7 @@ impl Machine {
         Machine {
             dir,
             console_uid: 501,
+            env: Vec::new(),
         }
     }
 
@@ -172,6 +207,7 @@ impl Machine {
             .env("METALIFT_ROOT", self.root())
             .env("STUB_LOG", self.dir.path().join("calls.log"))
             .env("STUB_CONSOLE_UID", self.console_uid.to_string())
+            .envs(self.env.iter().map(|(k, v)| (*k, v.as_str())))
             .output()
             .expect("run bash")
     }
@@ -191,6 +227,12 @@ impl Machine {
 
     fn uninstall(&self, args: &[&str]) -> Output {
         check(self.script("pkg/uninstall.sh", args), "uninstall.sh")
+    }
+
+    /// Creates the marker that selects the opt-in LaunchAgent.
+    fn choose_agent(&self) {
+        fs::create_dir_all(self.at("/etc/metalift")).unwrap();
+        fs::write(self.at("/etc/metalift/use-launchagent"), "").unwrap();
     }
 }
 
@@ -248,16 +290,58 @@ fn flag_value<'a>(args: &'a [String], flag: &str) -> &'a str {
     args.get(at + 1).expect("flag has a value")
 }
 
+/// Only flags metaliftd really has (its `--help` is the contract).
+fn assert_metaliftd_has_flags<'a>(flags: impl IntoIterator<Item = &'a str>, whose: &str) {
+    let help = Command::new(env!("CARGO_BIN_EXE_metaliftd"))
+        .arg("--help")
+        .output()
+        .expect("run metaliftd --help");
+    let help = String::from_utf8_lossy(&help.stdout);
+    for flag in flags {
+        assert!(
+            help.contains(&format!("{flag} ")),
+            "{whose} passes {flag}, which metaliftd --help does not list:\n{help}"
+        );
+    }
+}
+
+/// Launchd's restart policy, both plists: restart only after a failure, never
+/// sooner than a throttle, and no stdout/stderr file that nothing rotates.
+fn assert_restarts_are_throttled_and_no_log_file_grows(dict: &plist::Dictionary, what: &str) {
+    let keep_alive = dict
+        .get("KeepAlive")
+        .and_then(Value::as_dictionary)
+        .unwrap_or_else(|| {
+            panic!("{what}: KeepAlive must be a dictionary, not `true` (a hot loop)")
+        });
+    assert_eq!(
+        keep_alive.get("SuccessfulExit").and_then(Value::as_boolean),
+        Some(false),
+        "{what}: restart only after a failure"
+    );
+    let throttle = dict
+        .get("ThrottleInterval")
+        .and_then(Value::as_signed_integer)
+        .unwrap_or_else(|| panic!("{what}: no ThrottleInterval"));
+    assert!(throttle >= 10, "{what}: ThrottleInterval {throttle} < 10 s");
+    for key in ["StandardOutPath", "StandardErrorPath"] {
+        assert!(
+            dict.get(key).is_none(),
+            "{what}: {key} is a file launchd keeps open and nothing rotates (issue 12 item 9)"
+        );
+    }
+}
+
 /// Checks one plist against a root where it was installed: keys, and that every
 /// path it names exists there (for files the daemon creates: their directory).
 fn assert_plist_is_complete_and_its_paths_exist(plist: &Path, root: &Path) {
     let dict = plist_dict(plist);
     let at = |p: &str| root.join(p.trim_start_matches('/'));
+    let what = plist.display().to_string();
     assert_eq!(
         dict.get("Label").and_then(Value::as_string),
         Some(LABEL),
-        "{}",
-        plist.display()
+        "{what}"
     );
     let services = dict
         .get("MachServices")
@@ -271,10 +355,7 @@ fn assert_plist_is_complete_and_its_paths_exist(plist: &Path, root: &Path) {
         dict.get("RunAtLoad").and_then(Value::as_boolean),
         Some(true)
     );
-    assert_eq!(
-        dict.get("KeepAlive").and_then(Value::as_boolean),
-        Some(true)
-    );
+    assert_restarts_are_throttled_and_no_log_file_grows(&dict, &what);
     assert!(dict.get("ProcessType").and_then(Value::as_string).is_some());
 
     let args = program_arguments(&dict);
@@ -284,49 +365,66 @@ fn assert_plist_is_complete_and_its_paths_exist(plist: &Path, root: &Path) {
         "{} is not an executable in the payload",
         args[0]
     );
-    // Only flags metaliftd really has (its --help is the contract).
-    let help = Command::new(env!("CARGO_BIN_EXE_metaliftd"))
-        .arg("--help")
-        .output()
-        .expect("run metaliftd --help");
-    let help = String::from_utf8_lossy(&help.stdout);
-    for arg in args.iter().skip(1).filter(|a| a.starts_with('-')) {
-        assert!(
-            help.contains(&format!("{arg} ")),
-            "{} passes {arg}, which metaliftd --help does not list:\n{help}",
-            plist.display()
-        );
+    assert_metaliftd_has_flags(
+        args.iter()
+            .skip(1)
+            .filter(|a| a.starts_with('-'))
+            .map(String::as_str),
+        &what,
+    );
+    if args.len() == 1 {
+        return; // the agent's launcher: checked by the agent tests
     }
     let policy = flag_value(&args, "--policy");
     assert!(at(policy).is_file(), "{policy} is not installed");
     for created_by_daemon in [
         flag_value(&args, "--audit-log"),
         flag_value(&args, "--socket"),
-        dict.get("StandardOutPath")
-            .and_then(Value::as_string)
-            .unwrap(),
-        dict.get("StandardErrorPath")
-            .and_then(Value::as_string)
-            .unwrap(),
     ] {
         let parent = at(created_by_daemon).parent().unwrap().to_path_buf();
         assert!(
             parent.is_dir(),
-            "the directory of {created_by_daemon} ({}) does not exist after install",
-            plist.display()
+            "the directory of {created_by_daemon} ({what}) does not exist after install"
         );
     }
 }
 
 #[test]
-fn agent_plist_parses_runs_in_the_background_session_and_names_only_installed_paths() {
+fn both_plists_restart_only_after_a_failure_and_respect_a_throttle() {
+    for kind in ["LaunchAgents", "LaunchDaemons"] {
+        let path = repo().join(format!("launchd/{kind}/{LABEL}.plist"));
+        assert_restarts_are_throttled_and_no_log_file_grows(&plist_dict(&path), kind);
+    }
+}
+
+#[test]
+fn daemon_is_the_default_install_and_its_plist_names_only_installed_paths() {
     let machine = Machine::new();
     machine.install();
-    let installed = machine.at("/Library/LaunchAgents/com.metalift.metaliftd.plist");
+    let installed = machine.at("/Library/LaunchDaemons/com.metalift.metaliftd.plist");
     assert_eq!(
         fs::read(&installed).unwrap(),
-        fs::read(repo().join("launchd/LaunchAgents/com.metalift.metaliftd.plist")).unwrap()
+        fs::read(repo().join("launchd/LaunchDaemons/com.metalift.metaliftd.plist")).unwrap()
     );
+    assert_plist_is_complete_and_its_paths_exist(&installed, &machine.root());
+    let dict = plist_dict(&installed);
+    assert!(dict.get("LimitLoadToSessionType").is_none());
+    assert_eq!(
+        flag_value(&program_arguments(&dict), "--socket"),
+        "/var/run/metalift/metalift.sock",
+        "the macOS system socket (policy/src/socket_path.rs)"
+    );
+    assert!(!machine
+        .at("/Library/LaunchAgents/com.metalift.metaliftd.plist")
+        .exists());
+}
+
+#[test]
+fn agent_with_the_marker_runs_the_launcher_in_the_background_session() {
+    let machine = Machine::new();
+    machine.choose_agent();
+    machine.install();
+    let installed = machine.at("/Library/LaunchAgents/com.metalift.metaliftd.plist");
     assert_plist_is_complete_and_its_paths_exist(&installed, &machine.root());
     let dict = plist_dict(&installed);
     // Background: visible from the user's GUI and ssh sessions alike (see the plist's comment).
@@ -335,28 +433,19 @@ fn agent_plist_parses_runs_in_the_background_session_and_names_only_installed_pa
             .and_then(Value::as_string),
         Some("Background")
     );
+    assert_eq!(
+        program_arguments(&dict),
+        vec!["/usr/local/metalift/libexec/metaliftd-agent".to_owned()]
+    );
+    assert_eq!(
+        dict.get("Umask").and_then(Value::as_signed_integer),
+        Some(0o077)
+    );
     assert!(!machine
         .at("/Library/LaunchDaemons/com.metalift.metaliftd.plist")
         .exists());
-}
-
-#[test]
-fn daemon_plist_parses_and_names_only_installed_paths() {
-    let machine = Machine::new();
-    fs::create_dir_all(machine.at("/etc/metalift")).unwrap();
-    fs::write(machine.at("/etc/metalift/use-launchdaemon"), "").unwrap();
-    machine.install();
-    let installed = machine.at("/Library/LaunchDaemons/com.metalift.metaliftd.plist");
-    assert_plist_is_complete_and_its_paths_exist(&installed, &machine.root());
-    let dict = plist_dict(&installed);
-    assert!(dict.get("LimitLoadToSessionType").is_none());
-    assert_eq!(
-        flag_value(&program_arguments(&dict), "--socket"),
-        "/var/run/metalift/metalift.sock"
-    );
-    assert!(!machine
-        .at("/Library/LaunchAgents/com.metalift.metaliftd.plist")
-        .exists());
+    // The parent of every user's socket directory: sticky, like /tmp.
+    assert_eq!(mode(&machine.at("/Users/Shared/metalift")), 0o1777);
 }
 
 #[test]
@@ -366,6 +455,7 @@ fn staged_payload_has_exactly_the_expected_files_and_modes() {
     let bins = frozen_bins(dir.path());
     stage(&root, &bins);
     let shim = format!("usr/local/metalift/lib/{}", shim_file());
+    let inert = format!("usr/local/metalift/libexec/{}", inert_file());
     let mut expected: BTreeMap<String, String> = BTreeMap::new();
     let mut expect = |path: &str, what: &str| {
         expected.insert(path.to_owned(), what.to_owned());
@@ -394,7 +484,9 @@ fn staged_payload_has_exactly_the_expected_files_and_modes() {
         "usr/local/metalift/bin/metalift",
         "usr/local/metalift/bin/metalift-probe",
         shim.as_str(),
+        inert.as_str(),
         "usr/local/metalift/libexec/uninstall.sh",
+        "usr/local/metalift/libexec/metaliftd-agent",
     ] {
         expect(f, "file 755");
     }
@@ -452,6 +544,7 @@ fn every_shell_script_is_shellcheck_clean() {
         "pkg/uninstall.sh",
         "pkg/scripts/preinstall",
         "pkg/scripts/postinstall",
+        "pkg/libexec/metaliftd-agent",
     ];
     let Ok(output) = Command::new("shellcheck")
         .arg("--shell=bash")
@@ -498,7 +591,7 @@ fn postinstall_for_another_volume_changes_nothing_and_calls_nothing() {
 }
 
 #[test]
-fn fresh_install_puts_the_default_policy_in_place_and_starts_the_agent_for_the_console_user() {
+fn fresh_install_puts_the_default_policy_in_place_and_starts_the_daemon() {
     let machine = Machine::new();
     machine.install();
 
@@ -511,31 +604,25 @@ fn fresh_install_puts_the_default_policy_in_place_and_starts_the_agent_for_the_c
     assert_eq!(mode(&machine.at("/etc/metalift")), 0o755);
     assert_eq!(mode(&machine.at("/etc/metalift/policy.d")), 0o755);
     assert_eq!(mode(&machine.at("/var/log/metalift")), 0o750);
-    assert_eq!(
-        mode(&machine.at("/Library/LaunchAgents/com.metalift.metaliftd.plist")),
-        0o644
-    );
+    assert_eq!(mode(&machine.at("/var/run/metalift")), 0o755);
+    let daemon_plist = machine.at("/Library/LaunchDaemons/com.metalift.metaliftd.plist");
+    assert_eq!(mode(&daemon_plist), 0o644);
 
     let calls = machine.calls();
-    let agent_plist = machine.at("/Library/LaunchAgents/com.metalift.metaliftd.plist");
     for expected in [
         format!("chown root:wheel {}.metalift-new", policy.display()),
         format!(
-            "chown -R 501:admin {}",
+            "chown -R root:admin {}",
             machine.at("/var/log/metalift").display()
         ),
-        format!(
-            "chown 501:admin {}",
-            machine.at("/Users/Shared/metalift").display()
-        ),
-        format!("launchctl bootstrap user/501 {}", agent_plist.display()),
+        format!("launchctl bootstrap system {}", daemon_plist.display()),
     ] {
         assert!(calls.contains(&expected), "no `{expected}` in {calls:#?}");
     }
     assert!(
         !calls
             .iter()
-            .any(|c| c.starts_with("launchctl bootstrap system")),
+            .any(|c| c.starts_with("launchctl bootstrap user/")),
         "{calls:#?}"
     );
 }
@@ -580,11 +667,11 @@ fn second_install_is_harmless_and_boots_out_before_bootstrapping() {
     let calls = machine.calls();
     let bootout = calls
         .iter()
-        .rposition(|c| c == "launchctl bootout user/501/com.metalift.metaliftd")
+        .rposition(|c| c == "launchctl bootout system/com.metalift.metaliftd")
         .unwrap_or_else(|| panic!("no bootout in {calls:#?}"));
     let bootstrap = calls
         .iter()
-        .position(|c| c.starts_with("launchctl bootstrap user/501 "))
+        .position(|c| c.starts_with("launchctl bootstrap system "))
         .unwrap_or_else(|| panic!("no bootstrap in {calls:#?}"));
     assert!(bootout < bootstrap, "{calls:#?}");
     assert_eq!(
@@ -598,39 +685,100 @@ fn second_install_is_harmless_and_boots_out_before_bootstrapping() {
 }
 
 #[test]
-fn use_launchdaemon_marker_switches_an_agent_install_to_the_daemon() {
+fn use_launchagent_marker_switches_a_daemon_install_to_the_agent_and_back() {
     let machine = Machine::new();
     machine.install();
-    assert!(machine
-        .at("/Library/LaunchAgents/com.metalift.metaliftd.plist")
-        .exists());
     machine.clear_calls();
 
-    fs::write(machine.at("/etc/metalift/use-launchdaemon"), "").unwrap();
+    machine.choose_agent();
     machine.install();
     let calls = machine.calls();
-    let daemon_plist = machine.at("/Library/LaunchDaemons/com.metalift.metaliftd.plist");
-    assert!(daemon_plist.is_file());
+    let agent_plist = machine.at("/Library/LaunchAgents/com.metalift.metaliftd.plist");
+    assert!(agent_plist.is_file());
     assert!(!machine
-        .at("/Library/LaunchAgents/com.metalift.metaliftd.plist")
+        .at("/Library/LaunchDaemons/com.metalift.metaliftd.plist")
         .exists());
-    assert!(calls.contains(&"launchctl bootout user/501/com.metalift.metaliftd".to_owned()));
+    assert!(calls.contains(&"launchctl bootout system/com.metalift.metaliftd".to_owned()));
     assert!(calls.contains(&format!(
-        "launchctl bootstrap system {}",
-        daemon_plist.display()
+        "launchctl bootstrap user/501 {}",
+        agent_plist.display()
     )));
-    assert!(calls.contains(&format!(
-        "chown -R root:admin {}",
-        machine.at("/var/log/metalift").display()
-    )));
-    assert_eq!(mode(&machine.at("/var/log/metalift")), 0o750);
-    assert!(machine.at("/var/run/metalift").is_dir());
+
+    fs::remove_file(machine.at("/etc/metalift/use-launchagent")).unwrap();
+    machine.clear_calls();
+    machine.install();
+    assert!(!agent_plist.exists());
+    assert!(machine
+        .calls()
+        .contains(&"launchctl bootout user/501/com.metalift.metaliftd".to_owned()));
 }
 
 #[test]
-fn install_with_nobody_at_the_console_leaves_the_agent_for_the_next_login() {
+fn an_agent_install_of_an_older_release_upgrades_to_the_daemon_and_says_so() {
+    let machine = Machine::new();
+    // What the previous release left: the agent (its default), a shared socket,
+    // and the retired marker on another machine of the fleet.
+    fs::create_dir_all(machine.at("/Library/LaunchAgents")).unwrap();
+    fs::write(
+        machine.at("/Library/LaunchAgents/com.metalift.metaliftd.plist"),
+        "<plist/>",
+    )
+    .unwrap();
+    fs::create_dir_all(machine.at("/etc/metalift")).unwrap();
+    fs::write(machine.at("/etc/metalift/use-launchdaemon"), "").unwrap();
+    let out = machine.install();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("upgrade: switching from the LaunchAgent to the LaunchDaemon"),
+        "{said}"
+    );
+    assert!(
+        said.contains("use-launchdaemon is no longer needed"),
+        "{said}"
+    );
+    assert!(!machine
+        .at("/Library/LaunchAgents/com.metalift.metaliftd.plist")
+        .exists());
+    assert!(machine
+        .at("/Library/LaunchDaemons/com.metalift.metaliftd.plist")
+        .is_file());
+    assert!(machine
+        .calls()
+        .contains(&"launchctl bootout user/501/com.metalift.metaliftd".to_owned()));
+}
+
+#[test]
+fn install_boots_out_the_agent_of_every_user_with_a_home() {
+    let mut machine = Machine::new();
+    for (user, uid) in [("alice", "502"), ("bob", "503"), ("console", "501")] {
+        fs::create_dir_all(machine.at(&format!("/Users/{user}"))).unwrap();
+        machine.env.push((
+            match user {
+                "alice" => "STUB_UID_alice",
+                "bob" => "STUB_UID_bob",
+                _ => "STUB_UID_console",
+            },
+            uid.to_owned(),
+        ));
+    }
+    machine.install();
+    let calls = machine.calls();
+    for uid in [501, 502, 503] {
+        let bootout = format!("launchctl bootout user/{uid}/com.metalift.metaliftd");
+        // preinstall and postinstall, once each: uid 501 is the console's and a home's.
+        assert_eq!(
+            calls.iter().filter(|c| **c == bootout).count(),
+            2,
+            "{bootout}: {calls:#?}"
+        );
+    }
+}
+
+#[test]
+fn agent_install_with_nobody_at_the_console_leaves_the_agent_for_the_next_login() {
     let mut machine = Machine::new();
     machine.console_uid = 0; // the login window owns the console
+    machine.choose_agent();
     let out = machine.install();
     assert!(String::from_utf8_lossy(&out.stdout).contains("next login"));
     let calls = machine.calls();
@@ -641,8 +789,6 @@ fn install_with_nobody_at_the_console_leaves_the_agent_for_the_next_login() {
     assert!(machine
         .at("/Library/LaunchAgents/com.metalift.metaliftd.plist")
         .is_file());
-    // Whichever admin logs in first runs the agent, so admins may write the log.
-    assert_eq!(mode(&machine.at("/var/log/metalift")), 0o770);
 }
 
 /// Pre-existing files that are not metalift's, to prove uninstall leaves them.
