@@ -51,3 +51,4 @@
 
 pub mod audit_token;
 pub mod code_identity;
+pub mod panic_boundary;

@@ -30,6 +30,14 @@
 //! bounded tokio channel; a tokio task per peer does the rest. Replies are sent
 //! from that task (`xpc_connection_send_message` is safe from any thread).
 //!
+//! # Panics
+//!
+//! Both handlers (listener and peer) run inside
+//! [`panic_boundary::callback`](crate::macos::panic_boundary::callback): a panic is
+//! logged and the event dropped (a peer is then closed), never unwound into
+//! libdispatch. The daemon hands libxpc/libdispatch no other callback: replies
+//! are sent without reply handlers, and nothing is `dispatch_async`ed.
+//!
 //! # Limits
 //!
 //! [`Limits::max_waiting`] caps open peer connections (a new one beyond it is
@@ -51,6 +59,7 @@ use tokio::sync::{broadcast, mpsc, OwnedSemaphorePermit, Semaphore};
 
 use super::Limits;
 use crate::macos::audit_token::AuditToken;
+use crate::macos::panic_boundary;
 use crate::peer;
 use crate::server::Core;
 use metalift_xpc::dict as wire_dict;
@@ -172,7 +181,11 @@ fn listen(name: &CStr, queue: &DispatchQueue, ctx: ListenerCtx) -> Option<Connec
         return None;
     }
     let listener = Connection(raw);
-    let handler = RcBlock::new(move |event: xpc_object_t| on_listener_event(event, &ctx));
+    let handler = RcBlock::new(move |event: xpc_object_t| {
+        panic_boundary::callback("XPC listener event handler", (), || {
+            on_listener_event(event, &ctx);
+        });
+    });
     // SAFETY: `listener` is live and not yet active; libxpc copies the block.
     unsafe { xpc_connection_set_event_handler(listener.0, &handler) };
     // SAFETY: the handler is set; activation starts delivering peers.
@@ -262,8 +275,16 @@ fn accept(conn: xpc_connection_t, ctx: &ListenerCtx) {
     };
     let (events_tx, events) = mpsc::channel(PEER_QUEUE);
     let private = ctx.private;
-    let handler =
-        RcBlock::new(move |event: xpc_object_t| on_peer_event(event, conn, private, &events_tx));
+    let handler = RcBlock::new(move |event: xpc_object_t| {
+        let delivered = panic_boundary::callback("XPC peer event handler", false, || {
+            on_peer_event(event, conn, private, &events_tx);
+            true
+        });
+        if !delivered {
+            // The event is lost: end this peer now rather than at its deadline.
+            let _ = events_tx.try_send(PeerEvent::Closed);
+        }
+    });
     // SAFETY: `conn` is the live peer handed to this handler; libxpc copies the block.
     unsafe { xpc_connection_set_event_handler(conn, &handler) };
     // SAFETY: `conn` is live; this reference is ours until `Connection` drops.

