@@ -9,16 +9,27 @@
 #                              (a "Developer ID Installer: ..."); default: unsigned
 #   --out DIR                  output directory (default: target/pkg)
 #
-# Needs: Xcode command line tools (lipo, codesign, pkgbuild, productbuild),
-# rustup with the aarch64-apple-darwin target and a nightly toolchain with
-# rust-src (arm64e is a tier-3 target, built with -Zbuild-std).
+# Needs: Xcode command line tools (clang, lipo, otool, codesign, pkgbuild,
+# productbuild) and rustup with the aarch64-apple-darwin target.
 #
-# Steps: release builds (binaries for arm64; the shim for arm64 and arm64e),
-# `lipo` the universal shim (an arm64-only dylib makes dyld refuse it in arm64e
-# processes, and injected libraries are inherited by every child, system tools
-# included), stage the payload with pkg/stage.sh, codesign, pkgbuild the
-# component with pkg/scripts, productbuild with pkg/Distribution.xml, and
-# optionally productsign.
+# Steps:
+# - Rust release builds, arm64 only: metaliftd, metalift, metalift-probe are
+#   separate processes that are never injected anywhere, so nothing requires
+#   them to match an arm64e host (an arm64 process runs fine on any Apple
+#   Silicon Mac; rustc emits no pointer authentication for arm64e anyway).
+# - The shim from shim/c/*.c with Apple clang, for arm64 AND arm64e
+#   (-target arm64e-apple-macos13: clang signs and authenticates every function
+#   pointer), `lipo`ed into one universal dylib: an injected library is inherited
+#   by every child, system tools included, and an arm64e process (Apple's own
+#   binaries) accepts only an arm64e slice (dyld GradedArchitectures.cpp). The
+#   arm64e slice must carry the versioned pointer-authentication ABI
+#   (cpusubtype ARM64E with the PTRAUTH_ABI capability bit, `otool -hv`: "E PAC00"),
+#   not the unversioned arm64e.old that dyld-1323 and later refuse: checked below.
+#   Exports: exactly shim/c/exports.txt; install name: the installed path.
+# - The inert stub (pkg/inert/libmetalift-inert.c, uninstall.sh --force) the
+#   same way: arm64 + arm64e, no code.
+# - Stage the payload with pkg/stage.sh, codesign, pkgbuild the component with
+#   pkg/scripts, productbuild with pkg/Distribution.xml, optionally productsign.
 set -euo pipefail
 
 usage() {
@@ -52,25 +63,70 @@ version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
 step() { printf '\n==> %s\n' "$*"; }
 
 step "release builds (aarch64-apple-darwin)"
-cargo build --release --locked --target aarch64-apple-darwin \
-  -p metalift-daemon -p metalift-probe -p metalift-shim
+MACOSX_DEPLOYMENT_TARGET=13.0 cargo build --release --locked --target aarch64-apple-darwin \
+  -p metalift-daemon -p metalift-probe
 
-step "shim for arm64e (nightly, -Zbuild-std)"
-cargo +nightly build --release --locked --target arm64e-apple-darwin \
-  -Zbuild-std -p metalift-shim
-
-step "universal shim"
 rm -rf "$out"
-mkdir -p "$out"
-lipo -create -output "$out/libmetalift.dylib" \
-  target/aarch64-apple-darwin/release/libmetalift.dylib \
-  target/arm64e-apple-darwin/release/libmetalift.dylib
-lipo -info "$out/libmetalift.dylib"
+mkdir -p "$out/slices"
+readonly install_name=/usr/local/metalift/lib/libmetalift.dylib
+
+# universal_dylib OUTPUT EXPORTS_FILE_OR_EMPTY SOURCES...: arm64 + arm64e, lipo'd.
+universal_dylib() {
+  local output=$1 exports=$2 arch name
+  shift 2
+  name=$(basename "$output" .dylib)
+  local -a export_flags=()
+  if [ -n "$exports" ]; then
+    # Mach-O spells C names with a leading underscore.
+    grep -v '^[[:space:]]*\(#\|$\)' "$exports" | sed 's/^[[:space:]]*/_/; s/[[:space:]]*$//' \
+      >"$out/slices/$name.exports"
+    export_flags=(-exported_symbols_list "$out/slices/$name.exports")
+  fi
+  for arch in arm64 arm64e; do
+    xcrun clang -target "$arch-apple-macos13.0" -dynamiclib -O2 -Wall -Wextra -Werror \
+      -install_name "$install_name" ${export_flags[@]+"${export_flags[@]}"} \
+      -o "$out/slices/$name-$arch.dylib" "$@"
+  done
+  lipo -create -output "$output" "$out/slices/$name-arm64.dylib" "$out/slices/$name-arm64e.dylib"
+  lipo -detailed_info "$output"
+  check_arm64e_abi "$output"
+  check_libsystem_only "$output"
+}
+
+# The arm64e slice's cpusubtype: ARM64E (2) with the PTRAUTH_ABI capability bit
+# (0x80 in otool's caps column: "E PAC00" verbose). 0x00 would be arm64e.old.
+check_arm64e_abi() {
+  local subtype caps
+  read -r subtype caps < <(otool -arch arm64e -h "$1" | awk '$1 ~ /^0x/ { print $3, $4 }')
+  if [ "${subtype:-}" != 2 ] || [ $(( ${caps:-0} & 0x80 )) -eq 0 ]; then
+    echo "build.sh: $1: arm64e slice has cpusubtype ${subtype:-?} caps ${caps:-?}, want 2 with 0x80 (versioned pointer-authentication ABI)" >&2
+    exit 1
+  fi
+  otool -arch arm64e -hv "$1"
+}
+
+check_libsystem_only() {
+  local deps
+  deps=$(otool -arch arm64 -L "$1" | tail -n +2 | awk '{ print $1 }' | grep -v "^$install_name\$" | tr '\n' ' ')
+  if [ "$deps" != "/usr/lib/libSystem.B.dylib " ]; then
+    echo "build.sh: $1 links: $deps(want libSystem only)" >&2
+    exit 1
+  fi
+}
+
+step "shim (shim/c/*.c, Apple clang, arm64 + arm64e)"
+shopt -s nullglob
+shim_sources=(shim/c/*.c)
+[ ${#shim_sources[@]} -gt 0 ] || { echo "build.sh: no shim/c/*.c" >&2; exit 1; }
+universal_dylib "$out/libmetalift.dylib" shim/c/exports.txt "${shim_sources[@]}"
+
+step "inert stub (uninstall.sh --force)"
+universal_dylib "$out/libmetalift-inert.dylib" "" pkg/inert/libmetalift-inert.c
 
 step "payload"
 root="$out/root"
 bash pkg/stage.sh "$root" --bin-dir target/aarch64-apple-darwin/release \
-  --shim "$out/libmetalift.dylib"
+  --shim "$out/libmetalift.dylib" --inert "$out/libmetalift-inert.dylib"
 
 step "codesign (${sign_identity:-ad hoc})"
 bin="$root/usr/local/metalift/bin"
@@ -89,8 +145,10 @@ sign --options runtime "$bin/metaliftd"
 sign --options runtime "$bin/metalift"
 sign "$bin/metalift-probe"
 sign "$root/usr/local/metalift/lib/libmetalift.dylib"
+sign "$root/usr/local/metalift/libexec/libmetalift-inert.dylib"
 codesign --verify --strict --verbose=1 "$bin/metaliftd" "$bin/metalift" "$bin/metalift-probe" \
-  "$root/usr/local/metalift/lib/libmetalift.dylib"
+  "$root/usr/local/metalift/lib/libmetalift.dylib" \
+  "$root/usr/local/metalift/libexec/libmetalift-inert.dylib"
 
 step "pkgbuild + productbuild"
 pkgbuild --root "$root" --scripts pkg/scripts \

@@ -8,45 +8,83 @@
 //!   exchange's checks) is in the `metalift-xpc` crate, shared with the shim.
 //! - [`audit_token`]: pid, pid version, euid and executable from a kernel audit token.
 //! - [`code_identity`]: `SecCode` from an audit token → team id, signing id, cdhash.
+//! - [`panic_boundary`]: every callback libxpc/libdispatch invokes runs inside it.
 //!
-//! # What was only type-checked (no Mac in CI): try these first on a Mac
+//! # Verified by construction here (object code, load commands, tests; Linux CI)
 //!
-//! Everything below compiles for `aarch64-apple-darwin` (and the shim's half for
-//! `arm64e-apple-darwin`, nightly `-Zbuild-std`) but has never run. What *did* run,
-//! on Linux: the dictionary mapping (`metalift_xpc::dict`) and the exchange's checks
-//! (`metalift_xpc::exchange`) against the real core, in `daemon/tests/core_in_memory.rs`. In
-//! order of risk:
+//! - **Linked Mach-O** (`scripts/macos-build.sh`, checked by `scripts/macos-check.sh`
+//!   in `scripts/ci-macos.sh`): metaliftd, metalift, metalift-probe are `MH_EXECUTE`,
+//!   the shim and the inert stub `MH_DYLIB`; all arm64, `LC_BUILD_VERSION` macOS
+//!   minos 13.0, an embedded ad-hoc signature (`LC_CODE_SIGNATURE`, CodeDirectory
+//!   flagged adhoc); the shim loads `/usr/lib/libSystem.B.dylib` only, exports exactly
+//!   `shim/c/exports.txt`, install name `/usr/local/metalift/lib/libmetalift.dylib`;
+//!   the inert stub exports nothing and has no initializer section. Every framework
+//!   symbol the daemon, CLI and probe import resolves against `scripts/tbd/*.symbols`.
+//! - **The os_log C layer** (`daemon/c/oslog.c`): compiled by clang, linked into
+//!   metaliftd (`_metalift_oslog_*` defined, `__os_log_impl` imported, checked);
+//!   clang's `__builtin_os_log_format` encodes the one argument as a public string
+//!   (read in clang-22's arm64 object code: buffer header `02 01 22 08`, one
+//!   argument, public string, 8 bytes), and the format sits in `__oslogstring`.
+//!   The level mapping is unit-tested (`oslog.rs`).
+//! - **The panic boundary** ([`panic_boundary`]): unit-tested on Linux (a panicking
+//!   callback yields its fallback and is logged); both XPC handlers are wrapped
+//!   (compiled for `aarch64-apple-darwin`).
+//! - **launchd and the pkg scripts** (`daemon/tests/pkg_install.rs`): both plists
+//!   parse, name only installed paths and flags metaliftd has, restart only after a
+//!   failure (`KeepAlive`/`SuccessfulExit = false`) with `ThrottleInterval` ≥ 10 s,
+//!   and keep no stdout/stderr file; pre/postinstall and uninstall run against a
+//!   temporary root with stub `launchctl`/`stat`/`ps`; the agent launcher runs for
+//!   real (own 0700 socket directory, refuses a squatted one with status 73, an
+//!   unwritable log with 74); metaliftd's one-line failure on an unopenable socket
+//!   or log (status 1).
+//! - **Uninstall**: refuses (exit 1, nothing changed) while a plist, `launchctl
+//!   getenv`, a profile or a process environment names the shim; `--force` leaves the
+//!   inert stub at the shim's path (tests; the stub's object code is checked above).
+//! - **XPC dictionaries** (`metalift_xpc::dict`) and the exchange's checks
+//!   (`metalift_xpc::exchange`) against the real core (`daemon/tests/core_in_memory.rs`).
+//! - **The shim's arm64e object code** (PAC on every indirect branch and function
+//!   pointer): `scripts/shim-arm64e-check.sh` (the shim's own check).
 //!
-//! 1. **XPC round trip** (`transport/xpc.rs`, `shim/src/transport/xpc.rs`): the
-//!    listener and peer event handlers, `xpc_dictionary_create_reply`, the shim's
-//!    `send_message_with_reply` against its deadline, the outcome sent before the
-//!    barrier cancels, and the fallbacks (plain lookup → privileged lookup → Unix
-//!    socket on `XPC_ERROR_CONNECTION_INVALID`; socket at once on `…_INTERRUPTED`).
-//!    Try: load the LaunchAgent plist (it advertises `com.metalift.policy`), run
-//!    `metalift-probe` with `DYLD_INSERT_LIBRARIES=libmetalift.dylib`, and check the
-//!    audit log's `"transport": "xpc"`; then `launchctl bootout` the agent and check
-//!    the shim falls back to the socket (`METALIFT_DEBUG=1` says why).
-//! 2. **Audit tokens** ([`audit_token`]): `audit_token_t` as 8×u32 read through
-//!    libbsm (`-lbsm`), `proc_pidpath_audittoken`, `LOCAL_PEERTOKEN` on the socket,
-//!    the 56-byte `proc_uniqidentifierinfo` (flavor 18) whose `p_idversion` guards the
-//!    parent path, and the private `xpc_dictionary_get_audit_token` found by `dlsym`
-//!    (if it were gone, `metaliftd` logs that XPC is disabled and keeps the socket).
-//!    Check: the decision record's `pid`, `uid`, `exe`, `parent_exe` for a shell
-//!    child, against `ps -o pid,uid,comm`.
-//! 3. **SecCode** ([`code_identity`]): `SecCodeCopyGuestWithAttributes` with
-//!    `kSecGuestAttributeAudit`, `SecCodeCheckValidity` (no network),
-//!    `SecCodeCopySigningInformation`; the ad-hoc flag and the 20-byte cdhash
-//!    (`kSecCodeInfoUnique`). Compare the record's `team_id`, `signing_id` and
-//!    `cdhash` with `codesign -dvvv <binary>` for a Developer ID binary (filled), a
-//!    locally built ad-hoc one (no team/signing id) and an unsigned x86_64 one.
-//! 4. **The shim's constructor under dyld**: creating an XPC connection (and so
-//!    libdispatch worker threads) from a `DYLD_INSERT_LIBRARIES` constructor in
-//!    arm64 and arm64e processes, its start-up cost for a process that never uses
-//!    Metal (`ls`), sandboxed hosts (the mach lookup is denied: expect the socket
-//!    path, and a sandbox log line), and a forked child that does not exec.
-//! 5. **The unified log** (`oslog.rs`): that `syslog(3)` lines from `metaliftd`
-//!    appear in `log show --predicate 'process == "metaliftd"' --last 1h` with the
-//!    levels mapped as documented there (INFO persisted, DEBUG only with `--info`).
+//! # Verified only on a Mac (what, how): `.github/workflows/macos.yml` runs these
+//!
+//! 1. **XPC round trip** (`transport/xpc.rs`): the listener and peer handlers,
+//!    `xpc_dictionary_create_reply`, the private per-message audit token found by
+//!    `dlsym` (if absent, metaliftd logs that XPC is disabled and keeps the socket).
+//!    How: install the pkg, `sudo launchctl print system/com.metalift.metaliftd`
+//!    shows the `com.metalift.policy` endpoint; `cargo test --workspace` on macOS.
+//! 2. **Audit tokens** ([`audit_token`]): `audit_token_t` through libbsm,
+//!    `proc_pidpath_audittoken`, `LOCAL_PEERTOKEN` on the socket, the 56-byte
+//!    `proc_uniqidentifierinfo` whose `p_idversion` guards the parent path. How: a
+//!    decision record's `pid`, `uid`, `exe`, `parent_exe` for a shell child against
+//!    `ps -o pid,uid,comm`.
+//! 3. **SecCode** ([`code_identity`]): team id, signing id and cdhash. How: the
+//!    record's `cdhash` against `codesign -dvvv`'s `CDHash=` for a Developer ID
+//!    binary, an ad-hoc one and an unsigned x86_64 one (the workflow does the
+//!    ad-hoc probe).
+//! 4. **The unified log reads in clear**: `log show --predicate 'subsystem ==
+//!    "com.metalift"' --last 1h --info` shows metaliftd's lines at the documented
+//!    levels and no `<private>`. Also for the Linux-linked metaliftd: zig's linker
+//!    merges `__TEXT,__oslogstring` into `__cstring` (Apple's ld keeps it, and the
+//!    pkg is linked by Apple's ld), so check `log show` with that binary too.
+//! 5. **launchd behaviour**: the LaunchDaemon starts at boot and serves every user
+//!    (an ssh session and a second user reach `/var/run/metalift/metalift.sock`);
+//!    `kill -9` restarts it no sooner than 30 s; an agent exiting 73 is retried at
+//!    the throttle, not in a loop (`launchctl print … | grep -i "last exit"`); two
+//!    users' agents get `/Users/Shared/metalift/<uid>/` (0700, `Umask` 077); launchd
+//!    sets `HOME` for the agent.
+//! 6. **dyld and uninstall**: `DYLD_INSERT_LIBRARIES=/nonexistent.dylib
+//!    /usr/local/bin/metalift --version` stops with "terminating because inserted
+//!    dylib" (the reason uninstall refuses), and the inert stub in its place lets it
+//!    run (`DYLD_INSERT_LIBRARIES=/usr/local/metalift/lib/libmetalift.dylib` after
+//!    `uninstall.sh --force`).
+//! 7. **The Linux-linked binaries run**: copy `target/macos-out` to a Mac, `codesign
+//!    -v` each, run `metaliftd --help`, `metalift --version`, `metalift-probe`.
+//! 8. **arm64e**: `otool -arch arm64e -hv libmetalift.dylib` says `E PAC00` (pkg/build.sh
+//!    checks it); with SIP off, an arm64e system binary starts with the shim
+//!    inserted (`csrutil status` reported by the workflow).
+//! 9. **The shim under dyld** (the shim's half): constructor cost for a process that
+//!    never uses Metal (`ls`), Metal loaded late by `dlopen` (`metalift-probe-dlopen`),
+//!    sandboxed hosts, fork without exec.
 #![allow(unsafe_code)]
 
 pub mod audit_token;

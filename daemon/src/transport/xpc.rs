@@ -33,7 +33,7 @@
 //! # Panics
 //!
 //! Both handlers (listener and peer) run inside
-//! [`panic_boundary::callback`](crate::macos::panic_boundary::callback): a panic is
+//! [`crate::macos::panic_boundary::callback`]: a panic is
 //! logged and the event dropped (a peer is then closed), never unwound into
 //! libdispatch. The daemon hands libxpc/libdispatch no other callback: replies
 //! are sent without reply handlers, and nothing is `dispatch_async`ed.
