@@ -6,7 +6,8 @@
 # Stops metaliftd (the daemon and every user's agent), removes the binaries, the
 # shim, both plists, the /usr/local/bin links and the socket directories, and
 # forgets the package receipt. Keeps /etc/metalift (the policy, policy.d/ and
-# the markers) and /var/log/metalift (the audit trail) unless --purge is given.
+# the markers) and the audit logs (/var/log/metalift, and each user's
+# ~/Library/Logs/metalift from the opt-in agent) unless --purge is given.
 #
 # Why it may refuse. dyld does NOT skip a missing inserted library: in
 # dyld-1378, dyld/DyldRuntimeState.cpp, RuntimeState::loadInsertedLibraries
@@ -203,10 +204,10 @@ main() {
   fi
 
   if [ "$purge" = yes ]; then
-    rm -rf "$root/etc/metalift" "$root/var/log/metalift"
-    say "purged /etc/metalift and /var/log/metalift"
+    rm -rf "$root/etc/metalift" "$root/var/log/metalift" "$root"/Users/*/Library/Logs/metalift
+    say "purged /etc/metalift, /var/log/metalift and the agents' ~/Library/Logs/metalift"
   else
-    say "kept /etc/metalift (policy) and /var/log/metalift (audit log); --purge removes them"
+    say "kept /etc/metalift (policy) and the audit logs (/var/log/metalift, ~/Library/Logs/metalift); --purge removes them"
   fi
 
   if command -v pkgutil >/dev/null 2>&1; then

@@ -855,8 +855,13 @@ fn uninstall_with_purge_leaves_only_what_was_there_before() {
     let before = files(&snapshot(&machine.root()));
     machine.install();
     fs::write(machine.at("/var/log/metalift/audit.jsonl"), "{}\n").unwrap();
+    // What an opt-in agent of a user would have written.
+    let agent_log = machine.at("/Users/admin/Library/Logs/metalift/audit.jsonl");
+    fs::create_dir_all(agent_log.parent().unwrap()).unwrap();
+    fs::write(&agent_log, "{}\n").unwrap();
 
     machine.uninstall(&["--purge"]);
+    assert!(!agent_log.exists(), "the agent's audit log is purged too");
     assert_eq!(files(&snapshot(&machine.root())), before);
     assert!(!machine.at("/etc/metalift").exists());
     assert!(!machine.at("/var/log/metalift").exists());
