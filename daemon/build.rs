@@ -23,6 +23,13 @@ fn main() {
         // cargo check/clippy from Linux: nothing links, the extern declarations suffice.
         return;
     }
+    let source =
+        std::path::Path::new(&env::var("CARGO_MANIFEST_DIR").unwrap_or_default()).join("c/oslog.c");
+    // zig's cc (under cargo-zigbuild) leaves an empty `a.o` in the working
+    // directory while cc-rs probes it: keep that out of the source tree.
+    if let Some(out_dir) = env::var_os("OUT_DIR") {
+        let _ = env::set_current_dir(out_dir);
+    }
     // cc's defaults add -Wall -Wextra.
-    cc::Build::new().file("c/oslog.c").compile("metalift_oslog");
+    cc::Build::new().file(source).compile("metalift_oslog");
 }
