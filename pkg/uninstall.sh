@@ -119,7 +119,7 @@ find_references() {
   # pgrep cannot match environments; ps shows them (-E on macOS, e on Linux).
   # shellcheck disable=SC2009
   process_table 2>/dev/null |
-    grep -F "DYLD_INSERT_LIBRARIES=" | grep -F "$needle" |
+    grep -E "DYLD_INSERT_LIBRARIES=[^ ]*$needle" |
     awk '{ printf "running process %s: its environment names the shim (its children inherit it)\n", $1 }' || true
 }
 

@@ -141,8 +141,14 @@ fn the_inert_stub_has_no_constructor_no_imports_and_no_exports() {
 
 #[test]
 fn uninstall_on_a_clean_machine_removes_everything_without_force() {
-    let machine = Machine::new();
+    let mut machine = Machine::new();
     machine.install();
+    // Naming the shim as an argument, with another library inserted: not a reference.
+    machine.env.push((
+        "STUB_PS",
+        "  77 vim /usr/local/metalift/lib/libmetalift.dylib DYLD_INSERT_LIBRARIES=/opt/other.dylib\n"
+            .to_owned(),
+    ));
     let out = machine.uninstall(&[]);
     assert!(!String::from_utf8_lossy(&out.stdout).contains("INERT"));
     assert!(!machine.at("/usr/local/metalift").exists());
