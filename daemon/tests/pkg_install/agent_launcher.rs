@@ -109,14 +109,19 @@ fn agent_launcher_refuses_a_directory_another_user_created_with_one_line_and_sta
     let own = root.join(format!("Users/Shared/metalift/{}", uid()));
     fs::create_dir(&own).unwrap();
     let squatter = uid() + 4242;
-    let chown = Command::new("chown")
-        .arg(squatter.to_string())
-        .arg(&own)
-        .status()
-        .unwrap();
+    // Playing a second user takes root: CI runs as root; elsewhere (a macOS
+    // runner) passwordless sudo.
+    let mut chown = if uid() == 0 {
+        Command::new("chown")
+    } else {
+        let mut sudo = Command::new("sudo");
+        sudo.args(["-n", "chown"]);
+        sudo
+    };
+    let chowned = chown.arg(squatter.to_string()).arg(&own).status().unwrap();
     assert!(
-        chown.success(),
-        "this test plays a second user and needs root to chown (CI runs as root)"
+        chowned.success(),
+        "this test plays a second user: it needs root or passwordless sudo to chown"
     );
     let line = one_error_line(&launch(&root, &home), 73);
     assert!(
