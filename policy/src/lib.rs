@@ -124,6 +124,7 @@
 #![forbid(unsafe_code)]
 
 pub mod diagnostic;
+pub mod host;
 mod load;
 mod matcher;
 mod model;
@@ -138,8 +139,11 @@ pub mod verdict;
 pub mod wire;
 
 pub use diagnostic::{Diagnostic, Severity, Source};
-pub use load::{load, LoadError, LoadOptions};
-pub use policy::{compile_sources, sources_sha256, Loaded, Needs, Policy};
+pub use host::{host_lints, Host, PathFact};
+pub use load::{
+    load, read_file, read_policy, LoadError, LoadOptions, PermissionProblem, ReadPolicy,
+};
+pub use policy::{compile_sources, file_name, sources_sha256, Loaded, Needs, Policy};
 pub use profile::Capabilities;
 pub use rule::Specificity;
 pub use subject::Subject;

@@ -53,20 +53,38 @@ pub struct Loaded {
     pub sources: Vec<Source>,
 }
 
-/// The sha256 over the merged sources, as [`Policy::sha256_hex`] reports it: for
-/// each source, its name and its text, each preceded by its byte length (u64
-/// little-endian) so no two inputs collide by shifting bytes between fields.
+/// The policy hash, as [`Policy::sha256_hex`] reports it: computed from contents
+/// only, so every path spelling of the same files (relative, absolute, through a
+/// symlink) gets the same hash, and standard tools reproduce it.
+///
+/// The bytes hashed: the main file's contents, then for each `policy.d/` file in
+/// load order a NUL, its file name (the last path component of [`Source::name`],
+/// never the directory), a NUL, and its contents. A policy with no drop-ins hashes
+/// to `sha256sum < policy.toml`; the README gives the one-liner for drop-ins. No two
+/// inputs collide by shifting bytes between fields: a file name cannot contain NUL
+/// or `/`, and the policy files are UTF-8 text, which a NUL would make invalid TOML.
 /// Public so a refused input can be named by the same hash an accepted one gets.
 #[must_use]
 pub fn sources_sha256(sources: &[Source]) -> String {
     let mut h = Sha256::new();
-    for s in sources {
-        for part in [s.name.as_bytes(), s.text.as_bytes()] {
-            h.update((part.len() as u64).to_le_bytes());
-            h.update(part);
-        }
+    let mut files = sources.iter();
+    if let Some(main) = files.next() {
+        h.update(main.text.as_bytes());
+    }
+    for drop_in in files {
+        h.update(b"\0");
+        h.update(file_name(&drop_in.name).as_bytes());
+        h.update(b"\0");
+        h.update(drop_in.text.as_bytes());
     }
     hex::encode(h.finalize())
+}
+
+/// The last component of a source's display name: `policy.d/10-fleet.toml` →
+/// `10-fleet.toml`. What the hash and the policy archive name a file by.
+#[must_use]
+pub fn file_name(name: &str) -> &str {
+    name.rsplit('/').next().unwrap_or(name)
 }
 
 /// Parses, validates and compiles in-memory sources: the first is the main policy

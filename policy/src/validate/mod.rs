@@ -18,7 +18,10 @@ use crate::rule::Rule;
 use crate::size::parse_size;
 use crate::verdict::Mode;
 
+mod lint;
 mod rule;
+
+pub(crate) use lint::Site;
 
 /// The only policy format version this build reads.
 pub const POLICY_VERSION: i64 = 1;
@@ -77,6 +80,7 @@ pub(crate) fn validate(sources: &[Source], files: &[FileModel]) -> Validated {
     }
 
     let mut rule_sites: HashMap<String, (usize, Range<usize>)> = HashMap::new();
+    let mut sites = Vec::new();
     for (i, file) in files.iter().enumerate() {
         for raw in &file.rules {
             if let Some(id) = &raw.id {
@@ -93,9 +97,21 @@ pub(crate) fn validate(sources: &[Source], files: &[FileModel]) -> Validated {
             }
             let order = result.rules.len();
             if let Some(rule) = v.rule(i, raw, order, &result.profiles, all_parsed) {
+                sites.push(Site {
+                    file: i,
+                    anchor: raw
+                        .id
+                        .as_ref()
+                        .map_or(raw.span.clone(), |id| id.span.clone()),
+                    path: raw.path.as_ref().map(|p| p.span.clone()),
+                });
                 result.rules.push(rule);
             }
         }
+    }
+    // Lints only judge a policy that would load: on a refused one they are noise.
+    if v.errors == 0 {
+        v.lint(&result.rules, &sites);
     }
     result.diagnostics = v.out;
     result
