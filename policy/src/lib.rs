@@ -123,6 +123,7 @@
 //! all files; defining one twice is an error reported at both places.
 #![forbid(unsafe_code)]
 
+pub mod chip;
 pub mod diagnostic;
 pub mod host;
 mod load;
@@ -138,12 +139,15 @@ mod validate;
 pub mod verdict;
 pub mod wire;
 
+pub use chip::{apple_family_for_brand, CompileOptions, HostFamily};
 pub use diagnostic::{Diagnostic, Severity, Source};
 pub use host::{host_lints, Host, PathFact};
 pub use load::{
-    load, read_file, read_policy, LoadError, LoadOptions, PermissionProblem, ReadPolicy,
+    load, load_with, read_file, read_policy, LoadError, LoadOptions, PermissionProblem, ReadPolicy,
 };
-pub use policy::{compile_sources, file_name, sources_sha256, Loaded, Needs, Policy};
+pub use policy::{
+    compile_sources, compile_sources_with, file_name, sources_sha256, Loaded, Needs, Policy,
+};
 pub use profile::Capabilities;
 pub use rule::Specificity;
 pub use subject::Subject;

@@ -9,8 +9,9 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
+use crate::chip::CompileOptions;
 use crate::diagnostic::{Diagnostic, Severity, Source};
-use crate::policy::{compile_sources, Loaded};
+use crate::policy::{compile_sources_with, Loaded};
 
 /// How strictly [`load`] checks file ownership.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -89,6 +90,15 @@ pub struct ReadPolicy {
 /// Reads `policy_path` and `<its directory>/policy.d/*.toml` (in file-name order),
 /// checks their ownership unless `opts` says otherwise, and compiles them.
 pub fn load(policy_path: &Path, opts: &LoadOptions) -> Result<Loaded, LoadError> {
+    load_with(policy_path, opts, &CompileOptions::default())
+}
+
+/// As [`load`], resolving `apple_family_max = "host"` with `compile`.
+pub fn load_with(
+    policy_path: &Path,
+    opts: &LoadOptions,
+    compile: &CompileOptions,
+) -> Result<Loaded, LoadError> {
     let read = read_policy(policy_path)?;
     if !opts.allow_insecure_owner {
         if let Some(p) = read.permission_problems.into_iter().next() {
@@ -104,7 +114,7 @@ pub fn load(policy_path: &Path, opts: &LoadOptions) -> Result<Loaded, LoadError>
             sources: read.sources,
         });
     }
-    compile_sources(read.sources)
+    compile_sources_with(read.sources, compile)
 }
 
 /// Reads the main file and its `policy.d/` without judging them: ownership and mode

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use sha2::{Digest, Sha256};
 
+use crate::chip::{CompileOptions, HostFamily};
 use crate::diagnostic::{Diagnostic, Source};
 use crate::matcher::Matcher;
 use crate::model::parse_file;
@@ -40,6 +41,9 @@ pub struct Policy {
     matcher: Matcher,
     needs: Needs,
     sha256_hex: String,
+    /// Profiles whose `apple_family_max` is `"host"`, and the host they resolved for.
+    host_profiles: std::collections::BTreeSet<String>,
+    host: HostFamily,
 }
 
 /// A successfully loaded policy, the warnings it drew, and the text it came from.
@@ -89,14 +93,23 @@ pub fn file_name(name: &str) -> &str {
 
 /// Parses, validates and compiles in-memory sources: the first is the main policy
 /// file, the rest are `policy.d/` files in name order. Pure; the only error is
-/// [`LoadError::Invalid`], carrying every error and warning found.
+/// [`LoadError::Invalid`], carrying every error and warning found. `"host"` family
+/// ceilings resolve as for an unknown chip; see [`compile_sources_with`].
 pub fn compile_sources(sources: Vec<Source>) -> Result<Loaded, LoadError> {
+    compile_sources_with(sources, &CompileOptions::default())
+}
+
+/// As [`compile_sources`], resolving `apple_family_max = "host"` with `opts`.
+pub fn compile_sources_with(
+    sources: Vec<Source>,
+    opts: &CompileOptions,
+) -> Result<Loaded, LoadError> {
     let mut diagnostics = Vec::new();
     let files: Vec<_> = sources
         .iter()
         .map(|s| parse_file(s, &mut diagnostics))
         .collect();
-    let validated = validate(&sources, &files);
+    let validated = validate(&sources, &files, opts);
     diagnostics.extend(validated.diagnostics);
     sort_by_place(&mut diagnostics, &sources);
     if diagnostics.iter().any(Diagnostic::is_error) {
@@ -138,6 +151,8 @@ pub fn compile_sources(sources: Vec<Source>) -> Result<Loaded, LoadError> {
         matcher,
         needs,
         sha256_hex: sources_sha256(&sources),
+        host_profiles: validated.host_profiles,
+        host: opts.host.clone(),
     };
     Ok(Loaded {
         policy,
@@ -162,6 +177,8 @@ impl Policy {
             matcher: Matcher::default(),
             needs: Needs::default(),
             sha256_hex: sources_sha256(&[]),
+            host_profiles: std::collections::BTreeSet::new(),
+            host: HostFamily::default(),
         }
     }
 
@@ -282,6 +299,13 @@ impl Policy {
     #[must_use]
     pub fn profiles(&self) -> &BTreeMap<String, Capabilities> {
         &self.profiles
+    }
+
+    /// When profile `name` has `apple_family_max = "host"`: the host it was resolved
+    /// for (its [`Capabilities::apple_family_max`] is [`HostFamily::family`]).
+    #[must_use]
+    pub fn profile_host(&self, name: &str) -> Option<&HostFamily> {
+        self.host_profiles.contains(name).then_some(&self.host)
     }
 
     /// The answers of profile `name`, if defined.
