@@ -6,8 +6,18 @@
 //! executable. The code-signature fields can only be supplied by hand here
 //! (`--team-id` and friends), to ask "what if"; the daemon reads them from the kernel.
 //!
-//! Exit codes: 0 explained, 1 the policy is invalid, 2 the policy or the executable
-//! could not be read.
+//! Which policy: the file on disk (`--policy`, default), the daemon's live policy
+//! (`--live`: its hash from `metalift status`, its text from the policy archive beside
+//! the audit log), or the one that decided a past decision (`--decision ID`: the
+//! record from the audit log, rotated files included, and the policy archived under
+//! the hash it names). The archive is [`crate::policy_archive`]; a policy no longer
+//! in it is reported as such, never silently replaced by the file on disk.
+//!
+//! Paths: rules match the resolved executable (the kernel reports it resolved), so
+//! `--path` is resolved first and the resolution is shown.
+//!
+//! Exit codes: 0 explained, 1 the policy is invalid, 2 the policy, the executable,
+//! the daemon, the decision or its archived policy could not be read.
 
 use std::fs::File;
 use std::io::Read;
@@ -16,7 +26,8 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use metalift_policy::{
-    load, Action, Capabilities, LoadError, LoadOptions, Loaded, Policy, Subject, Verdict,
+    compile_sources_with, load_with, Action, Capabilities, CompileOptions, HostFamily, LoadError,
+    LoadOptions, Loaded, Policy, Source, Subject, Verdict,
 };
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
@@ -25,7 +36,7 @@ use crate::config::DEFAULT_POLICY;
 
 /// Arguments of `metalift explain`.
 #[derive(Debug, clap::Args)]
-#[command(group(clap::ArgGroup::new("who").required(true).args(["path", "pid"])))]
+#[command(group(clap::ArgGroup::new("who").required(true).args(["path", "pid", "decision"])))]
 pub struct Args {
     /// The main policy file (`policy.d/` beside it is read too).
     #[arg(long, default_value = DEFAULT_POLICY)]
@@ -36,6 +47,24 @@ pub struct Args {
     /// Explain for this running process (Linux: read from /proc).
     #[arg(long)]
     pub pid: Option<u32>,
+    /// Re-explain this past decision (its id from the audit log) with the policy that
+    /// was live then.
+    #[arg(long, value_name = "ID", conflicts_with_all = ["live", "uid", "parent", "team_id", "signing_id", "cdhash"])]
+    pub decision: Option<u64>,
+    /// Explain with the running daemon's live policy instead of the file on disk.
+    #[arg(long, conflicts_with = "policy")]
+    pub live: bool,
+    /// The daemon's socket, for --live [default: as `metalift status`].
+    #[arg(long, value_name = "PATH")]
+    pub socket: Option<PathBuf>,
+    /// The audit log (its rotated files are read too); the policy archive is the
+    /// `policies/` directory beside it. For --live and --decision.
+    #[arg(long, value_name = "PATH", default_value = crate::audit::DEFAULT_LOG_PATH)]
+    pub log: PathBuf,
+    /// What if the host chip were this brand (for `apple_family_max = "host"`)
+    /// [default: this machine's `machdep.cpu.brand_string` on macOS].
+    #[arg(long, value_name = "BRAND")]
+    pub host_chip_brand: Option<String>,
     /// The uid to decide for (default: the process's, or yours with --path).
     #[arg(long)]
     pub uid: Option<u32>,
@@ -67,23 +96,124 @@ enum HashNote {
     Unreadable(String),
 }
 
+/// The policy being explained and where it came from.
+struct Chosen {
+    policy: Policy,
+    /// Its files' names, load order.
+    files: Vec<String>,
+    /// Where it came from, for the header: a path, or "live in metaliftd ...".
+    origin: String,
+    /// Said before the explanation (e.g. "no such policy file").
+    note: Option<String>,
+}
+
 /// Runs `metalift explain`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let compile = CompileOptions {
+        host: HostFamily {
+            brand: args
+                .host_chip_brand
+                .clone()
+                .or_else(crate::host_chip::machine_brand),
+        },
+    };
+    let mut decision = None;
+    let chosen = if let Some(id) = args.decision {
+        let record = match find_decision(&args.log, id) {
+            Ok(Some(r)) => r,
+            Ok(None) => {
+                eprintln!(
+                    "metalift: error: no decision {id} in {} (or its rotated files)",
+                    args.log.display()
+                );
+                return Ok(ExitCode::from(2));
+            }
+            Err(e) => {
+                eprintln!("metalift: error: reading {}: {e:#}", args.log.display());
+                return Ok(ExitCode::from(2));
+            }
+        };
+        if !args.json {
+            print!("{}", decision_text(&record));
+        }
+        let archived =
+            archived_policy(&args, &record.policy_sha256, &compile, "that was live then");
+        decision = Some(record);
+        archived
+    } else if args.live {
+        live_policy(&args, &compile)
+    } else {
+        file_policy(&args, &compile)
+    };
+    let chosen = match chosen {
+        Ok(c) => c,
+        Err(code) => return Ok(code),
+    };
+
+    let built = match &decision {
+        Some(record) => Ok(subject_of(record, &chosen.policy)),
+        None => build_subject(&args, &chosen.policy),
+    };
+    let (subject, hash_note, given) = match built {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("metalift: error: {e:#}");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    let verdict = chosen.policy.explain(&subject);
+    if args.json {
+        let mut doc = explain_json(&chosen, &subject, &hash_note, &verdict);
+        if let Some(obj) = doc.as_object_mut() {
+            obj.insert(
+                "given_path".into(),
+                json!(given.as_ref().map(|g| g.display().to_string())),
+            );
+            obj.insert(
+                "decision".into(),
+                decision.as_ref().map_or(Value::Null, |r| r.raw.clone()),
+            );
+        }
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+    } else {
+        if let Some(note) = &chosen.note {
+            println!("{note}");
+        }
+        print!(
+            "{}",
+            explain_text(&chosen, &subject, given.as_deref(), &hash_note, &verdict)
+        );
+        if let Some(record) = &decision {
+            print!("{}", compare_text(record, &verdict));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The policy file on disk (`--policy`), as metaliftd would load it.
+fn file_policy(args: &Args, compile: &CompileOptions) -> Result<Chosen, ExitCode> {
     let opts = LoadOptions {
         allow_insecure_owner: args.allow_insecure_owner,
     };
-    let (policy, files, note) = match load(&args.policy, &opts) {
+    let origin = args.policy.display().to_string();
+    match load_with(&args.policy, &opts, compile) {
         Ok(Loaded {
             policy, sources, ..
-        }) => (policy, sources.into_iter().map(|s| s.name).collect(), None),
-        Err(LoadError::NotFound { path }) => (
-            Policy::empty(),
-            Vec::new(),
-            Some(format!(
+        }) => Ok(Chosen {
+            policy,
+            files: sources.into_iter().map(|s| s.name).collect(),
+            origin,
+            note: None,
+        }),
+        Err(LoadError::NotFound { path }) => Ok(Chosen {
+            policy: Policy::empty(),
+            files: Vec::new(),
+            origin,
+            note: Some(format!(
                 "{}: no such policy file: metaliftd runs with no rules, everything stock",
                 path.display()
             )),
-        ),
+        }),
         Err(LoadError::Invalid {
             diagnostics,
             sources,
@@ -95,45 +225,241 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 "metalift: error: {}: the policy is invalid; metaliftd would keep its last good policy",
                 args.policy.display()
             );
-            return Ok(ExitCode::from(1));
+            Err(ExitCode::from(1))
         }
         Err(e) => {
             eprintln!("metalift: error: {e}");
-            return Ok(ExitCode::from(2));
+            Err(ExitCode::from(2))
         }
-    };
-
-    let (subject, hash_note) = match build_subject(&args, &policy) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("metalift: error: {e:#}");
-            return Ok(ExitCode::from(2));
-        }
-    };
-    let verdict = policy.explain(&subject);
-    if args.json {
-        let doc = explain_json(&args, &policy, &files, &subject, &hash_note, &verdict);
-        println!("{}", serde_json::to_string_pretty(&doc)?);
-    } else {
-        if let Some(note) = note {
-            println!("{note}");
-        }
-        print!(
-            "{}",
-            explain_text(&args, &policy, &files, &subject, &hash_note, &verdict)
-        );
     }
-    Ok(ExitCode::SUCCESS)
 }
 
-/// The subject as metaliftd would see it, plus the what-if signature fields.
-fn build_subject(args: &Args, policy: &Policy) -> anyhow::Result<(Subject, HashNote)> {
+/// The daemon's live policy: its hash from the daemon, its text from the archive.
+fn live_policy(args: &Args, compile: &CompileOptions) -> Result<Chosen, ExitCode> {
+    let socket = match &args.socket {
+        Some(s) => s.clone(),
+        None => match crate::config::default_client_socket() {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("metalift: error: {e}");
+                return Err(ExitCode::from(2));
+            }
+        },
+    };
+    let report = match crate::status::request(&socket, std::time::Duration::from_secs(5)) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("metalift: error: --live: {e}");
+            return Err(ExitCode::from(2));
+        }
+    };
+    let mut chosen = archived_policy(args, &report.policy_sha256, compile, "live in metaliftd")?;
+    chosen.origin = format!(
+        "live in metaliftd (pid {}, {}, loaded {})",
+        report.pid, report.policy_path, report.policy_loaded_at
+    );
+    Ok(chosen)
+}
+
+/// The policy archived under `sha256` beside the audit log.
+fn archived_policy(
+    args: &Args,
+    sha256: &str,
+    compile: &CompileOptions,
+    what: &str,
+) -> Result<Chosen, ExitCode> {
+    let dir = crate::policy_archive::dir_for(&args.log);
+    let origin = format!("archived {}", dir.display());
+    let archived = match crate::policy_archive::load(&dir, sha256) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!(
+                "metalift: error: the policy {sha256} {what}: reading the archive {}: {e}",
+                dir.display()
+            );
+            return Err(ExitCode::from(2));
+        }
+    };
+    let Some(archived) = archived else {
+        if sha256 == Policy::empty().sha256_hex() {
+            return Ok(Chosen {
+                policy: Policy::empty(),
+                files: Vec::new(),
+                origin,
+                note: Some(format!(
+                    "the policy {what} is the empty policy (no policy file): everything stock"
+                )),
+            });
+        }
+        eprintln!(
+            "metalift: error: the policy {sha256} {what} is no longer archived in {} (metaliftd keeps the newest {} policies it loaded; an older daemon kept none)",
+            dir.display(),
+            crate::policy_archive::KEEP
+        );
+        return Err(ExitCode::from(2));
+    };
+    let sources: Vec<Source> = archived
+        .into_iter()
+        .map(|(n, t)| Source::new(n, t))
+        .collect();
+    match compile_sources_with(sources, compile) {
+        Ok(loaded) if loaded.policy.sha256_hex() == sha256 => Ok(Chosen {
+            files: loaded.sources.into_iter().map(|s| s.name).collect(),
+            policy: loaded.policy,
+            origin,
+            note: None,
+        }),
+        Ok(loaded) => {
+            eprintln!(
+                "metalift: error: the archive's entry for {sha256} hashes to {}: it was altered",
+                loaded.policy.sha256_hex()
+            );
+            Err(ExitCode::from(2))
+        }
+        Err(e) => {
+            eprintln!("metalift: error: the archived policy {sha256} no longer compiles: {e}");
+            Err(ExitCode::from(2))
+        }
+    }
+}
+
+/// A decision record, as much of it as explaining needs.
+struct DecisionSeen {
+    /// The whole record as logged.
+    raw: Value,
+    id: u64,
+    time: String,
+    pid: i64,
+    uid: u32,
+    exe: String,
+    parent_exe: Option<String>,
+    sha256: Option<String>,
+    team_id: Option<String>,
+    signing_id: Option<String>,
+    cdhash: Option<String>,
+    rule: Option<String>,
+    action: String,
+    profile: Option<String>,
+    mode: String,
+    policy_sha256: String,
+}
+
+/// Finds decision `id` in the audit log at `log`, rotated files included.
+fn find_decision(log: &Path, id: u64) -> anyhow::Result<Option<DecisionSeen>> {
+    use crate::audit::reader::{Item, LogReader};
+    let mut reader = LogReader::open(log)?;
+    let mut found = None;
+    reader.read_to_end_each(&mut |item| {
+        if let Item::Entry(e) = item {
+            if e.kind == "decision"
+                && e.value.get("decision_id").and_then(Value::as_u64) == Some(id)
+            {
+                found = Some(e);
+            }
+        }
+        Ok(())
+    })?;
+    let Some(e) = found else { return Ok(None) };
+    let text = |k: &str| e.str(k).map(str::to_owned);
+    Ok(Some(DecisionSeen {
+        id,
+        time: e.time_text().to_owned(),
+        pid: e.int("pid").unwrap_or(0),
+        uid: e
+            .value
+            .get("uid")
+            .and_then(Value::as_u64)
+            .and_then(|u| u32::try_from(u).ok())
+            .context("the decision record has no uid")?,
+        exe: text("exe").context("the decision record has no exe")?,
+        parent_exe: text("parent_exe"),
+        sha256: text("sha256"),
+        team_id: text("team_id"),
+        signing_id: text("signing_id"),
+        cdhash: text("cdhash"),
+        rule: text("rule"),
+        action: text("action").unwrap_or_default(),
+        profile: text("profile"),
+        mode: text("mode").unwrap_or_default(),
+        policy_sha256: text("policy_sha256").context("the decision record has no policy_sha256")?,
+        raw: e.value,
+    }))
+}
+
+fn decision_text(r: &DecisionSeen) -> String {
+    let family = r
+        .raw
+        .get("apple_family_max")
+        .and_then(Value::as_u64)
+        .map(|f| format!(", apple_family_max {f}"))
+        .unwrap_or_default();
+    format!(
+        "decision {} at {}\n  pid {} (uid {}) ran {}\n  decided: {} (rule {}, profile {}{family}, mode {})\n  policy sha256 {}\n\nre-explained with the policy that was live then:\n",
+        r.id,
+        r.time,
+        r.pid,
+        r.uid,
+        r.exe,
+        r.action,
+        r.rule.as_deref().map_or_else(|| "none".to_owned(), |x| format!("`{x}`")),
+        r.profile.as_deref().map_or_else(|| "none".to_owned(), |x| format!("`{x}`")),
+        r.mode,
+        r.policy_sha256,
+    )
+}
+
+/// Whether re-explaining reached the recorded decision.
+fn compare_text(r: &DecisionSeen, v: &Verdict) -> String {
+    if v.rule == r.rule && v.action.as_str() == r.action {
+        "\nsame decision as recorded\n".to_owned()
+    } else {
+        format!(
+            "\nNOT the recorded decision ({} by rule {}): the user database, the host chip or the signature facts differ from then\n",
+            r.action,
+            r.rule.as_deref().unwrap_or("none")
+        )
+    }
+}
+
+/// The subject of a recorded decision: what the daemon saw then.
+fn subject_of(r: &DecisionSeen, policy: &Policy) -> (Subject, HashNote, Option<PathBuf>) {
+    let decode = |h: &Option<String>| h.as_deref().and_then(|h| hex::decode(h).ok());
+    let sha256 = decode(&r.sha256).and_then(|b| <[u8; 32]>::try_from(b).ok());
+    let subject = Subject {
+        path: PathBuf::from(&r.exe),
+        uid: r.uid,
+        // Not recorded: looked up now, as the daemon did then.
+        user: crate::peer::user_name(r.uid),
+        parent_path: r.parent_exe.as_ref().map(PathBuf::from),
+        sha256,
+        cdhash: decode(&r.cdhash),
+        team_id: r.team_id.clone(),
+        signing_id: r.signing_id.clone(),
+    };
+    let note = match (sha256, policy.needs().sha256) {
+        (Some(_), _) => HashNote::Computed,
+        (None, true) => HashNote::Unreadable("not recorded in the decision".to_owned()),
+        (None, false) => HashNote::NotNeeded,
+    };
+    (subject, note, None)
+}
+
+/// The subject as metaliftd would see it, plus the what-if signature fields, and the
+/// path as given when it resolved to another.
+fn build_subject(
+    args: &Args,
+    policy: &Policy,
+) -> anyhow::Result<(Subject, HashNote, Option<PathBuf>)> {
     let mut s = Subject::default();
+    let mut given = None;
     match (&args.path, args.pid) {
         (Some(path), _) => {
             // The kernel reports the resolved path; a path that does not exist is
             // explained as written, for "what if" questions.
-            s.path = std::fs::canonicalize(path).unwrap_or_else(|_| path.clone());
+            s.path = crate::policy_host::resolve_executable(path);
+            if s.path != *path {
+                given = Some(path.clone());
+            }
             s.uid = args
                 .uid
                 .unwrap_or_else(|| rustix::process::getuid().as_raw());
@@ -144,7 +470,7 @@ fn build_subject(args: &Args, policy: &Policy) -> anyhow::Result<(Subject, HashN
             s.uid = args.uid.unwrap_or(process.uid);
             s.parent_path = process.parent_exe;
         }
-        (None, None) => anyhow::bail!("give --path EXE or --pid PID"),
+        (None, None) => anyhow::bail!("give --path EXE, --pid PID or --decision ID"),
     }
     if let Some(parent) = &args.parent {
         s.parent_path = Some(parent.clone());
@@ -167,7 +493,7 @@ fn build_subject(args: &Args, policy: &Policy) -> anyhow::Result<(Subject, HashN
     } else {
         HashNote::NotNeeded
     };
-    Ok((s, note))
+    Ok((s, note, given))
 }
 
 fn sha256_file(path: &Path) -> std::io::Result<[u8; 32]> {
@@ -245,10 +571,12 @@ fn size_text(bytes: u64) -> String {
     }
 }
 
-fn profile_lines(caps: &Capabilities) -> String {
+fn profile_lines(caps: &Capabilities, host: Option<&HostFamily>) -> String {
     format!(
-        "  apple_family_max         {} (supportsFamily: YES for Apple1..Apple{}; Metal3/Common/Mac unchanged)\n  max_threadgroup_memory   {} (floor)\n  recommended_working_set  {}\n",
+        "  apple_family_max         {}{} (supportsFamily: YES for Apple1..Apple{}; Metal3/Common/Mac unchanged)\n  max_threadgroup_memory   {} (floor)\n  recommended_working_set  {}\n",
         caps.apple_family_max,
+        host.map(|h| format!(" (\"host\": {})", h.describe()))
+            .unwrap_or_default(),
         caps.apple_family_max,
         caps.max_threadgroup_memory,
         caps.recommended_working_set
@@ -257,17 +585,17 @@ fn profile_lines(caps: &Capabilities) -> String {
 }
 
 fn explain_text(
-    args: &Args,
-    policy: &Policy,
-    files: &[String],
+    chosen: &Chosen,
     s: &Subject,
+    given: Option<&Path>,
     hash: &HashNote,
     v: &Verdict,
 ) -> String {
+    let (policy, files) = (&chosen.policy, &chosen.files);
     let mut out = String::new();
     out.push_str(&format!(
         "policy   {} ({} file{}), mode {}, {} rule{}, sha256 {}\n",
-        args.policy.display(),
+        chosen.origin,
         files.len(),
         if files.len() == 1 { "" } else { "s" },
         policy.mode().as_str(),
@@ -277,6 +605,13 @@ fn explain_text(
     ));
     out.push_str("\nidentity used\n");
     out.push_str(&format!("  path        {}\n", s.path.display()));
+    if let Some(given) = given {
+        out.push_str(&format!(
+            "  given as    {} → {} (resolved: rules match the resolved executable, as the kernel reports it)\n",
+            given.display(),
+            s.path.display()
+        ));
+    }
     out.push_str(&format!(
         "  uid         {}{}\n",
         s.uid,
@@ -342,7 +677,7 @@ fn explain_text(
                 rule.as_deref().unwrap_or("-"),
                 v.mode.as_str()
             ));
-            out.push_str(&profile_lines(capabilities));
+            out.push_str(&profile_lines(capabilities, policy.profile_host(profile)));
         }
         (Action::Stock, None) => out.push_str(&format!(
             "  stock: no rule matches (mode {})\n",
@@ -354,7 +689,7 @@ fn explain_text(
                     "  stock (monitor mode): rule `{rule}` would unlock profile `{profile}`\n"
                 ));
                 if let Some(caps) = policy.profile(profile) {
-                    out.push_str(&profile_lines(caps));
+                    out.push_str(&profile_lines(caps, policy.profile_host(profile)));
                 }
             }
             None => out.push_str(&format!(
@@ -366,34 +701,30 @@ fn explain_text(
     out
 }
 
-fn caps_json(caps: &Capabilities) -> Value {
+fn caps_json(caps: &Capabilities, host: Option<&HostFamily>) -> Value {
     json!({
         "apple_family_max": caps.apple_family_max,
+        "apple_family_max_from": host.map(HostFamily::describe),
         "max_threadgroup_memory": caps.max_threadgroup_memory,
         "recommended_working_set": caps.recommended_working_set,
     })
 }
 
-fn explain_json(
-    args: &Args,
-    policy: &Policy,
-    files: &[String],
-    s: &Subject,
-    hash: &HashNote,
-    v: &Verdict,
-) -> Value {
+fn explain_json(chosen: &Chosen, s: &Subject, hash: &HashNote, v: &Verdict) -> Value {
+    let (policy, files) = (&chosen.policy, &chosen.files);
     let profile = match (&v.action, &v.would_unlock) {
         (Action::Unlock { profile, .. }, _) => Some(profile.clone()),
         (Action::Stock, Some(p)) => Some(p.clone()),
         (Action::Stock, None) => None,
     };
-    let capabilities = profile
-        .as_deref()
-        .and_then(|p| policy.profile(p))
-        .map(caps_json);
+    let capabilities = profile.as_deref().and_then(|p| {
+        policy
+            .profile(p)
+            .map(|c| caps_json(c, policy.profile_host(p)))
+    });
     json!({
         "policy": {
-            "path": args.policy.display().to_string(),
+            "path": chosen.origin,
             "files": files,
             "sha256": policy.sha256_hex(),
             "mode": policy.mode().as_str(),
