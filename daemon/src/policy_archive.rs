@@ -209,6 +209,13 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         assert!(store(dir.path(), "../../etc/passwd", &[]).is_err());
         assert!(load(dir.path(), "ABC").is_err());
+        assert!(load(dir.path(), &"a".repeat(63)).is_err());
+        assert!(load(dir.path(), &"a".repeat(65)).is_err());
+        assert!(load(dir.path(), &"A".repeat(64)).is_err());
+        assert_eq!(
+            load(dir.path(), &"a".repeat(64)).expect("a valid name"),
+            None
+        );
     }
 
     #[test]
