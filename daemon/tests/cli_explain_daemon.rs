@@ -250,7 +250,7 @@ fn one_policy_hash_in_status_the_audit_log_validate_explain_and_sha256sum() {
     assert!(out(&o).contains(&format!("sha256 {live}")), "{}", out(&o));
     let sh = Command::new("sh")
         .arg("-c")
-        .arg(README_DROP_IN_ONE_LINER.replace("/etc/metalift", s(env.dir.path())))
+        .arg(readme_drop_in_one_liner().replace("/etc/metalift", s(env.dir.path())))
         .output()
         .expect("sh");
     assert_eq!(
@@ -261,8 +261,16 @@ fn one_policy_hash_in_status_the_audit_log_validate_explain_and_sha256sum() {
     );
 }
 
-/// The README's command for a policy with drop-ins (keep the two in step).
-const README_DROP_IN_ONE_LINER: &str = r#"(cd /etc/metalift && export LC_ALL=C && cat policy.toml && for f in policy.d/*.toml; do [ -f "$f" ] && printf '\0%s\0' "${f#policy.d/}" && cat "$f"; done) | sha256sum"#;
+/// The README's command for a policy with drop-ins, as documented.
+fn readme_drop_in_one_liner() -> String {
+    let readme = Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md");
+    std::fs::read_to_string(readme)
+        .expect("README.md")
+        .lines()
+        .find(|l| l.starts_with("(cd /etc/metalift && "))
+        .expect("the README documents the drop-in one-liner")
+        .to_owned()
+}
 
 #[test]
 fn explain_live_uses_the_daemons_policy_when_the_file_on_disk_is_refused() {

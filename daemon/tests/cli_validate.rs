@@ -343,12 +343,23 @@ fn hash_in(cwd: &Path, path: &str) -> String {
         .to_owned()
 }
 
+/// The README's command line starting with `start` (the documented one-liners are
+/// tested as written).
+fn readme_command(start: &str) -> String {
+    let readme = Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md");
+    let text = fs::read_to_string(readme).expect("README.md");
+    text.lines()
+        .find(|l| l.starts_with(start))
+        .unwrap_or_else(|| panic!("README.md has no line starting with {start:?}"))
+        .to_owned()
+}
+
 /// The one-liners the README documents, run through `sh` in `dir`.
 fn documented_hash(dir: &Path, with_drop_ins: bool) -> String {
     let script = if with_drop_ins {
-        r#"(cd /etc/metalift && export LC_ALL=C && cat policy.toml && for f in policy.d/*.toml; do [ -f "$f" ] && printf '\0%s\0' "${f#policy.d/}" && cat "$f"; done) | sha256sum"#
+        readme_command("(cd /etc/metalift && ")
     } else {
-        "sha256sum < /etc/metalift/policy.toml"
+        readme_command("sha256sum < /etc/metalift/policy.toml")
     };
     let o = Command::new("sh")
         .arg("-c")
