@@ -188,6 +188,12 @@ fn validate_sha256(path: &str) -> String {
         .to_owned()
 }
 
+/// The contents-only hash of the policy at `path`, valid or not.
+fn validate_sha256_any(path: &Path) -> String {
+    let read = metalift_policy::read_policy(path).expect("readable");
+    metalift_policy::sources_sha256(&read.sources)
+}
+
 #[test]
 fn given_the_override_brand_apple_m3_max_the_daemon_unlocks_with_ceiling_9() {
     let env = Env::new();
@@ -293,6 +299,13 @@ fn explain_live_uses_the_daemons_policy_when_the_file_on_disk_is_refused() {
     let text = out(&o);
     assert_eq!(o.status.code(), Some(0), "{text}");
     assert!(text.contains("policy   live in metaliftd (pid "), "{text}");
+    assert!(
+        text.contains(&format!(
+            "has sha256 {}, not the live {good}",
+            validate_sha256_any(&env.policy())
+        )),
+        "{text}"
+    );
     assert!(text.contains(&format!("sha256 {good}")), "{text}");
     assert!(text.contains("WINS  me ("), "{text}");
     assert!(

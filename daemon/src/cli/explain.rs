@@ -258,6 +258,16 @@ fn live_policy(args: &Args, compile: &CompileOptions) -> Result<Chosen, ExitCode
         "live in metaliftd (pid {}, {}, loaded {})",
         report.pid, report.policy_path, report.policy_loaded_at
     );
+    // "Is my file the live one?": compare by the contents-only hash.
+    if let Ok(read) = metalift_policy::read_policy(Path::new(&report.policy_path)) {
+        let on_disk = metalift_policy::sources_sha256(&read.sources);
+        if on_disk != report.policy_sha256 {
+            chosen.note = Some(format!(
+                "note: the policy on disk ({}) has sha256 {on_disk}, not the live {}: it was edited since, or refused",
+                report.policy_path, report.policy_sha256
+            ));
+        }
+    }
     Ok(chosen)
 }
 
