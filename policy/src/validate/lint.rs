@@ -15,7 +15,8 @@
 //!   main-file rule with a different verdict. (The same rule id twice is already an
 //!   error.)
 //! - **conflicting verdicts**: two rules on one exact path with different verdicts or
-//!   profiles whose qualifiers do not keep them apart.
+//!   profiles whose qualifiers neither keep them apart (uid 0 / uid 501) nor make one
+//!   an exception to the other (no qualifier / `user = "ci"`).
 //!
 //! At most one of these is reported per pair of rules, in that order of preference.
 //!
@@ -302,6 +303,10 @@ impl Validator<'_> {
                         .path
                         .as_ref()
                         .filter(|_| a.specificity() == Specificity::ExactPath)
+                        // A narrower rule that is an exception to a broader one (the
+                        // same path, plus `user = "ci"`) is meant; only rules whose
+                        // qualifiers overlap without one containing the other are not.
+                        .filter(|_| !covers(a, b) && !covers(b, a))
                     {
                         reported.insert((x.min(y), x.max(y)));
                         let (first, later, site) = if a.order < b.order {

@@ -197,6 +197,18 @@ fn one_exact_path_with_two_profiles_warns_at_the_later_rule() {
 }
 
 #[test]
+fn an_exception_for_one_user_on_an_exact_path_is_quiet() {
+    assert_eq!(
+        rules(&format!(
+            "{}{}",
+            rule("everyone", "path = \"/opt/x\"", UNLOCK),
+            rule("not-ci", "path = \"/opt/x\"\nuser = \"ci\"", STOCK)
+        )),
+        Vec::<String>::new()
+    );
+}
+
+#[test]
 fn one_exact_path_with_verdicts_kept_apart_by_uid_is_quiet() {
     assert_eq!(
         rules(&format!(
