@@ -14,17 +14,23 @@
 //! - [`oslog`]: a `tracing` layer into the system log (the unified log on macOS).
 //! - [`audit`]: the audit log (records, writer with rotation, reader for `metalift audit`).
 //! - [`policy_store`]: the live policy, swapped atomically on reload.
+//! - [`policy_archive`]: the text of every policy made live, by hash, for `explain`.
+//! - [`policy_host`]: the real machine behind the policy lints; path resolution.
+//! - [`host_chip`]: the host chip's brand, for `apple_family_max = "host"`.
 //! - [`watcher`]: watches the policy's directories and reloads on change.
 #![deny(unsafe_code)]
 
 pub mod audit;
 pub mod cli;
 pub mod config;
+pub mod host_chip;
 pub mod identity_cache;
 #[cfg(target_os = "macos")]
 pub mod macos;
 pub mod oslog;
 pub mod peer;
+pub mod policy_archive;
+pub mod policy_host;
 pub mod policy_store;
 pub mod server;
 pub mod service;

@@ -30,7 +30,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::SystemTime;
 
 use arc_swap::ArcSwap;
-use metalift_policy::{load, sources_sha256, LoadError, LoadOptions, Policy};
+use metalift_policy::{sources_sha256, LoadError, LoadOptions, Policy};
 
 use crate::audit::{AuditError, AuditLog, LoadReason, Record};
 
@@ -151,7 +151,7 @@ impl PolicyStore {
         opts: LoadOptions,
         audit: &AuditLog,
     ) -> Result<PolicyStore, AuditError> {
-        let (live, error) = match attempt(path, &opts) {
+        let (live, error) = match attempt(path, &opts, audit) {
             Attempt::Valid { policy, warnings } => (
                 LivePolicy::new(*policy, path, warnings, LoadReason::Start),
                 None,
@@ -218,7 +218,7 @@ impl PolicyStore {
     pub fn reload(&self, audit: &AuditLog) -> ReloadOutcome {
         let _one_at_a_time = lock(&self.reloading);
         let current = self.current();
-        match attempt(&self.path, &self.opts) {
+        match attempt(&self.path, &self.opts, audit) {
             Attempt::Valid { policy, warnings } => {
                 let restored = self.last_error().is_some();
                 if policy.sha256_hex() == current.sha256 && !restored {
@@ -297,16 +297,23 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-fn attempt(path: &Path, opts: &LoadOptions) -> Attempt {
-    match load(path, opts) {
-        Ok(loaded) => Attempt::Valid {
-            warnings: loaded
-                .warnings
-                .iter()
-                .map(|w| w.render(&loaded.sources))
-                .collect(),
-            policy: Box::new(loaded.policy),
-        },
+fn attempt(path: &Path, opts: &LoadOptions, audit: &AuditLog) -> Attempt {
+    // pol: `"host"` family ceilings resolve for this machine (crate::host_chip).
+    match crate::host_chip::load(path, opts) {
+        Ok(loaded) => {
+            // pol: keep the text of every valid policy by hash, for `explain --live/--decision`.
+            if let Err(error) = crate::policy_archive::store_loaded(audit.path(), &loaded) {
+                tracing::warn!(%error, "could not archive the policy text");
+            }
+            Attempt::Valid {
+                warnings: loaded
+                    .warnings
+                    .iter()
+                    .map(|w| w.render(&loaded.sources))
+                    .collect(),
+                policy: Box::new(loaded.policy),
+            }
+        }
         Err(LoadError::NotFound { .. }) => Attempt::Missing,
         Err(LoadError::Invalid {
             diagnostics,

@@ -12,6 +12,12 @@
 //!    by their literal directory (a `GlobSet` per large bucket), so a decision never
 //!    scans every rule.
 //!
+//! After validation, the lints (`validate/lint.rs`): valid rules that cannot be
+//! meant (match-everything unlocks, rules that can never win, a drop-in overriding a
+//! main-file rule, two verdicts on one exact path), reported as warnings. Checks that
+//! need the machine (symlinked or missing rule paths, uid vs user) are [`host`]'s,
+//! behind a trait, run by `metalift validate` only.
+//!
 //! Around them: [`load`] reads `policy.toml` and `policy.d/*.toml` (refusing files
 //! root does not own); [`compile_sources`] does the same from memory; [`Policy`]
 //! decides ([`Policy::evaluate`]) and explains ([`Policy::explain`]). The public
@@ -27,7 +33,7 @@
 //! mode = "enforce"                 # or "monitor": decide and log, never unlock
 //!
 //! [profile.apple7]
-//! apple_family_max = 7             # Apple5..=Apple10
+//! apple_family_max = 7             # Apple5..=Apple10, or "host" (see [`chip`])
 //! max_threadgroup_memory = 32768   # 1..=65536, a floor; warning above 32768
 //! recommended_working_set = "12 GiB"   # optional floor
 //!
@@ -121,9 +127,16 @@
 //! `policy.d/` files; `mode` may only be set in the main file, so a dropped-in file
 //! cannot turn enforcement on or off. Profiles and rule ids share one namespace over
 //! all files; defining one twice is an error reported at both places.
+//!
+//! The policy hash ([`Policy::sha256_hex`], [`sources_sha256`]) is over contents only:
+//! the main file's text, then for each `policy.d/` file a NUL, its file name, a NUL
+//! and its text, so every path spelling gives one hash, and without drop-ins it is
+//! `sha256sum < policy.toml`.
 #![forbid(unsafe_code)]
 
+pub mod chip;
 pub mod diagnostic;
+pub mod host;
 mod load;
 mod matcher;
 mod model;
@@ -137,9 +150,15 @@ mod validate;
 pub mod verdict;
 pub mod wire;
 
+pub use chip::{apple_family_for_brand, CompileOptions, HostFamily};
 pub use diagnostic::{Diagnostic, Severity, Source};
-pub use load::{load, LoadError, LoadOptions};
-pub use policy::{compile_sources, sources_sha256, Loaded, Needs, Policy};
+pub use host::{host_lints, Host, PathFact};
+pub use load::{
+    load, load_with, read_file, read_policy, LoadError, LoadOptions, PermissionProblem, ReadPolicy,
+};
+pub use policy::{
+    compile_sources, compile_sources_with, file_name, sources_sha256, Loaded, Needs, Policy,
+};
 pub use profile::Capabilities;
 pub use rule::Specificity;
 pub use subject::Subject;

@@ -9,8 +9,9 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
+use crate::chip::CompileOptions;
 use crate::diagnostic::{Diagnostic, Severity, Source};
-use crate::policy::{compile_sources, Loaded};
+use crate::policy::{compile_sources_with, Loaded};
 
 /// How strictly [`load`] checks file ownership.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -38,7 +39,7 @@ pub enum LoadError {
         source: io::Error,
     },
     /// A file or `policy.d/` is not owned by root or is writable by group/other.
-    #[error("{}: refused: {reason} (pass the development override to accept it)", path.display())]
+    #[error("{}: refused: {reason}: metaliftd accepts only files owned by root and not writable by group or other (fix: `sudo chown root {} && sudo chmod go-w {}`; for development only, metaliftd --allow-insecure-owner)", path.display(), path.display(), path.display())]
     Permission {
         /// The offending file or directory.
         path: PathBuf,
@@ -65,13 +66,65 @@ fn invalid_summary(diagnostics: &[Diagnostic]) -> String {
     }
 }
 
+/// A file (or `policy.d/`) metaliftd would refuse for its owner or mode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PermissionProblem {
+    /// The offending file or directory.
+    pub path: PathBuf,
+    /// What is wrong, e.g. "owned by uid 1000, not root".
+    pub reason: String,
+}
+
+/// The policy's files as read from disk, before compiling: what [`load`] compiles,
+/// and what `metalift validate` checks without refusing a candidate for its owner.
+#[derive(Debug, Clone)]
+pub struct ReadPolicy {
+    /// Main file first, then `policy.d/*.toml` in file-name order.
+    pub sources: Vec<Source>,
+    /// Every ownership or mode problem: metaliftd refuses the policy if there is one.
+    pub permission_problems: Vec<PermissionProblem>,
+    /// Files that are not valid UTF-8 (their text is decoded lossily in `sources`).
+    pub encoding_errors: Vec<Diagnostic>,
+}
+
 /// Reads `policy_path` and `<its directory>/policy.d/*.toml` (in file-name order),
 /// checks their ownership unless `opts` says otherwise, and compiles them.
 pub fn load(policy_path: &Path, opts: &LoadOptions) -> Result<Loaded, LoadError> {
+    load_with(policy_path, opts, &CompileOptions::default())
+}
+
+/// As [`load`], resolving `apple_family_max = "host"` with `compile`.
+pub fn load_with(
+    policy_path: &Path,
+    opts: &LoadOptions,
+    compile: &CompileOptions,
+) -> Result<Loaded, LoadError> {
+    let read = read_policy(policy_path)?;
+    if !opts.allow_insecure_owner {
+        if let Some(p) = read.permission_problems.into_iter().next() {
+            return Err(LoadError::Permission {
+                path: p.path,
+                reason: p.reason,
+            });
+        }
+    }
+    if !read.encoding_errors.is_empty() {
+        return Err(LoadError::Invalid {
+            diagnostics: read.encoding_errors,
+            sources: read.sources,
+        });
+    }
+    compile_sources_with(read.sources, compile)
+}
+
+/// Reads the main file and its `policy.d/` without judging them: ownership and mode
+/// problems are listed, not refused (see [`load`] for the refusing version).
+pub fn read_policy(policy_path: &Path) -> Result<ReadPolicy, LoadError> {
     let io_err = |path: &Path| {
         let path = path.to_path_buf();
         move |source: io::Error| LoadError::Io { path, source }
     };
+    let mut problems = Vec::new();
     let meta = match fs::metadata(policy_path) {
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             return Err(LoadError::NotFound {
@@ -80,15 +133,63 @@ pub fn load(policy_path: &Path, opts: &LoadOptions) -> Result<Loaded, LoadError>
         }
         other => other.map_err(io_err(policy_path))?,
     };
-    check_owner(policy_path, &meta, opts)?;
+    problems.extend(owner_problem(policy_path, &meta));
     let mut files = vec![policy_path.to_path_buf()];
+    files.extend(drop_in_files(policy_path, &mut problems)?);
 
+    let mut sources = Vec::with_capacity(files.len());
+    let mut encoding_errors = Vec::new();
+    for path in &files {
+        let (source, error) = read_source(path)?;
+        sources.push(source);
+        encoding_errors.extend(error);
+    }
+    Ok(ReadPolicy {
+        sources,
+        permission_problems: problems,
+        encoding_errors,
+    })
+}
+
+/// Reads one policy file (say, a candidate drop-in) under its display path, with its
+/// ownership problem if any, and a diagnostic if it is not UTF-8.
+pub fn read_file(
+    path: &Path,
+) -> Result<(Source, Option<PermissionProblem>, Option<Diagnostic>), LoadError> {
+    let meta = match fs::metadata(path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Err(LoadError::NotFound {
+                path: path.to_path_buf(),
+            })
+        }
+        Err(source) => {
+            return Err(LoadError::Io {
+                path: path.to_path_buf(),
+                source,
+            })
+        }
+        Ok(m) => m,
+    };
+    let problem = owner_problem(path, &meta);
+    let (source, error) = read_source(path)?;
+    Ok((source, problem, error))
+}
+
+/// The `policy.d/*.toml` files beside `policy_path`, in file-name order.
+fn drop_in_files(
+    policy_path: &Path,
+    problems: &mut Vec<PermissionProblem>,
+) -> Result<Vec<PathBuf>, LoadError> {
+    let io_err = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source: io::Error| LoadError::Io { path, source }
+    };
     let dir = policy_path
         .parent()
         .unwrap_or_else(|| Path::new("."))
         .join("policy.d");
-    match fs::metadata(&dir) {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+    let meta = match fs::metadata(&dir) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => {
             return Err(LoadError::Io {
                 path: dir,
@@ -101,82 +202,72 @@ pub fn load(policy_path: &Path, opts: &LoadOptions) -> Result<Loaded, LoadError>
                 source: io::Error::other("policy.d is not a directory"),
             })
         }
-        Ok(meta) => {
-            check_owner(&dir, &meta, opts)?;
-            let mut entries = Vec::new();
-            for entry in fs::read_dir(&dir).map_err(io_err(&dir))? {
-                let entry = entry.map_err(io_err(&dir))?;
-                let name = entry.file_name();
-                let name = name.to_string_lossy();
-                if name.starts_with('.') || !name.ends_with(".toml") {
-                    continue;
-                }
-                let path = entry.path();
-                let meta = fs::metadata(&path).map_err(io_err(&path))?;
-                if !meta.is_file() {
-                    continue;
-                }
-                check_owner(&path, &meta, opts)?;
-                entries.push(path);
-            }
-            entries.sort_by(|a, b| a.file_name().cmp(&b.file_name()));
-            files.extend(entries);
+        Ok(meta) => meta,
+    };
+    problems.extend(owner_problem(&dir, &meta));
+    let mut entries = Vec::new();
+    for entry in fs::read_dir(&dir).map_err(io_err(&dir))? {
+        let entry = entry.map_err(io_err(&dir))?;
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with('.') || !name.ends_with(".toml") {
+            continue;
         }
+        let path = entry.path();
+        let meta = fs::metadata(&path).map_err(io_err(&path))?;
+        if !meta.is_file() {
+            continue;
+        }
+        problems.extend(owner_problem(&path, &meta));
+        entries.push(path);
     }
+    entries.sort_by(|a, b| a.file_name().cmp(&b.file_name()));
+    Ok(entries)
+}
 
-    let mut sources = Vec::with_capacity(files.len());
-    let mut encoding_errors = Vec::new();
-    for path in &files {
-        let bytes = fs::read(path).map_err(io_err(path))?;
-        let name = path.display().to_string();
-        match String::from_utf8(bytes) {
-            Ok(text) => sources.push(Source { name, text }),
-            Err(e) => {
-                let valid = e.utf8_error().valid_up_to();
-                let text = String::from_utf8_lossy(e.as_bytes()).into_owned();
-                let source = Source { name, text };
-                encoding_errors.push(Diagnostic::at(
-                    Severity::Error,
-                    &source,
-                    valid..valid + 1,
-                    "file is not valid UTF-8",
-                ));
-                sources.push(source);
-            }
+fn read_source(path: &Path) -> Result<(Source, Option<Diagnostic>), LoadError> {
+    let bytes = fs::read(path).map_err(|source| LoadError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let name = path.display().to_string();
+    Ok(match String::from_utf8(bytes) {
+        Ok(text) => (Source { name, text }, None),
+        Err(e) => {
+            let valid = e.utf8_error().valid_up_to();
+            let text = String::from_utf8_lossy(e.as_bytes()).into_owned();
+            let source = Source { name, text };
+            let d = Diagnostic::at(
+                Severity::Error,
+                &source,
+                valid..valid + 1,
+                "file is not valid UTF-8",
+            );
+            (source, Some(d))
         }
-    }
-    if !encoding_errors.is_empty() {
-        return Err(LoadError::Invalid {
-            diagnostics: encoding_errors,
-            sources,
-        });
-    }
-    compile_sources(sources)
+    })
 }
 
 #[cfg(unix)]
-fn check_owner(path: &Path, meta: &fs::Metadata, opts: &LoadOptions) -> Result<(), LoadError> {
+fn owner_problem(path: &Path, meta: &fs::Metadata) -> Option<PermissionProblem> {
     use std::os::unix::fs::MetadataExt;
-    if opts.allow_insecure_owner {
-        return Ok(());
-    }
-    let refuse = |reason: String| {
-        Err(LoadError::Permission {
+    let problem = |reason: String| {
+        Some(PermissionProblem {
             path: path.to_path_buf(),
             reason,
         })
     };
     if meta.uid() != 0 {
-        return refuse(format!("owned by uid {}, not root", meta.uid()));
+        return problem(format!("owned by uid {}, not root", meta.uid()));
     }
     let mode = meta.mode() & 0o7777;
     if mode & 0o022 != 0 {
-        return refuse(format!("writable by group or other (mode {mode:04o})"));
+        return problem(format!("writable by group or other (mode {mode:04o})"));
     }
-    Ok(())
+    None
 }
 
 #[cfg(not(unix))]
-fn check_owner(_path: &Path, _meta: &fs::Metadata, _opts: &LoadOptions) -> Result<(), LoadError> {
-    Ok(())
+fn owner_problem(_path: &Path, _meta: &fs::Metadata) -> Option<PermissionProblem> {
+    None
 }

@@ -25,11 +25,18 @@ pub(crate) enum SizeText {
     Human(String),
 }
 
+/// `apple_family_max` as written: a number, or a word (only `"host"` is valid).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum FamilyText {
+    Number(i64),
+    Word(String),
+}
+
 /// One `[profile.NAME]` table.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct RawProfile {
     pub name: Option<At<String>>,
-    pub apple_family_max: Option<At<i64>>,
+    pub apple_family_max: Option<At<FamilyText>>,
     pub max_threadgroup_memory: Option<At<i64>>,
     pub recommended_working_set: Option<At<SizeText>>,
     /// Keys present with a value of the wrong type (already reported), so later
@@ -153,7 +160,7 @@ fn parse_profiles(sink: &mut Sink<'_>, value: &Spanned<DeValue<'_>>, out: &mut V
         };
         for (key, v) in body.iter() {
             match key.get_ref().as_ref() {
-                "apple_family_max" => profile.apple_family_max = sink.int(v, "apple_family_max"),
+                "apple_family_max" => profile.apple_family_max = sink.family(v, "apple_family_max"),
                 "max_threadgroup_memory" => {
                     profile.max_threadgroup_memory = sink.int(v, "max_threadgroup_memory");
                 }
@@ -312,6 +319,23 @@ impl Sink<'_> {
             }
             _ => {
                 self.wrong_type(value, key, "an integer");
+                None
+            }
+        }
+    }
+
+    fn family(&mut self, value: &Spanned<DeValue<'_>>, key: &str) -> Option<At<FamilyText>> {
+        match value.get_ref() {
+            DeValue::String(s) => Some(At {
+                value: FamilyText::Word(s.to_string()),
+                span: value.span(),
+            }),
+            DeValue::Integer(_) => self.int(value, key).map(|n| At {
+                value: FamilyText::Number(n.value),
+                span: n.span,
+            }),
+            _ => {
+                self.wrong_type(value, key, "an integer or \"host\"");
                 None
             }
         }

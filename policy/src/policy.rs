@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use sha2::{Digest, Sha256};
 
+use crate::chip::{CompileOptions, HostFamily};
 use crate::diagnostic::{Diagnostic, Source};
 use crate::matcher::Matcher;
 use crate::model::parse_file;
@@ -40,6 +41,9 @@ pub struct Policy {
     matcher: Matcher,
     needs: Needs,
     sha256_hex: String,
+    /// Profiles whose `apple_family_max` is `"host"`, and the host they resolved for.
+    host_profiles: std::collections::BTreeSet<String>,
+    host: HostFamily,
 }
 
 /// A successfully loaded policy, the warnings it drew, and the text it came from.
@@ -53,32 +57,59 @@ pub struct Loaded {
     pub sources: Vec<Source>,
 }
 
-/// The sha256 over the merged sources, as [`Policy::sha256_hex`] reports it: for
-/// each source, its name and its text, each preceded by its byte length (u64
-/// little-endian) so no two inputs collide by shifting bytes between fields.
+/// The policy hash, as [`Policy::sha256_hex`] reports it: computed from contents
+/// only, so every path spelling of the same files (relative, absolute, through a
+/// symlink) gets the same hash, and standard tools reproduce it.
+///
+/// The bytes hashed: the main file's contents, then for each `policy.d/` file in
+/// load order a NUL, its file name (the last path component of [`Source::name`],
+/// never the directory), a NUL, and its contents. A policy with no drop-ins hashes
+/// to `sha256sum < policy.toml`; the README gives the one-liner for drop-ins. No two
+/// inputs collide by shifting bytes between fields: a file name cannot contain NUL
+/// or `/`, and the policy files are UTF-8 text, which a NUL would make invalid TOML.
 /// Public so a refused input can be named by the same hash an accepted one gets.
 #[must_use]
 pub fn sources_sha256(sources: &[Source]) -> String {
     let mut h = Sha256::new();
-    for s in sources {
-        for part in [s.name.as_bytes(), s.text.as_bytes()] {
-            h.update((part.len() as u64).to_le_bytes());
-            h.update(part);
-        }
+    let mut files = sources.iter();
+    if let Some(main) = files.next() {
+        h.update(main.text.as_bytes());
+    }
+    for drop_in in files {
+        h.update(b"\0");
+        h.update(file_name(&drop_in.name).as_bytes());
+        h.update(b"\0");
+        h.update(drop_in.text.as_bytes());
     }
     hex::encode(h.finalize())
 }
 
+/// The last component of a source's display name: `policy.d/10-fleet.toml` →
+/// `10-fleet.toml`. What the hash and the policy archive name a file by.
+#[must_use]
+pub fn file_name(name: &str) -> &str {
+    name.rsplit('/').next().unwrap_or(name)
+}
+
 /// Parses, validates and compiles in-memory sources: the first is the main policy
 /// file, the rest are `policy.d/` files in name order. Pure; the only error is
-/// [`LoadError::Invalid`], carrying every error and warning found.
+/// [`LoadError::Invalid`], carrying every error and warning found. `"host"` family
+/// ceilings resolve as for an unknown chip; see [`compile_sources_with`].
 pub fn compile_sources(sources: Vec<Source>) -> Result<Loaded, LoadError> {
+    compile_sources_with(sources, &CompileOptions::default())
+}
+
+/// As [`compile_sources`], resolving `apple_family_max = "host"` with `opts`.
+pub fn compile_sources_with(
+    sources: Vec<Source>,
+    opts: &CompileOptions,
+) -> Result<Loaded, LoadError> {
     let mut diagnostics = Vec::new();
     let files: Vec<_> = sources
         .iter()
         .map(|s| parse_file(s, &mut diagnostics))
         .collect();
-    let validated = validate(&sources, &files);
+    let validated = validate(&sources, &files, opts);
     diagnostics.extend(validated.diagnostics);
     sort_by_place(&mut diagnostics, &sources);
     if diagnostics.iter().any(Diagnostic::is_error) {
@@ -120,6 +151,8 @@ pub fn compile_sources(sources: Vec<Source>) -> Result<Loaded, LoadError> {
         matcher,
         needs,
         sha256_hex: sources_sha256(&sources),
+        host_profiles: validated.host_profiles,
+        host: opts.host.clone(),
     };
     Ok(Loaded {
         policy,
@@ -144,6 +177,8 @@ impl Policy {
             matcher: Matcher::default(),
             needs: Needs::default(),
             sha256_hex: sources_sha256(&[]),
+            host_profiles: std::collections::BTreeSet::new(),
+            host: HostFamily::default(),
         }
     }
 
@@ -264,6 +299,13 @@ impl Policy {
     #[must_use]
     pub fn profiles(&self) -> &BTreeMap<String, Capabilities> {
         &self.profiles
+    }
+
+    /// When profile `name` has `apple_family_max = "host"`: the host it was resolved
+    /// for (its [`Capabilities::apple_family_max`] is [`HostFamily::family`]).
+    #[must_use]
+    pub fn profile_host(&self, name: &str) -> Option<&HostFamily> {
+        self.host_profiles.contains(name).then_some(&self.host)
     }
 
     /// The answers of profile `name`, if defined.

@@ -6,8 +6,18 @@
 //! executable. The code-signature fields can only be supplied by hand here
 //! (`--team-id` and friends), to ask "what if"; the daemon reads them from the kernel.
 //!
-//! Exit codes: 0 explained, 1 the policy is invalid, 2 the policy or the executable
-//! could not be read.
+//! Which policy: the file on disk (`--policy`, default), the daemon's live policy
+//! (`--live`: its hash from `metalift status`, its text from the policy archive beside
+//! the audit log), or the one that decided a past decision (`--decision ID`: the
+//! record from the audit log, rotated files included, and the policy archived under
+//! the hash it names). The archive is [`crate::policy_archive`]; a policy no longer
+//! in it is reported as such, never silently replaced by the file on disk.
+//!
+//! Paths: rules match the resolved executable (the kernel reports it resolved), so
+//! `--path` is resolved first and the resolution is shown.
+//!
+//! Exit codes: 0 explained, 1 the policy is invalid, 2 the policy, the executable,
+//! the daemon, the decision or its archived policy could not be read.
 
 use std::fs::File;
 use std::io::Read;
@@ -16,16 +26,20 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use metalift_policy::{
-    load, Action, Capabilities, LoadError, LoadOptions, Loaded, Policy, Subject, Verdict,
+    load_with, Action, Capabilities, CompileOptions, HostFamily, LoadError, LoadOptions, Loaded,
+    Policy, Subject, Verdict,
 };
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 use crate::config::DEFAULT_POLICY;
 
+mod past;
+use past::{archived_policy, compare_text, decision_text, find_decision, live_policy, subject_of};
+
 /// Arguments of `metalift explain`.
 #[derive(Debug, clap::Args)]
-#[command(group(clap::ArgGroup::new("who").required(true).args(["path", "pid"])))]
+#[command(group(clap::ArgGroup::new("who").required(true).args(["path", "pid", "decision"])))]
 pub struct Args {
     /// The main policy file (`policy.d/` beside it is read too).
     #[arg(long, default_value = DEFAULT_POLICY)]
@@ -36,6 +50,24 @@ pub struct Args {
     /// Explain for this running process (Linux: read from /proc).
     #[arg(long)]
     pub pid: Option<u32>,
+    /// Re-explain this past decision (its id from the audit log) with the policy that
+    /// was live then.
+    #[arg(long, value_name = "ID", conflicts_with_all = ["live", "uid", "parent", "team_id", "signing_id", "cdhash"])]
+    pub decision: Option<u64>,
+    /// Explain with the running daemon's live policy instead of the file on disk.
+    #[arg(long, conflicts_with = "policy")]
+    pub live: bool,
+    /// The daemon's socket, for --live [default: as `metalift status`].
+    #[arg(long, value_name = "PATH")]
+    pub socket: Option<PathBuf>,
+    /// The audit log (its rotated files are read too); the policy archive is the
+    /// `policies/` directory beside it. For --live and --decision.
+    #[arg(long, value_name = "PATH", default_value = crate::audit::DEFAULT_LOG_PATH)]
+    pub log: PathBuf,
+    /// What if the host chip were this brand (for `apple_family_max = "host"`)
+    /// [default: this machine's `machdep.cpu.brand_string` on macOS].
+    #[arg(long, value_name = "BRAND")]
+    pub host_chip_brand: Option<String>,
     /// The uid to decide for (default: the process's, or yours with --path).
     #[arg(long)]
     pub uid: Option<u32>,
@@ -67,23 +99,124 @@ enum HashNote {
     Unreadable(String),
 }
 
+/// The policy being explained and where it came from.
+struct Chosen {
+    policy: Policy,
+    /// Its files' names, load order.
+    files: Vec<String>,
+    /// Where it came from, for the header: a path, or "live in metaliftd ...".
+    origin: String,
+    /// Said before the explanation (e.g. "no such policy file").
+    note: Option<String>,
+}
+
 /// Runs `metalift explain`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let compile = CompileOptions {
+        host: HostFamily {
+            brand: args
+                .host_chip_brand
+                .clone()
+                .or_else(crate::host_chip::machine_brand),
+        },
+    };
+    let mut decision = None;
+    let chosen = if let Some(id) = args.decision {
+        let record = match find_decision(&args.log, id) {
+            Ok(Some(r)) => r,
+            Ok(None) => {
+                eprintln!(
+                    "metalift: error: no decision {id} in {} (or its rotated files)",
+                    args.log.display()
+                );
+                return Ok(ExitCode::from(2));
+            }
+            Err(e) => {
+                eprintln!("metalift: error: reading {}: {e:#}", args.log.display());
+                return Ok(ExitCode::from(2));
+            }
+        };
+        if !args.json {
+            print!("{}", decision_text(&record));
+        }
+        let archived =
+            archived_policy(&args, &record.policy_sha256, &compile, "that was live then");
+        decision = Some(record);
+        archived
+    } else if args.live {
+        live_policy(&args, &compile)
+    } else {
+        file_policy(&args, &compile)
+    };
+    let chosen = match chosen {
+        Ok(c) => c,
+        Err(code) => return Ok(code),
+    };
+
+    let built = match &decision {
+        Some(record) => Ok(subject_of(record, &chosen.policy)),
+        None => build_subject(&args, &chosen.policy),
+    };
+    let (subject, hash_note, given) = match built {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("metalift: error: {e:#}");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    let verdict = chosen.policy.explain(&subject);
+    if args.json {
+        let mut doc = explain_json(&chosen, &subject, &hash_note, &verdict);
+        if let Some(obj) = doc.as_object_mut() {
+            obj.insert(
+                "given_path".into(),
+                json!(given.as_ref().map(|g| g.display().to_string())),
+            );
+            obj.insert(
+                "decision".into(),
+                decision.as_ref().map_or(Value::Null, |r| r.raw.clone()),
+            );
+        }
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+    } else {
+        if let Some(note) = &chosen.note {
+            println!("{note}");
+        }
+        print!(
+            "{}",
+            explain_text(&chosen, &subject, given.as_deref(), &hash_note, &verdict)
+        );
+        if let Some(record) = &decision {
+            print!("{}", compare_text(record, &verdict));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The policy file on disk (`--policy`), as metaliftd would load it.
+fn file_policy(args: &Args, compile: &CompileOptions) -> Result<Chosen, ExitCode> {
     let opts = LoadOptions {
         allow_insecure_owner: args.allow_insecure_owner,
     };
-    let (policy, files, note) = match load(&args.policy, &opts) {
+    let origin = args.policy.display().to_string();
+    match load_with(&args.policy, &opts, compile) {
         Ok(Loaded {
             policy, sources, ..
-        }) => (policy, sources.into_iter().map(|s| s.name).collect(), None),
-        Err(LoadError::NotFound { path }) => (
-            Policy::empty(),
-            Vec::new(),
-            Some(format!(
+        }) => Ok(Chosen {
+            policy,
+            files: sources.into_iter().map(|s| s.name).collect(),
+            origin,
+            note: None,
+        }),
+        Err(LoadError::NotFound { path }) => Ok(Chosen {
+            policy: Policy::empty(),
+            files: Vec::new(),
+            origin,
+            note: Some(format!(
                 "{}: no such policy file: metaliftd runs with no rules, everything stock",
                 path.display()
             )),
-        ),
+        }),
         Err(LoadError::Invalid {
             diagnostics,
             sources,
@@ -95,45 +228,31 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 "metalift: error: {}: the policy is invalid; metaliftd would keep its last good policy",
                 args.policy.display()
             );
-            return Ok(ExitCode::from(1));
+            Err(ExitCode::from(1))
         }
         Err(e) => {
             eprintln!("metalift: error: {e}");
-            return Ok(ExitCode::from(2));
+            Err(ExitCode::from(2))
         }
-    };
-
-    let (subject, hash_note) = match build_subject(&args, &policy) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("metalift: error: {e:#}");
-            return Ok(ExitCode::from(2));
-        }
-    };
-    let verdict = policy.explain(&subject);
-    if args.json {
-        let doc = explain_json(&args, &policy, &files, &subject, &hash_note, &verdict);
-        println!("{}", serde_json::to_string_pretty(&doc)?);
-    } else {
-        if let Some(note) = note {
-            println!("{note}");
-        }
-        print!(
-            "{}",
-            explain_text(&args, &policy, &files, &subject, &hash_note, &verdict)
-        );
     }
-    Ok(ExitCode::SUCCESS)
 }
 
-/// The subject as metaliftd would see it, plus the what-if signature fields.
-fn build_subject(args: &Args, policy: &Policy) -> anyhow::Result<(Subject, HashNote)> {
+/// The subject as metaliftd would see it, plus the what-if signature fields, and the
+/// path as given when it resolved to another.
+fn build_subject(
+    args: &Args,
+    policy: &Policy,
+) -> anyhow::Result<(Subject, HashNote, Option<PathBuf>)> {
     let mut s = Subject::default();
+    let mut given = None;
     match (&args.path, args.pid) {
         (Some(path), _) => {
             // The kernel reports the resolved path; a path that does not exist is
             // explained as written, for "what if" questions.
-            s.path = std::fs::canonicalize(path).unwrap_or_else(|_| path.clone());
+            s.path = crate::policy_host::resolve_executable(path);
+            if s.path != *path {
+                given = Some(path.clone());
+            }
             s.uid = args
                 .uid
                 .unwrap_or_else(|| rustix::process::getuid().as_raw());
@@ -144,7 +263,7 @@ fn build_subject(args: &Args, policy: &Policy) -> anyhow::Result<(Subject, HashN
             s.uid = args.uid.unwrap_or(process.uid);
             s.parent_path = process.parent_exe;
         }
-        (None, None) => anyhow::bail!("give --path EXE or --pid PID"),
+        (None, None) => anyhow::bail!("give --path EXE, --pid PID or --decision ID"),
     }
     if let Some(parent) = &args.parent {
         s.parent_path = Some(parent.clone());
@@ -167,7 +286,7 @@ fn build_subject(args: &Args, policy: &Policy) -> anyhow::Result<(Subject, HashN
     } else {
         HashNote::NotNeeded
     };
-    Ok((s, note))
+    Ok((s, note, given))
 }
 
 fn sha256_file(path: &Path) -> std::io::Result<[u8; 32]> {
@@ -245,10 +364,12 @@ fn size_text(bytes: u64) -> String {
     }
 }
 
-fn profile_lines(caps: &Capabilities) -> String {
+fn profile_lines(caps: &Capabilities, host: Option<&HostFamily>) -> String {
     format!(
-        "  apple_family_max         {} (supportsFamily: YES for Apple1..Apple{}; Metal3/Common/Mac unchanged)\n  max_threadgroup_memory   {} (floor)\n  recommended_working_set  {}\n",
+        "  apple_family_max         {}{} (supportsFamily: YES for Apple1..Apple{}; Metal3/Common/Mac unchanged)\n  max_threadgroup_memory   {} (floor)\n  recommended_working_set  {}\n",
         caps.apple_family_max,
+        host.map(|h| format!(" (\"host\": {})", h.describe()))
+            .unwrap_or_default(),
         caps.apple_family_max,
         caps.max_threadgroup_memory,
         caps.recommended_working_set
@@ -257,17 +378,17 @@ fn profile_lines(caps: &Capabilities) -> String {
 }
 
 fn explain_text(
-    args: &Args,
-    policy: &Policy,
-    files: &[String],
+    chosen: &Chosen,
     s: &Subject,
+    given: Option<&Path>,
     hash: &HashNote,
     v: &Verdict,
 ) -> String {
+    let (policy, files) = (&chosen.policy, &chosen.files);
     let mut out = String::new();
     out.push_str(&format!(
         "policy   {} ({} file{}), mode {}, {} rule{}, sha256 {}\n",
-        args.policy.display(),
+        chosen.origin,
         files.len(),
         if files.len() == 1 { "" } else { "s" },
         policy.mode().as_str(),
@@ -277,6 +398,13 @@ fn explain_text(
     ));
     out.push_str("\nidentity used\n");
     out.push_str(&format!("  path        {}\n", s.path.display()));
+    if let Some(given) = given {
+        out.push_str(&format!(
+            "  given as    {} → {} (resolved: rules match the resolved executable, as the kernel reports it)\n",
+            given.display(),
+            s.path.display()
+        ));
+    }
     out.push_str(&format!(
         "  uid         {}{}\n",
         s.uid,
@@ -342,7 +470,7 @@ fn explain_text(
                 rule.as_deref().unwrap_or("-"),
                 v.mode.as_str()
             ));
-            out.push_str(&profile_lines(capabilities));
+            out.push_str(&profile_lines(capabilities, policy.profile_host(profile)));
         }
         (Action::Stock, None) => out.push_str(&format!(
             "  stock: no rule matches (mode {})\n",
@@ -354,7 +482,7 @@ fn explain_text(
                     "  stock (monitor mode): rule `{rule}` would unlock profile `{profile}`\n"
                 ));
                 if let Some(caps) = policy.profile(profile) {
-                    out.push_str(&profile_lines(caps));
+                    out.push_str(&profile_lines(caps, policy.profile_host(profile)));
                 }
             }
             None => out.push_str(&format!(
@@ -366,34 +494,30 @@ fn explain_text(
     out
 }
 
-fn caps_json(caps: &Capabilities) -> Value {
+fn caps_json(caps: &Capabilities, host: Option<&HostFamily>) -> Value {
     json!({
         "apple_family_max": caps.apple_family_max,
+        "apple_family_max_from": host.map(HostFamily::describe),
         "max_threadgroup_memory": caps.max_threadgroup_memory,
         "recommended_working_set": caps.recommended_working_set,
     })
 }
 
-fn explain_json(
-    args: &Args,
-    policy: &Policy,
-    files: &[String],
-    s: &Subject,
-    hash: &HashNote,
-    v: &Verdict,
-) -> Value {
+fn explain_json(chosen: &Chosen, s: &Subject, hash: &HashNote, v: &Verdict) -> Value {
+    let (policy, files) = (&chosen.policy, &chosen.files);
     let profile = match (&v.action, &v.would_unlock) {
         (Action::Unlock { profile, .. }, _) => Some(profile.clone()),
         (Action::Stock, Some(p)) => Some(p.clone()),
         (Action::Stock, None) => None,
     };
-    let capabilities = profile
-        .as_deref()
-        .and_then(|p| policy.profile(p))
-        .map(caps_json);
+    let capabilities = profile.as_deref().and_then(|p| {
+        policy
+            .profile(p)
+            .map(|c| caps_json(c, policy.profile_host(p)))
+    });
     json!({
         "policy": {
-            "path": args.policy.display().to_string(),
+            "path": chosen.origin,
             "files": files,
             "sha256": policy.sha256_hex(),
             "mode": policy.mode().as_str(),

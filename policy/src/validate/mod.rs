@@ -9,8 +9,9 @@
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
 
+use crate::chip::CompileOptions;
 use crate::diagnostic::{Diagnostic, LineIndex, Severity, Source};
-use crate::model::{At, FileModel, RawProfile, SizeText};
+use crate::model::{At, FamilyText, FileModel, RawProfile, SizeText};
 use crate::profile::{
     Capabilities, MAX_APPLE_FAMILY, MIN_APPLE_FAMILY, SHIPPING_MAX_THREADGROUP_MEMORY,
 };
@@ -18,7 +19,10 @@ use crate::rule::Rule;
 use crate::size::parse_size;
 use crate::verdict::Mode;
 
+mod lint;
 mod rule;
+
+pub(crate) use lint::Site;
 
 /// The only policy format version this build reads.
 pub const POLICY_VERSION: i64 = 1;
@@ -35,12 +39,19 @@ pub(crate) struct Validated {
     pub mode: Mode,
     pub profiles: BTreeMap<String, Capabilities>,
     pub rules: Vec<Rule>,
+    /// Profiles whose `apple_family_max` is `"host"`.
+    pub host_profiles: std::collections::BTreeSet<String>,
     pub diagnostics: Vec<Diagnostic>,
 }
 
 /// Validates the parsed files (`files[i]` parsed from `sources[i]`).
-pub(crate) fn validate(sources: &[Source], files: &[FileModel]) -> Validated {
+pub(crate) fn validate(
+    sources: &[Source],
+    files: &[FileModel],
+    opts: &CompileOptions,
+) -> Validated {
     let mut v = Validator {
+        opts,
         sources,
         lines: sources.iter().map(|s| LineIndex::new(&s.text)).collect(),
         out: Vec::new(),
@@ -71,12 +82,22 @@ pub(crate) fn validate(sources: &[Source], files: &[FileModel]) -> Validated {
             }
             profile_sites.insert(name.value.clone(), (i, name.span.clone()));
             if let Some(caps) = v.profile(i, raw) {
+                if matches!(
+                    &raw.apple_family_max,
+                    Some(At {
+                        value: FamilyText::Word(_),
+                        ..
+                    })
+                ) {
+                    result.host_profiles.insert(name.value.clone());
+                }
                 result.profiles.insert(name.value.clone(), caps);
             }
         }
     }
 
     let mut rule_sites: HashMap<String, (usize, Range<usize>)> = HashMap::new();
+    let mut sites = Vec::new();
     for (i, file) in files.iter().enumerate() {
         for raw in &file.rules {
             if let Some(id) = &raw.id {
@@ -93,15 +114,29 @@ pub(crate) fn validate(sources: &[Source], files: &[FileModel]) -> Validated {
             }
             let order = result.rules.len();
             if let Some(rule) = v.rule(i, raw, order, &result.profiles, all_parsed) {
+                sites.push(Site {
+                    file: i,
+                    anchor: raw
+                        .id
+                        .as_ref()
+                        .map_or(raw.span.clone(), |id| id.span.clone()),
+                    path: raw.path.as_ref().map(|p| p.span.clone()),
+                });
                 result.rules.push(rule);
             }
         }
+    }
+    // Lints only judge a policy that would load: on a refused one they are noise.
+    if v.errors == 0 {
+        v.lint(&result.rules, &sites);
     }
     result.diagnostics = v.out;
     result
 }
 
 struct Validator<'a> {
+    /// What `"host"` resolves to.
+    opts: &'a CompileOptions,
     sources: &'a [Source],
     /// One per source: locating every rule must not rescan the text each time.
     lines: Vec<LineIndex>,
@@ -217,15 +252,50 @@ impl Validator<'_> {
                 ok = false;
                 0
             }
-            Some(f) => match u8::try_from(f.value) {
+            Some(At {
+                value: FamilyText::Word(word),
+                span,
+            }) if word == "host" => {
+                let host = &self.opts.host;
+                if host.known_family().is_none() {
+                    self.warn(
+                        i,
+                        span.clone(),
+                        format!(
+                            "apple_family_max = \"host\": {}: the ceiling is {} (set the number instead if you know the host chip)",
+                            match &host.brand {
+                                Some(b) => format!("the chip `{b}` is not one metalift knows (M1 → 7, M2 → 8, M3/M4 → 9)"),
+                                None => "the host chip could not be read here".to_owned(),
+                            },
+                            host.family()
+                        ),
+                    );
+                }
+                host.family()
+            }
+            Some(At {
+                value: FamilyText::Word(word),
+                span,
+            }) => {
+                self.error(
+                    i,
+                    span.clone(),
+                    format!("apple_family_max must be a number (Apple{MIN_APPLE_FAMILY}..Apple{MAX_APPLE_FAMILY}) or \"host\", not \"{word}\""),
+                );
+                ok = false;
+                0
+            }
+            Some(At {
+                value: FamilyText::Number(n),
+                span,
+            }) => match u8::try_from(*n) {
                 Ok(n) if (MIN_APPLE_FAMILY..=MAX_APPLE_FAMILY).contains(&n) => n,
                 _ => {
                     self.error(
                         i,
-                        f.span.clone(),
+                        span.clone(),
                         format!(
-                            "apple_family_max {} is outside Apple{MIN_APPLE_FAMILY}..Apple{MAX_APPLE_FAMILY}",
-                            f.value
+                            "apple_family_max {n} is outside Apple{MIN_APPLE_FAMILY}..Apple{MAX_APPLE_FAMILY}"
                         ),
                     );
                     ok = false;

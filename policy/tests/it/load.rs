@@ -179,8 +179,13 @@ fn a_file_not_owned_by_root_is_refused_unless_overridden() {
     let uid = std::os::unix::fs::MetadataExt::uid(&fs::metadata(&main).expect("stat"));
     assert_eq!(
         err.to_string(),
-        format!("{}: refused: owned by uid {uid}, not root (pass the development override to accept it)", main.display())
+        format!(
+            "{p}: refused: owned by uid {uid}, not root: metaliftd accepts only files owned by root and not writable by group or other (fix: `sudo chown root {p} && sudo chmod go-w {p}`; for development only, metaliftd --allow-insecure-owner)",
+            p = main.display()
+        )
     );
+    // The message names the override, never an unnamed "development override".
+    assert!(err.to_string().contains("--allow-insecure-owner"));
     assert!(load(&main, &DEV).is_ok());
 }
 

@@ -266,17 +266,48 @@ fn the_empty_policy_leaves_everything_stock() {
 }
 
 #[test]
-fn the_policy_sha256_is_stable_and_covers_names_and_texts() {
+fn the_policy_sha256_covers_texts_and_drop_in_names_but_not_where_the_files_are() {
     let text = ladder(3);
     let a = policy_from(vec![Source::new("policy.toml", text.clone())]);
     let b = policy_from(vec![Source::new("policy.toml", text.clone())]);
     assert_eq!(a.sha256_hex(), b.sha256_hex());
-    let renamed = policy_from(vec![Source::new("other.toml", text.clone())]);
-    assert_ne!(a.sha256_hex(), renamed.sha256_hex());
+    // The main file is hashed by its contents only: however its path is spelled.
+    for spelling in ["./policy.toml", "/etc/metalift/policy.toml", "other.toml"] {
+        let moved = policy_from(vec![Source::new(spelling, text.clone())]);
+        assert_eq!(a.sha256_hex(), moved.sha256_hex(), "{spelling}");
+    }
     let edited = policy_from(vec![Source::new(
         "policy.toml",
         format!("{text}\n# comment\n"),
     )]);
     assert_ne!(a.sha256_hex(), edited.sha256_hex());
     assert_eq!(a.rule_count(), 3);
+
+    // A drop-in counts by its file name and contents, not its directory.
+    let with = |name: &str, body: &str| {
+        policy_from(vec![
+            Source::new("policy.toml", text.clone()),
+            Source::new(name, body),
+        ])
+        .sha256_hex()
+        .to_owned()
+    };
+    let base = with("/etc/metalift/policy.d/10-a.toml", "version = 1\n");
+    assert_eq!(base, with("policy.d/10-a.toml", "version = 1\n"));
+    assert_ne!(base, with("policy.d/20-a.toml", "version = 1\n"));
+    assert_ne!(base, with("policy.d/10-a.toml", "version = 1 \n"));
+    assert_ne!(base, a.sha256_hex());
+}
+
+#[test]
+fn the_policy_sha256_is_sha256_of_main_then_nul_name_nul_contents_per_drop_in() {
+    use sha2::{Digest, Sha256};
+    let main = ladder(1);
+    let p = policy_from(vec![
+        Source::new("x/policy.toml", main.clone()),
+        Source::new("x/policy.d/a.toml", "version = 1\n"),
+    ]);
+    let mut bytes = main.into_bytes();
+    bytes.extend_from_slice(b"\0a.toml\0version = 1\n");
+    assert_eq!(p.sha256_hex(), hex::encode(Sha256::digest(&bytes)));
 }

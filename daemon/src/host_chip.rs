@@ -1,0 +1,122 @@
+//! The host's chip brand, for `apple_family_max = "host"`: read once by metaliftd and
+//! handed to the policy compiler (the brand → family table is the policy crate's
+//! `chip` module, pure and tested).
+//!
+//! Where the brand comes from, first that answers:
+//!
+//! 1. the daemon's own environment, `METALIFT_HOST_CHIP_BRAND` (for Linux test rigs
+//!    and for a guest whose brand string is unhelpful). Only metaliftd reads it: it
+//!    is the environment launchd gives the daemon, never a client's — `metalift
+//!    explain` takes `--host-chip-brand` as an explicit what-if instead;
+//! 2. macOS: `sysctlbyname("machdep.cpu.brand_string")`. In a Virtualization.framework
+//!    guest it names the host's chip, e.g. "Apple M2 (Virtual)";
+//! 3. otherwise none: `"host"` resolves to 7, with a warning in the policy's load.
+
+use std::path::Path;
+use std::sync::OnceLock;
+
+use metalift_policy::{load_with, CompileOptions, HostFamily, LoadError, LoadOptions, Loaded};
+
+/// The daemon's override for the brand string (see the module doc).
+pub const BRAND_ENV: &str = "METALIFT_HOST_CHIP_BRAND";
+
+/// The machine's own brand string, without any override: what `metalift explain`
+/// uses by default. `None` where the platform has no such string (Linux).
+#[must_use]
+pub fn machine_brand() -> Option<String> {
+    platform::brand()
+}
+
+/// The brand metaliftd resolves `"host"` with: its environment's override, else the
+/// machine's. Read once per process; the first call logs what was found.
+#[must_use]
+pub fn daemon_host() -> &'static HostFamily {
+    static HOST: OnceLock<HostFamily> = OnceLock::new();
+    HOST.get_or_init(|| {
+        let (brand, from) = match std::env::var(BRAND_ENV) {
+            Ok(b) if !b.trim().is_empty() => (Some(b.trim().to_owned()), BRAND_ENV),
+            _ => (machine_brand(), "sysctl machdep.cpu.brand_string"),
+        };
+        let host = HostFamily { brand };
+        match (&host.brand, host.known_family()) {
+            (Some(brand), Some(family)) => {
+                tracing::info!(%brand, family, from, "host chip: apple_family_max = \"host\" means {family}");
+            }
+            (Some(brand), None) => tracing::warn!(
+                %brand, from,
+                "host chip not known to metalift: apple_family_max = \"host\" means {}",
+                host.family()
+            ),
+            (None, _) => tracing::warn!(
+                "host chip brand not readable (set {BRAND_ENV} for metaliftd): apple_family_max = \"host\" means {}",
+                host.family()
+            ),
+        }
+        host
+    })
+}
+
+/// [`metalift_policy::load`] with `"host"` resolved for this daemon's machine: what
+/// the policy store calls to load the policy.
+pub fn load(path: &Path, opts: &LoadOptions) -> Result<Loaded, LoadError> {
+    load_with(
+        path,
+        opts,
+        &CompileOptions {
+            host: daemon_host().clone(),
+        },
+    )
+}
+
+#[cfg(target_os = "macos")]
+mod platform {
+    //! `sysctlbyname` for the brand string: the only FFI here.
+    #![allow(unsafe_code)]
+
+    use std::ffi::CStr;
+
+    pub(super) fn brand() -> Option<String> {
+        let name = c"machdep.cpu.brand_string";
+        let mut len: libc::size_t = 0;
+        // SAFETY: `name` is NUL-terminated; a null `oldp` with a valid `oldlenp` asks
+        // only for the size, written to `len`, which we own.
+        let rc = unsafe {
+            libc::sysctlbyname(
+                name.as_ptr(),
+                std::ptr::null_mut(),
+                &mut len,
+                std::ptr::null_mut(),
+                0,
+            )
+        };
+        if rc != 0 || len == 0 || len > 4096 {
+            return None;
+        }
+        let mut buf = vec![0u8; len];
+        // SAFETY: `buf` is writable for `len` bytes and `len` says so; sysctlbyname
+        // writes at most `len` bytes and updates `len` to what it wrote.
+        let rc = unsafe {
+            libc::sysctlbyname(
+                name.as_ptr(),
+                buf.as_mut_ptr().cast(),
+                &mut len,
+                std::ptr::null_mut(),
+                0,
+            )
+        };
+        if rc != 0 {
+            return None;
+        }
+        buf.truncate(len);
+        let text = CStr::from_bytes_until_nul(&buf).ok()?.to_str().ok()?.trim();
+        (!text.is_empty()).then(|| text.to_owned())
+    }
+}
+
+#[cfg(not(target_os = "macos"))]
+mod platform {
+    //! No brand string outside macOS (Linux's /proc/cpuinfo names no Apple GPU).
+    pub(super) fn brand() -> Option<String> {
+        None
+    }
+}
