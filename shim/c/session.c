@@ -55,33 +55,31 @@ static const char *arch_name(void)
 #endif
 }
 
-/* Short errno texts of our own: strerror may load message catalogs. */
+/* Short errno texts of our own: strerror may load message catalogs. (Tables
+ * and if-chains rather than switches: a dense switch becomes a jump table, an
+ * indirect `br` that scripts/shim-arm64e-check.sh refuses on arm64e.) */
+static const struct {
+    int code;
+    const char *text;
+} errno_texts[] = {
+    {ENOENT, "No such file or directory"},
+    {ECONNREFUSED, "Connection refused"},
+    {EACCES, "Permission denied"},
+    {ENAMETOOLONG, "File name too long"},
+    {EAGAIN, "Resource temporarily unavailable"},
+    {ETIMEDOUT, "Timed out"},
+    {EMFILE, "Too many open files"},
+    {ENOTDIR, "Not a directory"},
+    {EPIPE, "Broken pipe"},
+    {ECONNRESET, "Connection reset by peer"},
+};
+
 static const char *errno_text(int e)
 {
-    switch (e) {
-    case ENOENT:
-        return "No such file or directory";
-    case ECONNREFUSED:
-        return "Connection refused";
-    case EACCES:
-        return "Permission denied";
-    case ENAMETOOLONG:
-        return "File name too long";
-    case EAGAIN:
-        return "Resource temporarily unavailable";
-    case ETIMEDOUT:
-        return "Timed out";
-    case EMFILE:
-        return "Too many open files";
-    case ENOTDIR:
-        return "Not a directory";
-    case EPIPE:
-        return "Broken pipe";
-    case ECONNRESET:
-        return "Connection reset by peer";
-    default:
-        return "error";
-    }
+    for (size_t i = 0; i < sizeof errno_texts / sizeof errno_texts[0]; i++)
+        if (errno_texts[i].code == e)
+            return errno_texts[i].text;
+    return "error";
 }
 
 /* Called with the lock held: a forked child starts over, never touching the
@@ -186,54 +184,34 @@ void ml_plan_from_verdict(const struct ml_verdict *v, struct ml_plan *out)
 
 static const char *kind_name(uint64_t kind)
 {
-    switch (kind) {
-    case 1:
-        return "check-in";
-    case 2:
-        return "verdict";
-    case 3:
-        return "outcome";
-    case 4:
-        return "status request";
-    default:
-        return "status";
-    }
+    static const char *const names[] = {"message", "check-in", "verdict", "outcome",
+                                        "status request", "status"};
+    return kind < sizeof names / sizeof names[0] ? names[kind] : "message";
 }
 
 /* wire.rs WireError's Display, prefixed "malformed verdict: ". */
 static void describe_wire_error(struct ml_plan *out, struct ml_wire_error e)
 {
     const char *p = "malformed verdict";
-    switch (e.status) {
-    case ML_WIRE_OVERSIZE:
-        snprintf(out->reason, sizeof out->reason,
-                 "%s: frame of %llu bytes exceeds the %d-byte limit", p,
-                 (unsigned long long)e.value, ML_WIRE_MAX_FRAME);
-        break;
-    case ML_WIRE_TRUNCATED:
-        snprintf(out->reason, sizeof out->reason, "%s: truncated frame", p);
-        break;
-    case ML_WIRE_VERSION:
-        snprintf(out->reason, sizeof out->reason,
-                 "%s: protocol version %llu (this build speaks %d)", p,
-                 (unsigned long long)e.value, ML_WIRE_PROTOCOL);
-        break;
-    case ML_WIRE_UNKNOWN_KIND:
-        snprintf(out->reason, sizeof out->reason, "%s: unknown message kind %llu", p,
-                 (unsigned long long)e.value);
-        break;
-    case ML_WIRE_BAD_FIELD:
-        snprintf(out->reason, sizeof out->reason, "%s: malformed field `%s`", p, e.field);
-        break;
-    case ML_WIRE_MISSING:
-        snprintf(out->reason, sizeof out->reason, "%s: missing field `%s`", p, e.field);
-        break;
-    case ML_WIRE_NOT_VERDICT:
-        snprintf(out->reason, sizeof out->reason, "%s: unexpected %s", p, kind_name(e.value));
-        break;
-    case ML_WIRE_OK:
-        break;
-    }
+    char *r = out->reason;
+    size_t n = sizeof out->reason;
+    unsigned long long v = (unsigned long long)e.value;
+    if (e.status == ML_WIRE_OVERSIZE)
+        snprintf(r, n, "%s: frame of %llu bytes exceeds the %d-byte limit", p, v,
+                 ML_WIRE_MAX_FRAME);
+    else if (e.status == ML_WIRE_TRUNCATED)
+        snprintf(r, n, "%s: truncated frame", p);
+    else if (e.status == ML_WIRE_VERSION)
+        snprintf(r, n, "%s: protocol version %llu (this build speaks %d)", p, v,
+                 ML_WIRE_PROTOCOL);
+    else if (e.status == ML_WIRE_UNKNOWN_KIND)
+        snprintf(r, n, "%s: unknown message kind %llu", p, v);
+    else if (e.status == ML_WIRE_BAD_FIELD)
+        snprintf(r, n, "%s: malformed field `%s`", p, e.field);
+    else if (e.status == ML_WIRE_MISSING)
+        snprintf(r, n, "%s: missing field `%s`", p, e.field);
+    else if (e.status == ML_WIRE_NOT_VERDICT)
+        snprintf(r, n, "%s: unexpected %s", p, kind_name(e.value));
 }
 
 /* Reads one frame into rx until the deadline; with the lock held, state SENT. */
@@ -285,23 +263,17 @@ void ml_session_plan(struct ml_plan *out, bool wait)
     memset(out, 0, sizeof *out);
     pthread_mutex_lock(&session_lock);
     reset_if_forked();
-    switch (state) {
-    case SENT:
+    if (state == SENT) {
         read_verdict(out, ml_now_ms() + (wait ? timeout_ms : 0));
         state = DECIDED;
-        break;
-    case UNREACHABLE:
+    } else if (state == UNREACHABLE) {
         set_stock(out, 0, reason_unreachable);
         state = CLOSED;
-        break;
-    case IDLE:
+    } else if (state == IDLE) {
         set_stock(out, 0, "no check-in was made");
         state = CLOSED;
-        break;
-    case DECIDED:
-    case CLOSED:
+    } else {
         set_stock(out, 0, "the verdict was already used by an earlier device");
-        break;
     }
     pthread_mutex_unlock(&session_lock);
 }
