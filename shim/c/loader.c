@@ -20,16 +20,22 @@
  *
  * macOS: Metal is recognised by the LC_ID_DYLIB install name in the image's
  * mach header (no dladdr per image) from dyld's add-image callback. dyld calls
- * those callbacks before the Objective-C runtime maps the image (dyld
- * RuntimeState::notifyLoad: the add-image callbacks first, then
- * _notifyObjCMapped → objc map_images), and objc getPreoptimizedClass answers
- * only for images whose "loaded" bit map_images has set: inside Metal's own
- * notification objc_getClass("_MTLDevice") is nil. So Metal's arrival is
- * remembered ("pending") and the hook retried on every later add-image callback
- * — creating a device loads the GPU driver bundle, whose notification sees
- * Metal's classes registered. The Linux simulation reproduces that order with
- * the `lateclasses` variant (the classes live in a second library that
- * libsimmetal.so dlopens inside MTLCreateSystemDefaultDevice).
+ * those callbacks before the Objective-C runtime maps the image: dyld-1378
+ * dyld/DyldRuntimeState.cpp RuntimeState::notifyLoad runs every
+ * _notifyAddImage function first and only then _notifyObjCMapped3 (objc's
+ * map_images); objc4-951.1 runtime/objc-opt.mm getPreoptimizedClass skips
+ * classes of images whose "loaded" bit is clear, and that bit is set by
+ * runtime/objc-os.mm addHeader (hi->setLoaded(true)), called from
+ * map_images_nolock. So inside Metal's own notification
+ * objc_getClass("_MTLDevice") is nil: Metal's arrival is remembered (check-in
+ * sent, hook "pending") and the hook is retried on every later add-image
+ * callback — creating a device loads the GPU driver bundle, whose notification
+ * comes after Metal's map_images and sees its classes. (Metal linked by the
+ * executable is mapped before our constructor runs, so the constructor finds
+ * the class at once.) Verified by reading the sources, not run: no Mac here.
+ * The Linux simulation reproduces the order with the `lateclasses` variant
+ * (the classes live in a second library that libsimmetal.so dlopens inside
+ * MTLCreateSystemDefaultDevice), covered by probe/tests/shim.rs.
  */
 #include "metalift_shim.h"
 
