@@ -110,7 +110,7 @@ fn build_linux(out: &Path) -> PathBuf {
     let library = out.join("libmetalift.so");
     let mut cmd = Command::new(compiler("cc"));
     cmd.args(FLAGS)
-        .args(["-shared", "-Wl,--as-needed", "-Wl,-z,relro,-z,now"])
+        .args(["-shared", "-Wl,--as-needed", "-Wl,-z,relro"])
         .arg("-Wl,-soname,libmetalift.so")
         .arg(format!("-Wl,--version-script={}", map.display()))
         .arg("-o")
