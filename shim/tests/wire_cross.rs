@@ -228,80 +228,86 @@ fn oversize_and_tiny_frame_lengths_are_refused_like_rust() {
     assert_same_verdict_decision(&body);
 }
 
+/// A verdict body from `(tag, value)` fields, in order.
+fn body(fields: &[(u8, Vec<u8>)]) -> Vec<u8> {
+    let mut b = vec![1u8, 2];
+    for (tag, value) in fields {
+        b.push(*tag);
+        b.extend_from_slice(&(value.len() as u16).to_le_bytes());
+        b.extend_from_slice(value);
+    }
+    b
+}
+
+/// Every field of a full unlock verdict, valid.
+fn full_verdict() -> Vec<(u8, Vec<u8>)> {
+    vec![
+        (10, 7u64.to_le_bytes().to_vec()),
+        (11, vec![1]),
+        (12, 7u64.to_le_bytes().to_vec()),
+        (13, 32768u64.to_le_bytes().to_vec()),
+        (14, (12u64 << 30).to_le_bytes().to_vec()),
+        (15, b"apple7".to_vec()),
+        (16, b"llama".to_vec()),
+        (17, vec![0]),
+        (18, vec![1]),
+    ]
+}
+
 #[test]
-fn malformed_fields_are_refused_with_the_same_field_name() {
-    let field = |tag: u8, value: &[u8]| {
-        let mut f = vec![tag];
-        f.extend_from_slice(&(value.len() as u16).to_le_bytes());
-        f.extend_from_slice(value);
-        f
-    };
-    let good = [
-        field(10, &7u64.to_le_bytes()),
-        field(11, &[1]),
-        field(12, &7u64.to_le_bytes()),
-        field(13, &32768u64.to_le_bytes()),
-        field(17, &[0]),
+fn each_malformed_or_missing_field_is_refused_with_the_same_error() {
+    assert!(c::decode_verdict(&body(&full_verdict())).is_ok());
+    let bad_values: Vec<(u8, Vec<u8>)> = vec![
+        (10, vec![1, 2, 3]),
+        (11, vec![2]),
+        (11, vec![1, 0]),
+        (11, vec![]),
+        (12, 300u64.to_le_bytes().to_vec()),
+        (12, vec![7]),
+        (13, vec![0; 4]),
+        (14, vec![0; 9]),
+        (15, vec![0xff, 0xfe]),
+        (15, vec![0xc0, 0x80]),
+        (15, vec![0xf4, 0x90, 0x80, 0x80]),
+        (16, vec![0xed, 0xa0, 0x80]),
+        (16, vec![0xe0, 0x80, 0x80]),
+        (16, vec![0xf0, 0x80, 0x80, 0x80]),
+        (16, vec![0xe2, 0x82]),
+        (17, vec![2]),
+        (17, vec![]),
+        (18, vec![2]),
+        (18, vec![0, 0]),
     ];
-    let body = |fields: &[Vec<u8>]| {
-        let mut b = vec![1u8, 2];
-        for f in fields {
-            b.extend_from_slice(f);
+    for (tag, value) in bad_values {
+        let mut fields = full_verdict();
+        for field in fields.iter_mut().filter(|(t, _)| *t == tag) {
+            field.1 = value.clone();
         }
-        b
-    };
-    assert!(c::decode_verdict(&body(&good)).is_ok());
-    let cases: Vec<Vec<Vec<u8>>> = vec![
-        vec![good[0].clone(), field(11, &[2]), good[4].clone()],
-        vec![good[0].clone(), field(11, &[1, 0]), good[4].clone()],
-        vec![good[0].clone(), good[1].clone(), good[4].clone()],
-        vec![
-            good[0].clone(),
-            good[1].clone(),
-            field(12, &300u64.to_le_bytes()),
-            good[3].clone(),
-            good[4].clone(),
-        ],
-        vec![
-            good[0].clone(),
-            good[1].clone(),
-            good[2].clone(),
-            good[4].clone(),
-        ],
-        vec![
-            good[1].clone(),
-            good[2].clone(),
-            good[3].clone(),
-            good[4].clone(),
-        ],
-        vec![
-            good[0].clone(),
-            good[1].clone(),
-            good[2].clone(),
-            good[3].clone(),
-        ],
-        vec![
-            good[0].clone(),
-            good[1].clone(),
-            good[2].clone(),
-            good[3].clone(),
-            field(17, &[3]),
-        ],
-        vec![good[0].clone(), good[0].clone()],
-        vec![good[0].clone(), field(16, &[0xff, 0xfe])],
-        vec![good[0].clone(), field(16, &[0xed, 0xa0, 0x80])],
-        vec![good[0].clone(), field(15, &[0xf4, 0x90, 0x80, 0x80])],
-        vec![good[0].clone(), field(15, &[0xc0, 0x80])],
-        vec![good[0].clone(), field(18, &[2])],
-        vec![field(10, &[1, 2, 3])],
-    ];
-    for fields in cases {
         let b = body(&fields);
         assert_same_verdict_decision(&b);
-        assert!(c::decode_verdict(&b).is_err(), "{b:02x?}");
+        assert!(c::decode_verdict(&b).is_err(), "tag {tag} = {value:02x?}");
     }
-    // Truncated field headers and values.
-    let full = body(&good);
+    // Valid multi-byte UTF-8 is accepted by both.
+    let mut fields = full_verdict();
+    fields[6].1 = "é€😀".as_bytes().to_vec();
+    assert_same_verdict_decision(&body(&fields));
+    assert!(c::decode_verdict(&body(&fields)).is_ok());
+    // Each field removed in turn, and a stock verdict without capabilities.
+    for skip in 0..full_verdict().len() {
+        let mut fields = full_verdict();
+        fields.remove(skip);
+        assert_same_verdict_decision(&body(&fields));
+        let mut stock = fields.clone();
+        for field in stock.iter_mut().filter(|(t, _)| *t == 11) {
+            field.1 = vec![0];
+        }
+        assert_same_verdict_decision(&body(&stock));
+    }
+    // A repeated tag, and truncated headers and values.
+    let mut fields = full_verdict();
+    fields.push((18, vec![1]));
+    assert_same_verdict_decision(&body(&fields));
+    let full = body(&full_verdict());
     for cut in 0..full.len() {
         assert_same_verdict_decision(&full[..cut]);
     }
