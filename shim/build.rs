@@ -115,7 +115,10 @@ fn build_linux(out: &Path) -> PathBuf {
         .arg(format!("-Wl,--version-script={}", map.display()))
         .arg("-o")
         .arg(&library)
-        .args(SOURCES);
+        .args(SOURCES)
+        // glibc < 2.34 keeps dlsym/pthread_atfork in libdl/libpthread; with
+        // --as-needed they are recorded only where they are still separate.
+        .args(["-ldl", "-lpthread"]);
     run(cmd, "libmetalift.so");
     library
 }

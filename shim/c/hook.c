@@ -81,7 +81,7 @@ static init_fn original_init;
 /* Held by the first device's handling (verdict wait, installing); a second
  * device init meanwhile waits here for the same decision. */
 static pthread_mutex_t device_lock = PTHREAD_MUTEX_INITIALIZER;
-static pid_t first_device_pid; /* the pid whose first device was handled */
+static volatile pid_t first_device_pid; /* the pid whose first device was handled */
 
 static volatile int mode = MODE_NONE;
 static ml_class hooked_class;

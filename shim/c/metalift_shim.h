@@ -151,7 +151,11 @@ extern int dlclose(void *handle);
 extern void *dlopen(const char *path, int mode);
 extern void *dlsym(void *handle, const char *symbol);
 extern int fcntl(int fd, int cmd, ...);
+#if defined(__x86_64__)
+extern int fstat(int fd, struct stat *st) __asm("_fstat$INODE64"); /* the 64-bit-inode stat */
+#else
 extern int fstat(int fd, struct stat *st);
+#endif
 extern char *getenv(const char *name);
 extern pid_t getpid(void);
 extern const char *getprogname(void);
