@@ -333,6 +333,9 @@ static void first_device(ml_id device)
     ml_session_plan(&plan, true);
     ml_class cls = class_of(device);
     snprintf(device_class_name, sizeof device_class_name, "%s", class_name(cls));
+    /* Installing and finishing exclude each other: a capability question on
+     * another thread waits until every replacement is in place. */
+    pthread_mutex_lock(&finish_lock);
     if (mode != MODE_NONE && mode != MODE_RESTORED) {
         /* Inherited from a parent process across fork: start from pristine. */
         finish_done = true;
@@ -347,6 +350,7 @@ static void first_device(ml_id device)
             snprintf(reason, sizeof reason, "selector -[%s %s] is missing; nothing was installed",
                      device_class_name, sel_names[i]);
             struct ml_answers now = read_live(device);
+            pthread_mutex_unlock(&finish_lock);
             report(plan.decision_id, ML_RESULT_FAILED, reason, now, now);
             return;
         }
@@ -355,6 +359,7 @@ static void first_device(ml_id device)
         ml_class super = rt.class_get_superclass(cls);
         if (super != NULL && rt.class_get_instance_method(super, sels[i]) == methods[i]) {
             struct ml_answers now = read_live(device);
+            pthread_mutex_unlock(&finish_lock);
             if (!plan.unlock) {
                 report(plan.decision_id, ML_RESULT_STOCK, plan.reason, now, now);
                 return;
@@ -379,6 +384,7 @@ static void first_device(ml_id device)
         rt.class_replace_method(cls, sels[i], replacement[i], types[i]);
         installed[i] = true;
     }
+    pthread_mutex_unlock(&finish_lock);
     ml_log(ML_DEBUG, "capability methods of %s replaced; checked at the first question",
            device_class_name);
 }
