@@ -124,12 +124,21 @@ fn build_linux(out: &Path) -> PathBuf {
 }
 
 fn build_macos(out: &Path) -> PathBuf {
+    // The slice cargo asked for (pkg/build.sh builds arm64 and arm64e and lipos them).
+    let target = std::env::var("TARGET").unwrap_or_default();
+    let arch = if target.starts_with("arm64e") {
+        "arm64e"
+    } else if target.starts_with("aarch64") {
+        "arm64"
+    } else {
+        "x86_64"
+    };
     let empty = out.join("exports-none.txt");
     std::fs::write(&empty, "").expect("write the empty export list");
     let library = out.join("libmetalift.dylib");
     let mut cmd = Command::new(compiler("clang"));
     cmd.args(FLAGS)
-        .args(["-dynamiclib", "-mmacosx-version-min=13.0"])
+        .args(["-arch", arch, "-dynamiclib", "-mmacosx-version-min=13.0"])
         .arg("-Wl,-install_name,/usr/local/metalift/lib/libmetalift.dylib")
         .arg(format!("-Wl,-exported_symbols_list,{}", empty.display()))
         .arg("-o")
