@@ -1,14 +1,22 @@
 //! Builds the simulated Metal library (Linux only) and links `metalift-probe` to it.
 //!
-//! Three variants of `probe/simmetal/simmetal.m` are compiled with `gcc -x
+//! Variants of `probe/simmetal/simmetal.m` are compiled with `gcc -x
 //! objective-c` against Debian's GCC Objective-C runtime, each as `libsimmetal.so`
 //! (same soname) in its own directory under `OUT_DIR`:
 //!
-//! | directory  | what is missing                  | used by                          |
-//! |------------|----------------------------------|----------------------------------|
-//! | `normal/`  | nothing                          | `metalift-probe` (linked, rpath) |
-//! | `noinit/`  | `-[_MTLDevice initGPUFamilySupport]` | the "selector missing" tests |
-//! | `nows/`    | `recommendedMaxWorkingSetSize`   | the "failure midway" tests       |
+//! | directory      | what differs                                      | used by                          |
+//! |----------------|---------------------------------------------------|----------------------------------|
+//! | `normal/`      | nothing                                           | `metalift-probe` (linked, rpath) |
+//! | `noinit/`      | no `-[_MTLDevice initGPUFamilySupport]`           | the "selector missing" tests     |
+//! | `nows/`        | no `recommendedMaxWorkingSetSize`                 | the "selector missing" tests     |
+//! | `lateanswers/` | answers set only after `-initGPUFamilySupport`    | the "read after init" test       |
+//! | `noeffect/`    | `-init` swaps the class to an overriding subclass | the self-check/roll-back test    |
+//! | `inherited/`   | getters only in `_MTLDevice`                      | the "inherited" test             |
+//! | `lateclasses/` | classes in `libsimmetal_driver.so`, dlopened by `MTLCreateSystemDefaultDevice` | the dyld-order tests |
+//!
+//! Also the hostile test programs (`probe/hostile/hostile.c`, C) into `OUT_DIR/bin/`:
+//! `metalift-hostile` (links `normal/`) and `metalift-hostile-late` (dlopens
+//! `$HOSTILE_METAL`).
 //!
 //! `metalift-probe` links `normal/` with a `DT_RUNPATH` to it, the way llama.cpp
 //! links Metal.framework; a test swaps in another variant with `LD_LIBRARY_PATH`
@@ -25,14 +33,35 @@ use std::process::Command;
 
 const SOURCE: &str = "simmetal/simmetal.m";
 
-const VARIANTS: [(&str, &[&str]); 3] = [
-    ("normal", &[]),
-    ("noinit", &["-DSIMMETAL_NO_INIT_GPU_FAMILY_SUPPORT"]),
-    ("nows", &["-DSIMMETAL_NO_WORKING_SET"]),
+const HOSTILE: &str = "hostile/hostile.c";
+
+/// (directory, file, defines).
+const VARIANTS: [(&str, &str, &[&str]); 8] = [
+    ("normal", "libsimmetal.so", &[]),
+    (
+        "noinit",
+        "libsimmetal.so",
+        &["-DSIMMETAL_NO_INIT_GPU_FAMILY_SUPPORT"],
+    ),
+    ("nows", "libsimmetal.so", &["-DSIMMETAL_NO_WORKING_SET"]),
+    (
+        "lateanswers",
+        "libsimmetal.so",
+        &["-DSIMMETAL_LATE_ANSWERS"],
+    ),
+    ("noeffect", "libsimmetal.so", &["-DSIMMETAL_NO_EFFECT"]),
+    ("inherited", "libsimmetal.so", &["-DSIMMETAL_INHERITED"]),
+    ("lateclasses", "libsimmetal.so", &["-DSIMMETAL_STUB"]),
+    (
+        "lateclasses",
+        "libsimmetal_driver.so",
+        &["-DSIMMETAL_DRIVER"],
+    ),
 ];
 
 fn main() {
     println!("cargo:rerun-if-changed={SOURCE}");
+    println!("cargo:rerun-if-changed={HOSTILE}");
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-env-changed=SIMMETAL_CC");
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
@@ -42,12 +71,16 @@ fn main() {
         return;
     }
     let cc = std::env::var("SIMMETAL_CC").unwrap_or_else(|_| "gcc".to_owned());
-    for (name, defines) in VARIANTS {
+    for (name, file, defines) in VARIANTS {
         let dir = out.join(name);
         std::fs::create_dir_all(&dir).expect("create OUT_DIR/<variant>");
-        compile(&cc, defines, &dir.join("libsimmetal.so"));
+        compile(&cc, defines, file, &dir.join(file));
     }
     let normal = out.join("normal");
+    let bin_dir = out.join("bin");
+    std::fs::create_dir_all(&bin_dir).expect("create OUT_DIR/bin");
+    hostile(&cc, &normal, &bin_dir.join("metalift-hostile"), false);
+    hostile(&cc, &normal, &bin_dir.join("metalift-hostile-late"), true);
     let bin = "metalift-probe";
     println!("cargo:rustc-link-arg-bin={bin}=-L{}", normal.display());
     println!("cargo:rustc-link-arg-bin={bin}=-lsimmetal");
@@ -57,7 +90,27 @@ fn main() {
     );
 }
 
-fn compile(cc: &str, defines: &[&str], output: &Path) {
+fn hostile(cc: &str, normal: &Path, output: &Path, late: bool) {
+    let mut cmd = Command::new(cc);
+    cmd.args(["-O2", "-Wall", "-Werror", "-o"])
+        .arg(output)
+        .arg(HOSTILE);
+    if late {
+        cmd.arg("-DHOSTILE_LATE");
+    } else {
+        cmd.arg("-Wl,--no-as-needed")
+            .arg(format!("-L{}", normal.display()))
+            .arg("-lsimmetal")
+            .arg(format!("-Wl,-rpath,{}", normal.display()));
+    }
+    cmd.arg("-ldl");
+    match cmd.status() {
+        Ok(s) if s.success() => {}
+        other => panic!("{cc} failed building {}: {other:?}", output.display()),
+    }
+}
+
+fn compile(cc: &str, defines: &[&str], file: &str, output: &Path) {
     let status = Command::new(cc)
         .args([
             "-x",
@@ -68,12 +121,15 @@ fn compile(cc: &str, defines: &[&str], output: &Path) {
             "-Wall",
             "-Werror",
         ])
-        .arg("-Wl,-soname,libsimmetal.so")
+        .arg(format!("-Wl,-soname,{file}"))
+        .arg("-D_GNU_SOURCE")
         .args(defines)
         .arg("-o")
         .arg(output)
         .arg(SOURCE)
+        .arg("-Wl,--no-as-needed")
         .arg("-lobjc")
+        .arg("-ldl")
         .status();
     match status {
         Ok(s) if s.success() => {}

@@ -10,6 +10,8 @@
 //!   or audit), the in-run baseline for round trips and throughput.
 //! - [`probe_cost`], [`throughput`], [`reload`], [`big_exe`] (Linux): items 2–5 of
 //!   issue 7, each returning a [`Section`] with its table and its targets.
+//! - [`startup`] (Linux): item 1 (issue 10), the shim's start-up cost next to an
+//!   empty preloaded C library.
 //!
 //! Every figure is compared with a baseline measured in the same run, and the
 //! harness asserts nothing about time: a missed target is printed as missed.
@@ -27,6 +29,8 @@ pub mod harness;
 pub mod probe_cost;
 #[cfg(target_os = "linux")]
 pub mod reload;
+#[cfg(target_os = "linux")]
+pub mod startup;
 #[cfg(target_os = "linux")]
 pub mod throughput;
 

@@ -27,6 +27,9 @@ struct Args {
 enum Cmd {
     /// Every benchmark, then the summary table.
     All,
+    /// Item 1: start-up of a process without Metal (shimmed, unshimmed, empty
+    /// preload), and the added time of an unlock.
+    Startup,
     /// Item 2: a Metal process (the probe) unlocked vs uninjected, next to a round trip.
     Probe,
     /// Item 3: daemon throughput and latency at 1, 8, 64 clients, and RSS.
@@ -66,9 +69,12 @@ fn run(args: Args) -> anyhow::Result<()> {
     use std::time::Duration;
 
     use metalift_bench::harness::{self, Artifacts};
-    use metalift_bench::{big_exe, probe_cost, reload, summary_table, throughput, Section};
+    use metalift_bench::{
+        big_exe, probe_cost, reload, startup, summary_table, throughput, Section,
+    };
 
     let q = args.quick;
+    let start_up = |art: &Artifacts| startup::run(art, if q { 30 } else { 300 });
     let probe = |art: &Artifacts| probe_cost::run(art, if q { 20 } else { 1000 });
     let through = |art: &Artifacts| {
         let (rounds, length) = if q {
@@ -103,6 +109,7 @@ fn run(args: Args) -> anyhow::Result<()> {
                 art.shim.display()
             );
             match cmd {
+                Cmd::Startup => vec![start_up(&art)?],
                 Cmd::Probe => vec![probe(&art)?],
                 Cmd::Throughput => vec![through(&art)?],
                 Cmd::Reload => vec![reloads(&art)?],
@@ -111,9 +118,10 @@ fn run(args: Args) -> anyhow::Result<()> {
                     let mut all = Vec::new();
                     for (name, bench) in [
                         (
-                            "probe",
-                            &probe as &dyn Fn(&Artifacts) -> anyhow::Result<Section>,
+                            "startup",
+                            &start_up as &dyn Fn(&Artifacts) -> anyhow::Result<Section>,
                         ),
+                        ("probe", &probe),
                         ("throughput", &through),
                         ("reload", &reloads),
                         ("big-exe", &big),

@@ -36,18 +36,49 @@ pub struct Options {
     pub json: bool,
     /// `--simmetal-dir`: print [`SIMMETAL_DIR`] and exit.
     pub simmetal_dir: bool,
+    /// `--expect-family N`: exit with [`EXIT_FAMILY_MISMATCH`] unless the device
+    /// answers YES for AppleN and NO for Apple(N+1).
+    pub expect_family: Option<u8>,
+    /// `--threads N` (Linux): first create N devices at once on N threads.
+    pub threads: usize,
     /// Positional arguments (the library path for `metalift-probe-dlopen`).
     pub positional: Vec<String>,
 }
+
+/// Exit status when `--expect-family N` does not hold.
+pub const EXIT_FAMILY_MISMATCH: u8 = 3;
+
+/// The options both probes document in `--help`.
+pub const OPTIONS_HELP: &str = "\
+  --json               one JSON document instead of the table
+  --expect-family N    exit 3 unless the device answers YES for AppleN and NO for Apple(N+1)
+  --threads N          (Linux) first create N devices at the same moment on N threads
+  --simmetal-dir       print where the simulated Metal variants were built
+exit status: 0 ok; 1 no Metal device; 2 usage; 3 --expect-family did not hold";
 
 impl Options {
     /// Parses `args` (without the program name).
     pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Options, String> {
         let mut options = Options::default();
-        for arg in args {
+        let mut args = args.into_iter();
+        while let Some(arg) = args.next() {
             match arg.as_str() {
                 "--json" => options.json = true,
                 "--simmetal-dir" => options.simmetal_dir = true,
+                "--expect-family" => {
+                    let value = args.next().ok_or("--expect-family needs a number")?;
+                    options.expect_family = Some(
+                        value
+                            .parse()
+                            .map_err(|_| format!("--expect-family {value}: not a number"))?,
+                    );
+                }
+                "--threads" => {
+                    let value = args.next().ok_or("--threads needs a number")?;
+                    options.threads = value
+                        .parse()
+                        .map_err(|_| format!("--threads {value}: not a number"))?;
+                }
                 "-h" | "--help" => return Err(String::new()),
                 flag if flag.starts_with('-') => return Err(format!("unknown option {flag}")),
                 _ => options.positional.push(arg),
@@ -57,11 +88,24 @@ impl Options {
     }
 }
 
-/// Prints `report` as the options ask.
-pub fn print(report: &Report, options: &Options) {
+/// Prints `report` as the options ask and returns the exit status.
+pub fn print(report: &Report, options: &Options) -> std::process::ExitCode {
     if options.json {
         println!("{}", report.to_json());
     } else {
         print!("{}", report.to_text());
+    }
+    match options.expect_family {
+        Some(n) if !report.is_exactly_apple(n) => {
+            eprintln!(
+                "metalift-probe: expected Apple{n} (and not Apple{}), the device answers {}",
+                u16::from(n) + 1,
+                report
+                    .apple_family()
+                    .map_or("no Apple family".to_owned(), |f| format!("up to Apple{f}"))
+            );
+            std::process::ExitCode::from(EXIT_FAMILY_MISMATCH)
+        }
+        _ => std::process::ExitCode::SUCCESS,
     }
 }

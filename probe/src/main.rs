@@ -14,7 +14,10 @@ fn main() -> ExitCode {
             if !msg.is_empty() {
                 eprintln!("metalift-probe: {msg}");
             }
-            eprintln!("usage: metalift-probe [--json] [--simmetal-dir]");
+            eprintln!(
+                "usage: metalift-probe [--json] [--expect-family N] [--threads N] [--simmetal-dir]\n{}",
+                metalift_probe::OPTIONS_HELP
+            );
             return ExitCode::from(2);
         }
     };
@@ -22,11 +25,8 @@ fn main() -> ExitCode {
         println!("{}", metalift_probe::SIMMETAL_DIR);
         return ExitCode::SUCCESS;
     }
-    match platform::default_device() {
-        Ok(report) => {
-            metalift_probe::print(&report, &options);
-            ExitCode::SUCCESS
-        }
+    match platform::default_device(&options) {
+        Ok(report) => metalift_probe::print(&report, &options),
         Err(err) => {
             eprintln!("metalift-probe: no Metal device: {err}");
             ExitCode::FAILURE
@@ -46,7 +46,10 @@ mod platform {
         fn MTLCreateSystemDefaultDevice() -> *mut c_void;
     }
 
-    pub fn default_device() -> Result<Report, String> {
+    pub fn default_device(options: &metalift_probe::Options) -> Result<Report, String> {
+        if options.threads > 0 {
+            sim::create_concurrently(options.threads, Scope::Global)?;
+        }
         // SAFETY: the linked symbol is the simulated Metal's MTLCreateSystemDefaultDevice.
         let device = unsafe { sim::default_device(MTLCreateSystemDefaultDevice, Scope::Global) }?;
         Ok(Report::probe(&device))
@@ -57,7 +60,7 @@ mod platform {
 mod platform {
     use metalift_probe::Report;
 
-    pub fn default_device() -> Result<Report, String> {
+    pub fn default_device(_options: &metalift_probe::Options) -> Result<Report, String> {
         let device = metalift_probe::macos::default_device()?;
         Ok(Report::probe(&device))
     }
@@ -67,7 +70,7 @@ mod platform {
 mod platform {
     use metalift_probe::Report;
 
-    pub fn default_device() -> Result<Report, String> {
+    pub fn default_device(_options: &metalift_probe::Options) -> Result<Report, String> {
         Err("no Metal (real or simulated) on this platform".into())
     }
 }

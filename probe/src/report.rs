@@ -15,6 +15,12 @@ pub trait Device {
     /// `[device recommendedMaxWorkingSetSize]`, or `None` when the device does not
     /// respond to it.
     fn recommended_working_set(&self) -> Option<u64>;
+    /// How many implementations of the capability selectors, anywhere in the
+    /// device's class chain, live inside libmetalift (`None`: cannot tell here).
+    /// After a roll-back or a stock outcome it must be 0.
+    fn shim_imps(&self) -> Option<u32> {
+        None
+    }
 }
 
 /// The three capability flags llama.cpp's Metal backend derives, exactly as
@@ -59,6 +65,8 @@ pub struct Report {
     pub recommended_working_set: Option<u64>,
     /// What llama.cpp would conclude.
     pub llama: LlamaFlags,
+    /// Capability IMPs inside libmetalift (see [`Device::shim_imps`]).
+    pub shim_imps: Option<u32>,
 }
 
 impl Report {
@@ -73,6 +81,7 @@ impl Report {
             max_threadgroup_memory: device.max_threadgroup_memory(),
             recommended_working_set: device.recommended_working_set(),
             llama: LlamaFlags::derive(|f| device.supports_family(f)),
+            shim_imps: device.shim_imps(),
         }
     }
 
@@ -89,6 +98,13 @@ impl Report {
         (1..=10u8)
             .rev()
             .find(|n| self.supports(&format!("Apple{n}")) == Some(true))
+    }
+
+    /// Whether the device answers YES for Apple`n` and NO for Apple`n+1`
+    /// (`metalift-probe --expect-family N`).
+    pub fn is_exactly_apple(&self, n: u8) -> bool {
+        self.supports(&format!("Apple{n}")) == Some(true)
+            && self.supports(&format!("Apple{}", n + 1)) != Some(true)
     }
 
     /// The human-readable table.
@@ -126,6 +142,7 @@ impl Report {
             "apple_family": self.apple_family(),
             "max_threadgroup_memory": self.max_threadgroup_memory,
             "recommended_working_set": self.recommended_working_set,
+            "shim_imps": self.shim_imps,
             "llama_cpp": {
                 "has_simdgroup_reduction": self.llama.has_simdgroup_reduction,
                 "has_simdgroup_mm": self.llama.has_simdgroup_mm,

@@ -50,6 +50,42 @@ struct Runtime {
     msg_lookup: MsgLookupFn,
     sel_register_name: SelRegisterNameFn,
     class_responds_to_selector: RespondsFn,
+    /// For [`Device::shim_imps`]; `None` if the runtime lacks one of them.
+    inspect: Option<Inspect>,
+}
+
+/// The runtime functions that read a class's methods.
+#[derive(Debug, Clone, Copy)]
+struct Inspect {
+    class_get_superclass: unsafe extern "C" fn(Class) -> Class,
+    class_get_instance_method: unsafe extern "C" fn(Class, Sel) -> *mut c_void,
+    method_get_implementation: unsafe extern "C" fn(*mut c_void) -> *mut c_void,
+}
+
+impl Inspect {
+    fn resolve(scope: Scope) -> Option<Inspect> {
+        let superclass = scope.lookup(c"class_getSuperclass").ok()?;
+        let method = scope.lookup(c"class_getInstanceMethod").ok()?;
+        let imp = scope.lookup(c"method_getImplementation").ok()?;
+        Some(Inspect {
+            // SAFETY: class_getSuperclass has this signature in GCC's <objc/runtime.h>.
+            class_get_superclass: unsafe {
+                std::mem::transmute::<*mut c_void, unsafe extern "C" fn(Class) -> Class>(superclass)
+            },
+            // SAFETY: class_getInstanceMethod has this signature (Method is a pointer).
+            class_get_instance_method: unsafe {
+                std::mem::transmute::<*mut c_void, unsafe extern "C" fn(Class, Sel) -> *mut c_void>(
+                    method,
+                )
+            },
+            // SAFETY: method_getImplementation has this signature (IMP as an address).
+            method_get_implementation: unsafe {
+                std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> *mut c_void>(
+                    imp,
+                )
+            },
+        })
+    }
 }
 
 type MsgLookupFn = unsafe extern "C" fn(Id, Sel) -> Option<Imp>;
@@ -72,6 +108,7 @@ impl Runtime {
             class_responds_to_selector: unsafe {
                 std::mem::transmute::<*mut c_void, RespondsFn>(responds)
             },
+            inspect: Inspect::resolve(scope),
         })
     }
 
@@ -206,4 +243,69 @@ impl Device for SimDevice {
         }
         self.call_u64(c"recommendedMaxWorkingSetSize")
     }
+
+    fn shim_imps(&self) -> Option<u32> {
+        let inspect = self.runtime.inspect?;
+        // SAFETY: GCC's `struct objc_object` starts with its class pointer; `object` is live.
+        let mut class = unsafe { *(self.object as *const Class) };
+        let mut count = 0;
+        while !class.is_null() {
+            for selector in [
+                c"supportsFamily:",
+                c"maxThreadgroupMemoryLength",
+                c"recommendedMaxWorkingSetSize",
+            ] {
+                let sel = self.runtime.sel(selector);
+                // SAFETY: a class of this runtime and a registered selector.
+                let method = unsafe { (inspect.class_get_instance_method)(class, sel) };
+                if method.is_null() {
+                    continue;
+                }
+                // SAFETY: `method` came from class_getInstanceMethod.
+                let imp = unsafe { (inspect.method_get_implementation)(method) };
+                if lives_in_shim(imp) {
+                    count += 1;
+                }
+            }
+            // SAFETY: a class of this runtime; Nil ends the chain.
+            class = unsafe { (inspect.class_get_superclass)(class) };
+        }
+        Some(count)
+    }
+}
+
+/// Whether `address` lies inside a loaded file named libmetalift*.
+fn lives_in_shim(address: *mut c_void) -> bool {
+    // SAFETY: Dl_info is plain old data; all-zero is a valid value for dladdr to overwrite.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: dladdr only reads the address; `info` is a valid out-pointer.
+    if unsafe { libc::dladdr(address, &mut info) } == 0 || info.dli_fname.is_null() {
+        return false;
+    }
+    // SAFETY: dli_fname is a NUL-terminated path owned by the loader.
+    let path = unsafe { CStr::from_ptr(info.dli_fname) }.to_string_lossy();
+    path.rsplit('/')
+        .next()
+        .is_some_and(|name| name.starts_with("libmetalift"))
+}
+
+/// Creates `threads` devices at the same moment on as many threads with the
+/// library's `SimMetalCreateDevice` (a new device per call), then returns the
+/// default device: the two-threads-at-once case of the shim's first device.
+pub fn create_concurrently(threads: usize, scope: Scope) -> Result<(), String> {
+    let create = scope.lookup(c"SimMetalCreateDevice")?;
+    // SAFETY: the simulated Metal's `id SimMetalCreateDevice(void)`.
+    let create =
+        unsafe { std::mem::transmute::<*mut c_void, unsafe extern "C" fn() -> Id>(create) };
+    let barrier = std::sync::Barrier::new(threads);
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| {
+                barrier.wait();
+                // SAFETY: SimMetalCreateDevice is thread-safe (nothing shared).
+                unsafe { create() };
+            });
+        }
+    });
+    Ok(())
 }

@@ -1,5 +1,6 @@
 //! libmetalift must not change what a process that never touches Metal does:
-//! same stdout, same stderr, same exit code, with a daemon and without one.
+//! same stdout, same stderr, same exit code, with a daemon and without one —
+//! and it must not even connect: no daemon work, no audit record, no log line.
 //!
 //! Linux only: the simulated Metal and `LD_PRELOAD` (macOS runs the real Metal).
 #![cfg(target_os = "linux")]
@@ -49,7 +50,22 @@ fn every_program(socket: &Path) {
 fn given_a_daemon_that_unlocks_everything_then_programs_without_metal_are_unchanged() {
     let daemon = FakeDaemon::start(unlock(APPLE7));
     every_program(&daemon.socket);
-    assert!(daemon.check_ins() > 0, "the injected processes checked in");
+    assert_eq!(
+        daemon.connections(),
+        0,
+        "a process without Metal never connects"
+    );
+}
+
+#[test]
+fn given_a_daemon_that_answers_after_3_s_then_a_program_without_metal_finishes_at_once() {
+    let daemon = FakeDaemon::start_delayed(unlock(APPLE7), std::time::Duration::from_secs(3));
+    let start = std::time::Instant::now();
+    let status = injected("/bin/true", &daemon.socket).status().unwrap();
+    assert!(status.success());
+    let took = start.elapsed();
+    assert!(took < std::time::Duration::from_secs(1), "took {took:?}");
+    assert_eq!(daemon.connections(), 0);
 }
 
 #[test]

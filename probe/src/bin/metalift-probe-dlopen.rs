@@ -11,15 +11,15 @@ fn main() -> ExitCode {
     let options = match Options::parse(std::env::args().skip(1)) {
         Ok(options) if options.positional.len() == 1 => options,
         Ok(_) | Err(_) => {
-            eprintln!("usage: metalift-probe-dlopen [--json] PATH-TO-METAL-LIBRARY");
+            eprintln!(
+                "usage: metalift-probe-dlopen [--json] [--expect-family N] PATH-TO-METAL-LIBRARY\n{}",
+                metalift_probe::OPTIONS_HELP
+            );
             return ExitCode::from(2);
         }
     };
     match open(&options.positional[0]) {
-        Ok(report) => {
-            metalift_probe::print(&report, &options);
-            ExitCode::SUCCESS
-        }
+        Ok(report) => metalift_probe::print(&report, &options),
         Err(err) => {
             eprintln!("metalift-probe-dlopen: {err}");
             ExitCode::FAILURE

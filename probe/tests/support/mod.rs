@@ -26,28 +26,30 @@ pub fn probe_dlopen() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_metalift-probe-dlopen"))
 }
 
-/// A simulated Metal variant's directory (`normal`, `noinit`, `nows`).
+/// A simulated Metal variant's directory (`normal`, `noinit`, `nows`,
+/// `lateanswers`, `noeffect`, `inherited`, `lateclasses`).
 pub fn simmetal(variant: &str) -> PathBuf {
     Path::new(metalift_probe::SIMMETAL_DIR).join(variant)
 }
 
-/// libmetalift.so as built for this test run (the dev-dependency puts it in
-/// `deps/`; `cargo build` also copies it next to the binaries): the newest one.
+/// A hostile test program (`metalift-hostile`, `metalift-hostile-late`).
+pub fn hostile(name: &str) -> PathBuf {
+    Path::new(metalift_probe::SIMMETAL_DIR)
+        .join("bin")
+        .join(name)
+}
+
+/// libmetalift.so as built for this test run: `shim/build.rs` compiles it from
+/// `shim/c/*.c` and installs it at `target/<profile>/libmetalift.so` (the
+/// dev-dependency on metalift-shim makes `cargo test -p metalift-probe` build it).
 pub fn shim() -> PathBuf {
-    let bin_dir = probe()
-        .parent()
-        .expect("probe has a directory")
-        .to_path_buf();
-    let candidates = [
-        bin_dir.join("deps/libmetalift.so"),
-        bin_dir.join("libmetalift.so"),
-    ];
-    candidates
-        .iter()
-        .filter_map(|p| Some((std::fs::metadata(p).ok()?.modified().ok()?, p.clone())))
-        .max()
-        .map(|(_, p)| p)
-        .expect("libmetalift.so is built (it is a dev-dependency of metalift-probe)")
+    let path = PathBuf::from(metalift_shim::LIBRARY);
+    assert!(
+        path.is_file(),
+        "libmetalift.so is built: {}",
+        path.display()
+    );
+    path
 }
 
 /// The profile the tests unlock with.
@@ -92,27 +94,44 @@ pub fn stock(mode: Mode, would_unlock: bool) -> Behaviour {
     })
 }
 
-/// A scripted metaliftd on a temporary Unix socket. Records every check-in and
-/// outcome it receives; stops when dropped.
+/// A scripted metaliftd on a temporary Unix socket. Records every connection,
+/// check-in (with the peer's pid from `SO_PEERCRED`: the kernel's word, as the
+/// real daemon takes it) and outcome it receives; stops when dropped.
 pub struct FakeDaemon {
     pub socket: PathBuf,
     _dir: tempfile::TempDir,
     stop: Arc<AtomicBool>,
-    check_ins: Arc<AtomicU64>,
-    outcomes: Arc<Mutex<Vec<Outcome>>>,
+    record: Arc<Record>,
     acceptor: Option<JoinHandle<()>>,
+}
+
+/// What the fake daemon saw.
+#[derive(Default)]
+struct Record {
+    connections: AtomicU64,
+    check_ins: AtomicU64,
+    /// The peer pid of each check-in, in arrival order.
+    check_in_pids: Mutex<Vec<u32>>,
+    /// Each outcome with the pid of the connection it came on.
+    outcomes: Mutex<Vec<(u32, Outcome)>>,
+    /// Frames that did not decode (a program's bytes in the shim's socket).
+    garbage: Mutex<Vec<String>>,
 }
 
 impl FakeDaemon {
     pub fn start(behaviour: Behaviour) -> FakeDaemon {
+        FakeDaemon::start_delayed(behaviour, Duration::ZERO)
+    }
+
+    /// Like [`FakeDaemon::start`], answering each check-in only after `delay`.
+    pub fn start_delayed(behaviour: Behaviour, delay: Duration) -> FakeDaemon {
         let dir = tempfile::tempdir().expect("temp dir");
         let socket = dir.path().join("metalift.sock");
         let listener = UnixListener::bind(&socket).expect("bind fake daemon");
         let stop = Arc::new(AtomicBool::new(false));
-        let check_ins = Arc::new(AtomicU64::new(0));
-        let outcomes = Arc::new(Mutex::new(Vec::new()));
+        let record = Arc::new(Record::default());
         let acceptor = {
-            let (stop, check_ins, outcomes) = (stop.clone(), check_ins.clone(), outcomes.clone());
+            let (stop, record) = (stop.clone(), record.clone());
             // Blocking accept, so a check-in is answered at once; `drop` wakes it
             // with a connection of its own after setting `stop`.
             std::thread::spawn(move || {
@@ -122,15 +141,11 @@ impl FakeDaemon {
                         return;
                     }
                     let Ok(stream) = stream else { continue };
+                    record.connections.fetch_add(1, Ordering::SeqCst);
                     let id = next_id;
                     next_id += 1;
-                    let (b, s, c, o) = (
-                        behaviour.clone(),
-                        stop.clone(),
-                        check_ins.clone(),
-                        outcomes.clone(),
-                    );
-                    std::thread::spawn(move || serve(stream, id, b, s, c, o));
+                    let (b, s, r) = (behaviour.clone(), stop.clone(), record.clone());
+                    std::thread::spawn(move || serve(stream, id, b, delay, s, r));
                 }
             })
         };
@@ -138,27 +153,62 @@ impl FakeDaemon {
             socket,
             _dir: dir,
             stop,
-            check_ins,
-            outcomes,
+            record,
             acceptor: Some(acceptor),
         }
     }
 
+    /// Check-ins so far, once the handlers have settled: the process that sent
+    /// them has exited, but its bytes may still be on their way to a handler.
     pub fn check_ins(&self) -> u64 {
-        self.check_ins.load(Ordering::SeqCst)
+        settle();
+        self.record.check_ins.load(Ordering::SeqCst)
+    }
+
+    /// Connections accepted (a process that never touches Metal makes none),
+    /// once the acceptor has settled.
+    pub fn connections(&self) -> u64 {
+        settle();
+        self.record.connections.load(Ordering::SeqCst)
+    }
+
+    /// The peer pids of the check-ins so far.
+    pub fn check_in_pids(&self) -> Vec<u32> {
+        self.record.check_in_pids.lock().unwrap().clone()
+    }
+
+    /// Frames that failed to decode.
+    pub fn garbage(&self) -> Vec<String> {
+        self.record.garbage.lock().unwrap().clone()
     }
 
     /// Waits (bounded) for the first outcome; the process has usually sent it
     /// before exiting, so this returns as soon as the handler has read it.
     pub fn outcome(&self) -> Outcome {
+        self.outcomes_with_pids(1).remove(0).1
+    }
+
+    /// Waits (bounded) until `n` outcomes arrived; returns all so far, each
+    /// with the pid of the connection it came on.
+    pub fn outcomes_with_pids(&self, n: usize) -> Vec<(u32, Outcome)> {
         let deadline = Instant::now() + PATIENCE;
         loop {
-            if let Some(o) = self.outcomes.lock().unwrap().first() {
-                return o.clone();
+            let outcomes = self.record.outcomes.lock().unwrap().clone();
+            if outcomes.len() >= n {
+                return outcomes;
             }
-            assert!(Instant::now() < deadline, "no outcome reached the daemon");
+            assert!(
+                Instant::now() < deadline,
+                "only {} of {n} outcomes reached the daemon: {outcomes:?}",
+                outcomes.len()
+            );
             std::thread::sleep(Duration::from_millis(10));
         }
+    }
+
+    /// Every outcome received so far (no waiting).
+    pub fn outcomes_now(&self) -> Vec<(u32, Outcome)> {
+        self.record.outcomes.lock().unwrap().clone()
     }
 }
 
@@ -172,27 +222,68 @@ impl Drop for FakeDaemon {
     }
 }
 
+/// Lets the fake daemon's threads catch up with a process that already exited.
+fn settle() {
+    std::thread::sleep(Duration::from_millis(150));
+}
+
+/// The pid of the process at the other end (`SO_PEERCRED`).
+fn peer_pid(stream: &UnixStream) -> u32 {
+    use std::os::fd::AsRawFd;
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: `cred` and `len` are valid out-pointers of the sizes SO_PEERCRED writes.
+    let rc = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    assert_eq!(rc, 0, "SO_PEERCRED");
+    cred.pid as u32
+}
+
 fn serve(
     mut stream: UnixStream,
     id: u64,
     behaviour: Behaviour,
+    delay: Duration,
     stop: Arc<AtomicBool>,
-    check_ins: Arc<AtomicU64>,
-    outcomes: Arc<Mutex<Vec<Outcome>>>,
+    record: Arc<Record>,
 ) {
+    let pid = peer_pid(&stream);
     stream
         .set_read_timeout(Some(Duration::from_millis(50)))
         .expect("read timeout");
     let mut buffer = Vec::new();
     let mut answered = false;
     while !stop.load(Ordering::Relaxed) {
-        while let Ok(Some((message, used))) = wire::decode_frame(&buffer) {
-            buffer.drain(..used);
+        loop {
+            let message = match wire::decode_frame(&buffer) {
+                Ok(Some((message, used))) => {
+                    buffer.drain(..used);
+                    message
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    record.garbage.lock().unwrap().push(e.to_string());
+                    return;
+                }
+            };
             match message {
                 Message::CheckIn(_) => {
-                    check_ins.fetch_add(1, Ordering::SeqCst);
+                    record.check_ins.fetch_add(1, Ordering::SeqCst);
+                    record.check_in_pids.lock().unwrap().push(pid);
                     if !answered {
                         answered = true;
+                        std::thread::sleep(delay);
                         let reply = match &behaviour {
                             Behaviour::Verdict(v) => {
                                 Some(wire::encode_frame(&Message::Verdict(VerdictMsg {
@@ -208,7 +299,7 @@ fn serve(
                         }
                     }
                 }
-                Message::Outcome(o) => outcomes.lock().unwrap().push(o),
+                Message::Outcome(o) => record.outcomes.lock().unwrap().push((pid, o)),
                 _ => {}
             }
         }

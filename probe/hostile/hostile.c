@@ -1,0 +1,220 @@
+/*
+ * metalift-hostile / metalift-hostile-late: programs that do to their
+ * descriptors and processes what real programs do, to test that libmetalift
+ * never notices or changes it (probe/tests/hostile.rs).
+ *
+ * metalift-hostile links the simulated Metal (the shim checks in from its
+ * constructor); metalift-hostile-late (-DHOSTILE_LATE) loads it with dlopen
+ * from $HOSTILE_METAL when a mode asks for a device. Modes (argv[1]):
+ *
+ *   closefds OUT     close every descriptor above 2, open OUT (it gets the
+ *                    shim's old number), create a device, check OUT is still
+ *                    the same open file, write to it.
+ *   forksetsid OUT   fork; the child calls setsid, closes every descriptor
+ *                    (0-2 too), opens OUT on 0 and /dev/null on 1, 2 and 3,
+ *                    creates a device, checks 0-3 are still its files, writes
+ *                    its answer to OUT. The parent then creates its own device.
+ *   stdio OUT        started with 0, 1 and 2 closed: opens OUT (0) and dups it
+ *                    onto 1 and 2, creates a device, prints to stdout and stderr.
+ *   fork             fork; the child and then the parent create a device and
+ *                    print "<role> <pid> family <N>" (with -late: before Metal).
+ *   exec             exec `sh -c 'ls /proc/self/fd'` without creating a device.
+ *
+ * Exit status: 0, or 10+ when the program's own descriptors were disturbed.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+typedef void *(*create_fn)(void);
+typedef void *(*msg_lookup_fn)(void *, const void *);
+typedef const void *(*sel_fn)(const char *);
+typedef unsigned char (*supports_fn)(void *, const void *, long);
+
+static void *scope(void)
+{
+#ifdef HOSTILE_LATE
+    static void *handle;
+    if (handle == NULL) {
+        const char *path = getenv("HOSTILE_METAL");
+        handle = path ? dlopen(path, RTLD_NOW | RTLD_LOCAL) : NULL;
+        if (handle == NULL) {
+            fprintf(stderr, "hostile: cannot load $HOSTILE_METAL\n");
+            exit(2);
+        }
+    }
+    return handle;
+#else
+    return RTLD_DEFAULT;
+#endif
+}
+
+static void *sym(const char *name)
+{
+    void *s = dlsym(scope(), name);
+    if (s == NULL) {
+        fprintf(stderr, "hostile: no %s\n", name);
+        exit(2);
+    }
+    return s;
+}
+
+/* Creates the default device and returns the highest Apple family it claims. */
+static int device_family(void)
+{
+    create_fn create;
+    msg_lookup_fn lookup;
+    sel_fn sel;
+    void *s = sym("MTLCreateSystemDefaultDevice");
+    memcpy(&create, &s, sizeof s);
+    s = sym("objc_msg_lookup");
+    memcpy(&lookup, &s, sizeof s);
+    s = sym("sel_registerName");
+    memcpy(&sel, &s, sizeof s);
+    void *device = create();
+    const void *sf = sel("supportsFamily:");
+    supports_fn f = (supports_fn)lookup(device, sf);
+    int best = 0;
+    for (int n = 1; n <= 10; n++)
+        if (f(device, sf, 1000 + n))
+            best = n;
+    return best;
+}
+
+struct ident {
+    dev_t dev;
+    ino_t ino;
+};
+
+static struct ident ident_of(int fd)
+{
+    struct stat st;
+    struct ident id = {0, 0};
+    if (fstat(fd, &st) == 0) {
+        id.dev = st.st_dev;
+        id.ino = st.st_ino;
+    }
+    return id;
+}
+
+static int same(int fd, struct ident id)
+{
+    struct ident now = ident_of(fd);
+    return fcntl(fd, F_GETFD) >= 0 && now.dev == id.dev && now.ino == id.ino;
+}
+
+static void close_from(int first)
+{
+    for (int fd = first; fd < 1024; fd++)
+        close(fd);
+}
+
+static void put(int fd, const char *text)
+{
+    if (write(fd, text, strlen(text)) < 0)
+        exit(11);
+}
+
+static int closefds(const char *out)
+{
+    close_from(3);
+    int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd != 3)
+        return 12;
+    struct ident id = ident_of(fd);
+    put(fd, "before the device\n");
+    char line[64];
+    snprintf(line, sizeof line, "family %d\n", device_family());
+    if (!same(fd, id))
+        return 13;
+    put(fd, line);
+    put(fd, "after the device: still open\n");
+    return close(fd) == 0 ? 0 : 14;
+}
+
+static int forksetsid(const char *out)
+{
+    fflush(NULL);
+    pid_t child = fork();
+    if (child < 0)
+        return 20;
+    if (child == 0) {
+        setsid();
+        close_from(0);
+        int o = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        int n1 = open("/dev/null", O_RDWR), n2 = open("/dev/null", O_RDWR);
+        int n3 = open("/dev/null", O_RDWR);
+        if (o != 0 || n1 != 1 || n2 != 2 || n3 != 3)
+            _exit(15);
+        struct ident ids[4] = {ident_of(0), ident_of(1), ident_of(2), ident_of(3)};
+        char line[64];
+        snprintf(line, sizeof line, "child family %d\n", device_family());
+        for (int fd = 0; fd < 4; fd++)
+            if (!same(fd, ids[fd]))
+                _exit(16 + fd);
+        put(0, line);
+        _exit(0);
+    }
+    int status = 0;
+    waitpid(child, &status, 0);
+    printf("parent family %d\n", device_family());
+    if (!WIFEXITED(status))
+        return 21;
+    return WEXITSTATUS(status);
+}
+
+static int stdio_closed(const char *out)
+{
+    int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd != 0)
+        return 30; /* 0 was not free: the shim sat on it */
+    if (dup(fd) != 1 || dup(fd) != 2)
+        return 31;
+    printf("family %d\n", device_family());
+    fflush(stdout);
+    fprintf(stderr, "a line on stderr\n");
+    return 0;
+}
+
+static int fork_both(void)
+{
+    fflush(NULL);
+    pid_t child = fork();
+    if (child < 0)
+        return 40;
+    if (child == 0) {
+        printf("child %ld family %d\n", (long)getpid(), device_family());
+        fflush(stdout);
+        _exit(0);
+    }
+    int status = 0;
+    waitpid(child, &status, 0);
+    printf("parent %ld family %d\n", (long)getpid(), device_family());
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 41;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2)
+        return 2;
+    if (strcmp(argv[1], "closefds") == 0 && argc == 3)
+        return closefds(argv[2]);
+    if (strcmp(argv[1], "forksetsid") == 0 && argc == 3)
+        return forksetsid(argv[2]);
+    if (strcmp(argv[1], "stdio") == 0 && argc == 3)
+        return stdio_closed(argv[2]);
+    if (strcmp(argv[1], "fork") == 0)
+        return fork_both();
+    if (strcmp(argv[1], "exec") == 0) {
+        execl("/bin/sh", "sh", "-c", "ls /proc/self/fd", (char *)NULL);
+        return 50;
+    }
+    return 2;
+}

@@ -1,0 +1,265 @@
+//! libmetalift injected into programs that are hard on their descriptors and
+//! processes (`probe/hostile/hostile.c`): they close every descriptor and reuse
+//! the numbers (also after fork + setsid), start with 0/1/2 closed, fork before
+//! and after the check-in, exec. Their files and output must be byte-identical
+//! to an unshimmed run (with a stock verdict, so the answers match), none of
+//! their descriptors may be closed by the shim (they check, exit status 10+),
+//! and a forked child gets its own check-in, verdict and outcome.
+//!
+//! Linux only: the simulated Metal and `LD_PRELOAD`.
+#![cfg(target_os = "linux")]
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::{Command, Output};
+
+use metalift_policy::verdict::Mode;
+use metalift_policy::wire::OutcomeResult;
+use support::*;
+
+/// Runs `program mode [OUT]` unshimmed, then shimmed against `daemon`; returns
+/// (output, OUT's contents) for both.
+fn both(
+    program: &str,
+    args: &[&str],
+    daemon: &FakeDaemon,
+    env: &[(&str, &str)],
+) -> ((Output, Vec<u8>), (Output, Vec<u8>)) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut results = Vec::new();
+    for shimmed in [false, true] {
+        let out = dir.path().join(if shimmed { "shimmed" } else { "plain" });
+        let mut cmd = if shimmed {
+            injected(hostile(program), &daemon.socket)
+        } else {
+            clean(hostile(program))
+        };
+        cmd.args(args);
+        if args.first() != Some(&"fork") && args.first() != Some(&"exec") {
+            cmd.arg(&out);
+        }
+        cmd.envs(env.iter().copied());
+        let output = run(cmd, b"");
+        let file = std::fs::read(&out).unwrap_or_default();
+        results.push((output, file));
+    }
+    let shimmed = results.pop().unwrap();
+    let plain = results.pop().unwrap();
+    (plain, shimmed)
+}
+
+fn assert_identical(plain: &(Output, Vec<u8>), shimmed: &(Output, Vec<u8>)) {
+    assert_eq!(
+        plain.0.status.code(),
+        Some(0),
+        "unshimmed run: {:?}",
+        plain.0
+    );
+    assert_eq!(
+        shimmed.0.status.code(),
+        Some(0),
+        "shimmed run: {:?}",
+        shimmed.0
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&shimmed.1),
+        String::from_utf8_lossy(&plain.1),
+        "the program's file"
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&shimmed.0.stdout),
+        String::from_utf8_lossy(&plain.0.stdout),
+        "stdout"
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&shimmed.0.stderr),
+        String::from_utf8_lossy(&plain.0.stderr),
+        "stderr"
+    );
+}
+
+#[test]
+fn a_program_that_closes_every_descriptor_and_reuses_the_number_keeps_its_file() {
+    for behaviour in [stock(Mode::Enforce, false), unlock(APPLE7)] {
+        let daemon = FakeDaemon::start(behaviour);
+        let (plain, shimmed) = both("metalift-hostile", &["closefds"], &daemon, &[]);
+        // Its check-in socket is gone, so even an unlock stays stock: identical.
+        assert_identical(&plain, &shimmed);
+        assert!(String::from_utf8_lossy(&shimmed.1).contains("family 5"));
+        assert_eq!(daemon.check_ins(), 1);
+        assert!(daemon.garbage().is_empty(), "{:?}", daemon.garbage());
+    }
+}
+
+#[test]
+fn a_child_that_calls_setsid_and_closes_every_descriptor_keeps_its_files_and_checks_in_itself() {
+    let daemon = FakeDaemon::start(stock(Mode::Enforce, false));
+    let (plain, shimmed) = both("metalift-hostile", &["forksetsid"], &daemon, &[]);
+    assert_identical(&plain, &shimmed);
+
+    let daemon = FakeDaemon::start(unlock(APPLE7));
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("child");
+    let mut cmd = injected(hostile("metalift-hostile"), &daemon.socket);
+    cmd.arg("forksetsid").arg(&out);
+    let output = run(cmd, b"");
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "child family 7\n");
+    assert_eq!(String::from_utf8_lossy(&output.stdout), "parent family 7\n");
+    assert_own_sessions(&daemon, 2);
+}
+
+#[test]
+fn a_program_started_with_0_1_2_closed_gets_them_for_its_own_files() {
+    let wrapper = |program: &Path| {
+        let mut cmd = clean("sh");
+        cmd.arg("-c")
+            .arg(r#"exec "$0" stdio "$1" <&- >&- 2>&-"#)
+            .arg(program);
+        cmd
+    };
+    let dir = tempfile::tempdir().unwrap();
+    for behaviour in [stock(Mode::Enforce, false), unlock(APPLE7)] {
+        let daemon = FakeDaemon::start(behaviour.clone());
+        let mut files = Vec::new();
+        for shimmed in [false, true] {
+            let out = dir.path().join(format!("stdio-{shimmed}"));
+            let mut cmd = wrapper(&hostile("metalift-hostile"));
+            cmd.arg(&out);
+            if shimmed {
+                cmd.env("LD_PRELOAD", shim())
+                    .env("METALIFT_SOCKET", &daemon.socket)
+                    .env("METALIFT_TIMEOUT_MS", "10000");
+            }
+            let output = run(cmd, b"");
+            assert_eq!(
+                output.status.code(),
+                Some(0),
+                "shimmed={shimmed}: {output:?}"
+            );
+            files.push(std::fs::read_to_string(&out).unwrap());
+        }
+        let expected = if matches!(behaviour, Behaviour::Verdict(ref v) if v.capabilities.is_some())
+        {
+            "family 7\na line on stderr\n"
+        } else {
+            "family 5\na line on stderr\n"
+        };
+        assert_eq!(files[0], "family 5\na line on stderr\n");
+        assert_eq!(files[1], expected);
+        assert!(daemon.garbage().is_empty(), "{:?}", daemon.garbage());
+    }
+
+    // With METALIFT_DEBUG=1 the debug text goes to the program's own fd 2 and
+    // nothing can raise SIGPIPE.
+    let daemon = FakeDaemon::start(unlock(APPLE7));
+    let out = dir.path().join("stdio-debug");
+    let mut cmd = wrapper(&hostile("metalift-hostile"));
+    cmd.arg(&out)
+        .env("LD_PRELOAD", shim())
+        .env("METALIFT_SOCKET", &daemon.socket)
+        .env("METALIFT_DEBUG", "1");
+    let output = run(cmd, b"");
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert!(
+        text.contains("family 7\n") && text.contains("a line on stderr\n"),
+        "{text}"
+    );
+    assert!(text.contains("libmetalift: applied"), "{text}");
+    assert!(daemon.garbage().is_empty(), "{:?}", daemon.garbage());
+    assert_eq!(daemon.outcome().result, OutcomeResult::Applied);
+}
+
+/// `n` check-ins from `n` distinct pids, and `n` applied outcomes, each on the
+/// connection of the pid that checked in.
+fn assert_own_sessions(daemon: &FakeDaemon, n: usize) {
+    let outcomes = daemon.outcomes_with_pids(n);
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let pids: BTreeSet<u32> = daemon.check_in_pids().into_iter().collect();
+    assert_eq!(daemon.check_ins(), n as u64, "{pids:?}");
+    assert_eq!(pids.len(), n, "distinct pids: {pids:?}");
+    let outcome_pids: BTreeSet<u32> = outcomes.iter().map(|(pid, _)| *pid).collect();
+    assert_eq!(outcome_pids, pids, "{outcomes:?}");
+    for (_, outcome) in &outcomes {
+        assert_eq!(outcome.result, OutcomeResult::Applied, "{outcome:?}");
+    }
+    assert_eq!(daemon.outcomes_now().len(), n);
+}
+
+fn pids_in(stdout: &[u8]) -> BTreeSet<u32> {
+    String::from_utf8_lossy(stdout)
+        .lines()
+        .map(|line| line.split(' ').nth(1).unwrap().parse().unwrap())
+        .collect()
+}
+
+fn fork_case(program: &str, env: &[(&str, &str)]) {
+    let daemon = FakeDaemon::start(unlock(APPLE7));
+    let mut cmd = injected(hostile(program), &daemon.socket);
+    cmd.arg("fork").envs(env.iter().copied());
+    let output = run(cmd, b"");
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        stdout.contains("family 7") && !stdout.contains("family 5"),
+        "{stdout}"
+    );
+    assert_own_sessions(&daemon, 2);
+    let printed = pids_in(&output.stdout);
+    let seen: BTreeSet<u32> = daemon.check_in_pids().into_iter().collect();
+    assert_eq!(printed, seen, "the daemon saw the child's own pid");
+
+    let daemon = FakeDaemon::start(stock(Mode::Enforce, false));
+    let mut cmd = injected(hostile(program), &daemon.socket);
+    cmd.arg("fork").envs(env.iter().copied());
+    let output = run(cmd, b"");
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout)
+            .matches("family 5")
+            .count(),
+        2
+    );
+}
+
+#[test]
+fn a_child_forked_after_the_check_in_checks_in_itself_and_reports_its_own_outcome() {
+    fork_case("metalift-hostile", &[]);
+}
+
+#[test]
+fn a_child_forked_before_the_check_in_checks_in_itself_and_reports_its_own_outcome() {
+    let metal = simmetal("normal").join("libsimmetal.so");
+    fork_case(
+        "metalift-hostile-late",
+        &[("HOSTILE_METAL", metal.to_str().unwrap())],
+    );
+}
+
+#[test]
+fn a_program_that_execs_hands_the_new_image_no_descriptor_of_the_shim() {
+    let daemon = FakeDaemon::start(unlock(APPLE7));
+    let (plain, shimmed) = both("metalift-hostile", &["exec"], &daemon, &[]);
+    assert_identical(&plain, &shimmed);
+    assert_eq!(daemon.check_ins(), 1, "the Metal program checked in");
+    // The exec'd `sh` and `ls` never touch Metal: one connection in all.
+    assert_eq!(daemon.connections(), 1);
+}
+
+#[test]
+fn the_hostile_programs_run_as_expected_without_the_shim() {
+    let out = tempfile::NamedTempFile::new().unwrap();
+    let status = Command::new(hostile("metalift-hostile"))
+        .arg("closefds")
+        .arg(out.path())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    assert_eq!(
+        std::fs::read_to_string(out.path()).unwrap(),
+        "before the device\nfamily 5\nafter the device: still open\n"
+    );
+}

@@ -1,0 +1,119 @@
+//! libmetalift against the real metaliftd: a process that never touches Metal
+//! leaves no audit record and no daemon log line; a Metal process leaves its
+//! decision and outcome (the positive control).
+//!
+//! Needs `metaliftd` next to the probe (`cargo build --workspace`, as
+//! `scripts/test.sh` does). Linux only (the simulated Metal).
+#![cfg(target_os = "linux")]
+
+mod support;
+
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use support::*;
+
+struct Daemon {
+    child: Child,
+    dir: tempfile::TempDir,
+}
+
+impl Daemon {
+    fn start() -> Daemon {
+        let bin_dir = probe().parent().unwrap().to_path_buf();
+        let metaliftd = bin_dir.join("metaliftd");
+        assert!(
+            metaliftd.is_file(),
+            "metaliftd must be built first: cargo build --workspace (scripts/test.sh does)"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        for sub in ["etc", "run", "log"] {
+            std::fs::create_dir_all(dir.path().join(sub)).unwrap();
+        }
+        // Unlocks the probe and, were they to ask, /bin/true and sh as well.
+        let mut policy = String::from(
+            "version = 1\nmode = \"enforce\"\n\n[profile.apple7]\napple_family_max = 7\n\
+             max_threadgroup_memory = 32768\n",
+        );
+        for (id, path) in [
+            ("probe", probe()),
+            ("true", "/usr/bin/true".into()),
+            ("sh", "/usr/bin/dash".into()),
+        ] {
+            policy.push_str(&format!(
+                "\n[[rule]]\nid = \"{id}\"\npath = {:?}\nunlock = \"apple7\"\n",
+                path.display().to_string()
+            ));
+        }
+        std::fs::write(dir.path().join("etc/policy.toml"), policy).unwrap();
+        let child = clean(&metaliftd)
+            .arg("--policy")
+            .arg(dir.path().join("etc/policy.toml"))
+            .arg("--socket")
+            .arg(dir.path().join("run/metalift.sock"))
+            .arg("--audit-log")
+            .arg(dir.path().join("log/audit.jsonl"))
+            .arg("--allow-insecure-owner")
+            .env("RUST_LOG", "debug")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.path().join("log/daemon.log")).unwrap())
+            .spawn()
+            .unwrap();
+        let daemon = Daemon { child, dir };
+        let deadline = Instant::now() + PATIENCE;
+        while !daemon.socket().exists() {
+            assert!(Instant::now() < deadline, "metaliftd did not come up");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        daemon
+    }
+
+    fn socket(&self) -> std::path::PathBuf {
+        self.dir.path().join("run/metalift.sock")
+    }
+
+    /// The audit records of kind decision or outcome.
+    fn records(&self) -> Vec<serde_json::Value> {
+        std::thread::sleep(Duration::from_millis(300));
+        std::fs::read_to_string(self.dir.path().join("log/audit.jsonl"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|r| r["kind"] == "decision" || r["kind"] == "outcome")
+            .collect()
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("log/daemon.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn a_process_without_metal_leaves_no_audit_record_and_no_daemon_log_line() {
+    let daemon = Daemon::start();
+    let log_before = daemon.log();
+    for program in [
+        vec!["/usr/bin/true"],
+        vec!["sh", "-c", "echo hi | cat >/dev/null; ls / >/dev/null"],
+    ] {
+        let mut cmd = injected(program[0], &daemon.socket());
+        cmd.args(&program[1..]);
+        assert!(cmd.status().unwrap().success());
+    }
+    assert_eq!(daemon.records(), Vec::<serde_json::Value>::new());
+    assert_eq!(daemon.log(), log_before, "the daemon logged something");
+
+    // The positive control: the probe (Metal) is decided, unlocked and reported.
+    assert_apple7(&probe_json(injected(probe(), &daemon.socket())));
+    let records = daemon.records();
+    let kinds: Vec<&str> = records.iter().filter_map(|r| r["kind"].as_str()).collect();
+    assert_eq!(kinds, ["decision", "outcome"], "{records:?}");
+    assert_eq!(records[1]["result"], "applied", "{records:?}");
+}

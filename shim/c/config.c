@@ -1,0 +1,118 @@
+/*
+ * config.c — what the environment may tell the shim: whether to stay out of
+ * the way, where the daemon is, how long to wait, whether to talk on stderr.
+ * Nothing here can unlock: every setting selects whom to ask or makes the shim
+ * do less (whoever controls a process's environment can inject any library into
+ * it anyway). The constructor reads only METALIFT_DISABLE; the rest is read
+ * once Metal is in the process.
+ */
+#include "metalift_shim.h"
+
+
+#ifdef __APPLE__
+#define SYSTEM_SOCKET "/var/run/metalift/metalift.sock"
+#else
+#define SYSTEM_SOCKET "/run/metalift/metalift.sock"
+#endif
+
+static bool is_one(const char *value)
+{
+    return value != NULL && value[0] == '1' && value[1] == '\0';
+}
+
+bool ml_config_disabled(void)
+{
+    return is_one(getenv("METALIFT_DISABLE"));
+}
+
+static bool is_space(char c)
+{
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
+
+int ml_config_parse_timeout(const char *raw)
+{
+    if (raw == NULL)
+        return ML_DEFAULT_TIMEOUT_MS;
+    const char *s = raw;
+    const char *end = raw + strlen(raw);
+    while (s < end && is_space(*s))
+        s++;
+    while (end > s && is_space(end[-1]))
+        end--;
+    if (s < end && *s == '+') /* u64::from_str accepts one leading '+' */
+        s++;
+    if (s == end)
+        return -1;
+    uint64_t value = 0;
+    bool capped = false;
+    for (; s < end; s++) {
+        if (*s < '0' || *s > '9')
+            return -1;
+        uint64_t digit = (uint64_t)(*s - '0');
+        if (value > UINT64_MAX / 10 || (value == UINT64_MAX / 10 && digit > UINT64_MAX % 10))
+            return -1; /* does not fit a u64: Rust's parse fails too */
+        value = value * 10 + digit;
+        if (value > ML_MAX_TIMEOUT_MS)
+            capped = true;
+    }
+    return capped ? ML_MAX_TIMEOUT_MS : (int)value;
+}
+
+static bool join(char *buf, size_t cap, const char *a, const char *b, const char *c)
+{
+    size_t la = strlen(a), lb = strlen(b), lc = strlen(c);
+    if (la + lb + lc + 1 > cap)
+        return false;
+    memcpy(buf, a, la);
+    memcpy(buf + la, b, lb);
+    memcpy(buf + la + lb, c, lc + 1);
+    return true;
+}
+
+bool ml_config_socket_path(char *buf, size_t cap, const char *metalift_socket,
+                           bool system_exists, const char *xdg_runtime_dir, unsigned uid)
+{
+    if (metalift_socket != NULL && metalift_socket[0] != '\0')
+        return join(buf, cap, metalift_socket, "", "");
+    if (system_exists)
+        return join(buf, cap, SYSTEM_SOCKET, "", "");
+#ifdef __APPLE__
+    (void)xdg_runtime_dir;
+    char digits[16];
+    size_t n = 0;
+    char rev[16];
+    do {
+        rev[n++] = (char)('0' + uid % 10);
+        uid /= 10;
+    } while (uid != 0 && n < sizeof rev);
+    for (size_t i = 0; i < n; i++)
+        digits[i] = rev[n - 1 - i];
+    digits[n] = '\0';
+    return join(buf, cap, "/Users/Shared/metalift/", digits, "/metalift.sock");
+#else
+    (void)uid;
+    if (xdg_runtime_dir != NULL && xdg_runtime_dir[0] != '\0')
+        return join(buf, cap, xdg_runtime_dir, "/", "metalift.sock");
+    return join(buf, cap, SYSTEM_SOCKET, "", "");
+#endif
+}
+
+void ml_config_load(struct ml_config *out)
+{
+    memset(out, 0, sizeof *out);
+    out->debug = is_one(getenv("METALIFT_DEBUG"));
+    const char *timeout = getenv("METALIFT_TIMEOUT_MS");
+    out->timeout_ms = ml_config_parse_timeout(timeout);
+    if (out->timeout_ms < 0) {
+        out->timeout_ms = ML_DEFAULT_TIMEOUT_MS;
+        out->warning = "METALIFT_TIMEOUT_MS is not a number of milliseconds; using 2000 ms";
+    }
+    const char *explicit_socket = getenv("METALIFT_SOCKET");
+    bool system_exists = false;
+    if (explicit_socket == NULL || explicit_socket[0] == '\0')
+        system_exists = access(SYSTEM_SOCKET, F_OK) == 0;
+    out->socket_too_long =
+        !ml_config_socket_path(out->socket, sizeof out->socket, explicit_socket, system_exists,
+                               getenv("XDG_RUNTIME_DIR"), (unsigned)getuid());
+}

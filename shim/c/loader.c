@@ -1,0 +1,181 @@
+/*
+ * loader.c — the constructor, Metal detection, and watching for Metal.
+ *
+ * The constructor runs in every injected process, so it does almost nothing:
+ * it reads METALIFT_DISABLE, checks whether Metal is already mapped, and
+ * registers the watch. No allocation, no /proc, no locale or time zone, no
+ * connection. Only when Metal is there (linked by the executable, like
+ * llama.cpp) does it check in — the round trip then overlaps start-up — and
+ * hook. A process that never loads Metal makes no connection, leaves no audit
+ * record and no log line.
+ *
+ * Linux: Metal is the simulated one, recognised by its soname libsimmetal.so in
+ * dl_iterate_phdr. Later arrivals are seen by the exported dlopen interposer:
+ * LD_PRELOAD puts it first in the global scope, so every dlopen the program and
+ * its libraries make goes through it; it calls the real dlopen and acts after
+ * it returned (outside the loader lock). glibc's own internal loads (NSS,
+ * iconv) do not pass through it. Known limit: glibc resolves a bare library
+ * name against the calling object's DT_RUNPATH, and the caller it sees is now
+ * the shim (which has none).
+ *
+ * macOS: Metal is recognised by the LC_ID_DYLIB install name in the image's
+ * mach header (no dladdr per image) from dyld's add-image callback. dyld calls
+ * those callbacks before the Objective-C runtime maps the image: dyld-1378
+ * dyld/DyldRuntimeState.cpp RuntimeState::notifyLoad runs every
+ * _notifyAddImage function first and only then _notifyObjCMapped3 (objc's
+ * map_images); objc4-951.1 runtime/objc-opt.mm getPreoptimizedClass skips
+ * classes of images whose "loaded" bit is clear, and that bit is set by
+ * runtime/objc-os.mm addHeader (hi->setLoaded(true)), called from
+ * map_images_nolock. So inside Metal's own notification
+ * objc_getClass("_MTLDevice") is nil: Metal's arrival is remembered (check-in
+ * sent, hook "pending") and the hook is retried on every later add-image
+ * callback — creating a device loads the GPU driver bundle, whose notification
+ * comes after Metal's map_images and sees its classes. (Metal linked by the
+ * executable is mapped before our constructor runs, so the constructor finds
+ * the class at once.) Verified by reading the sources, not run: no Mac here.
+ * The Linux simulation reproduces the order with the `lateclasses` variant
+ * (the classes live in a second library that libsimmetal.so dlopens inside
+ * MTLCreateSystemDefaultDevice), covered by probe/tests/shim.rs.
+ */
+#include "metalift_shim.h"
+
+
+enum loader_state {
+    LOADING,  /* the constructor has not run: loads meanwhile are not examined */
+    WATCHING, /* waiting for Metal, or for _MTLDevice once Metal is there */
+    INERT,    /* METALIFT_DISABLE=1: do nothing at all */
+};
+
+static volatile int loader_state = LOADING;
+static volatile bool metal_seen; /* checked in for Metal's arrival */
+static volatile bool hook_done;  /* _MTLDevice found (hooked, or failed for good) */
+static pthread_mutex_t loader_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void ml_metal_arrived(void *scope)
+{
+    pthread_mutex_lock(&loader_lock);
+    if (!metal_seen) {
+        metal_seen = true;
+        ml_session_check_in();
+    }
+    if (!hook_done) {
+        hook_done = ml_hook_try(scope);
+        if (!hook_done)
+            ml_log(ML_DEBUG, "Metal is loaded but _MTLDevice is not registered yet; "
+                             "retrying on each later image");
+    }
+    pthread_mutex_unlock(&loader_lock);
+}
+
+#ifdef __linux__
+
+static int find_simmetal(struct dl_phdr_info *info, size_t size, void *found)
+{
+    (void)size;
+    const char *name = info->dlpi_name;
+    if (name == NULL)
+        return 0;
+    const char *base = strrchr(name, '/');
+    base = base ? base + 1 : name;
+    if (strcmp(base, "libsimmetal.so") == 0) {
+        *(bool *)found = true;
+        return 1;
+    }
+    return 0;
+}
+
+bool ml_metal_mapped(void)
+{
+    bool found = false;
+    dl_iterate_phdr(find_simmetal, &found);
+    return found;
+}
+
+typedef void *(*dlopen_fn)(const char *, int);
+
+/* The interposed dlopen(3): exactly the real one, then a look for Metal. The
+ * real one is resolved on first use: another preloaded library's constructor
+ * may call dlopen before ours has run. */
+ML_EXPORT void *dlopen(const char *file, int flags)
+{
+    static dlopen_fn real;
+    if (real == NULL) {
+        void *sym = dlsym(RTLD_NEXT, "dlopen");
+        if (sym == NULL)
+            return NULL;
+        memcpy(&real, &sym, sizeof sym);
+    }
+    void *handle = real(file, flags);
+    if (handle != NULL && loader_state == WATCHING && !hook_done &&
+        (metal_seen || ml_metal_mapped()))
+        ml_metal_arrived(handle);
+    return handle;
+}
+
+#endif /* __linux__ */
+
+#ifdef __APPLE__
+
+bool ml_metal_mapped(void)
+{
+    void *handle = dlopen(ML_METAL_PATH, RTLD_NOLOAD | RTLD_LAZY);
+    if (handle == NULL)
+        return false;
+    dlclose(handle); /* RTLD_NOLOAD took a reference */
+    return true;
+}
+
+/* Whether the image's LC_ID_DYLIB names Metal.framework. */
+static bool is_metal(const struct mach_header *mh)
+{
+    const uint32_t *h = (const uint32_t *)mh;
+    if (h == NULL || h[0] != ML_MH_MAGIC_64 || h[3] != ML_MH_DYLIB)
+        return false;
+    uint32_t ncmds = h[4];
+    const uint8_t *lc = (const uint8_t *)mh + 32; /* sizeof(struct mach_header_64) */
+    for (uint32_t i = 0; i < ncmds; i++) {
+        uint32_t cmd, cmdsize;
+        memcpy(&cmd, lc, 4);
+        memcpy(&cmdsize, lc + 4, 4);
+        if (cmd == ML_LC_ID_DYLIB) {
+            uint32_t offset;
+            memcpy(&offset, lc + 8, 4);
+            return offset < cmdsize &&
+                   strcmp((const char *)lc + offset, ML_METAL_INSTALL_NAME) == 0;
+        }
+        if (cmdsize < 8)
+            return false;
+        lc += cmdsize;
+    }
+    return false;
+}
+
+/* dyld's add-image callback: cheap for every image until Metal; then, while
+ * _MTLDevice is pending, a retry per image. */
+static void image_added(const struct mach_header *mh, intptr_t slide)
+{
+    (void)slide;
+    if (loader_state != WATCHING || hook_done)
+        return;
+    if (!metal_seen && !is_metal(mh))
+        return;
+    ml_metal_arrived(RTLD_DEFAULT);
+}
+
+#endif /* __APPLE__ */
+
+__attribute__((constructor)) static void ml_constructor(void)
+{
+    if (ml_config_disabled()) {
+        loader_state = INERT;
+        return;
+    }
+    loader_state = WATCHING;
+    if (ml_metal_mapped())
+        ml_metal_arrived(RTLD_DEFAULT);
+#ifdef __APPLE__
+    /* dyld calls back at once for every image already loaded (Metal included:
+     * handled above, so that call is a no-op), then for each later one. */
+    _dyld_register_func_for_add_image(image_added);
+#endif
+}

@@ -1,0 +1,451 @@
+/*
+ * metalift_shim.h — the one header of libmetalift, the shim metalift injects
+ * (LD_PRELOAD on Linux, DYLD_INSERT_LIBRARIES on macOS).
+ *
+ * Every internal function of the shim is declared and documented here; each
+ * .c file holds one concern:
+ *
+ *   loader.c   the constructor, Metal detection, watching for Metal's arrival
+ *              (Linux: the exported dlopen interposer; macOS: dyld's add-image
+ *              callback), the pending retry while _MTLDevice is not registered.
+ *   session.c  the one check-in per process (per pid: a forked child checks in
+ *              for itself), the verdict wait, the outcome report.
+ *   socket.c   the daemon connection and its descriptor hygiene.
+ *   wire.c     the check-in / outcome encoders and the verdict decoder,
+ *              byte-exact with policy/src/wire.rs (checked by the Rust tests).
+ *   hook.c     the Objective-C runtime (dlsym), the device-init hook, the
+ *              capability IMPs, the finish step (self-check / roll-back).
+ *   config.c   the environment: METALIFT_DISABLE, _SOCKET, _TIMEOUT_MS, _DEBUG.
+ *   log.c      the system log (Linux /dev/log, macOS os_log) and debug stderr.
+ *
+ * Why C and why one library: see shim/c/README.md. In short: on arm64e every
+ * pointer that crosses to or from the OS must be signed or authenticated by the
+ * compiler, which clang does and rustc does not; and with no Rust runtime there
+ * is nothing heavy left to keep out of processes that never touch Metal.
+ *
+ * Rules for every function here: never allocate, never unwind, never block in
+ * the constructor; every descriptor operation goes through socket.c.
+ */
+#ifndef METALIFT_SHIM_H
+#define METALIFT_SHIM_H
+
+#ifndef __APPLE__
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* program_invocation_short_name, RTLD_NEXT, SOCK_CLOEXEC */
+#endif
+#endif
+
+/* The compiler's own headers, on every target. */
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __APPLE__
+/*
+ * macOS: libSystem declared by hand, so every .c compiles for
+ * arm64e-apple-macos13 / arm64-apple-macos13 without an SDK (Linux CI runs
+ * clang-22 on them). Values and layouts are those of the macOS 13 SDK for
+ * arm64 (64-bit inodes; struct stat is the arm64 `stat`, no $INODE64 suffix).
+ * On a Mac the same declarations are used: no SDK header is included.
+ */
+typedef long ssize_t;
+typedef int pid_t;
+typedef int32_t dev_t;
+typedef uint64_t ino_t;
+typedef uint16_t mode_t;
+typedef uint32_t uid_t;
+typedef uint32_t socklen_t;
+struct timespec {
+    long tv_sec;
+    long tv_nsec;
+};
+struct stat {
+    dev_t st_dev;
+    mode_t st_mode;
+    uint16_t st_nlink;
+    ino_t st_ino;
+    uint32_t st_uid;
+    uint32_t st_gid;
+    dev_t st_rdev;
+    struct timespec st_atimespec, st_mtimespec, st_ctimespec, st_birthtimespec;
+    int64_t st_size;
+    int64_t st_blocks;
+    int32_t st_blksize;
+    uint32_t st_flags;
+    uint32_t st_gen;
+    int32_t st_lspare;
+    int64_t st_qspare[2];
+};
+#define S_IFMT 0170000
+#define S_IFSOCK 0140000
+#define S_ISSOCK(m) (((m) & S_IFMT) == S_IFSOCK)
+struct sockaddr {
+    uint8_t sa_len;
+    uint8_t sa_family;
+    char sa_data[14];
+};
+struct sockaddr_un {
+    uint8_t sun_len;
+    uint8_t sun_family;
+    char sun_path[104];
+};
+struct pollfd {
+    int fd;
+    short events;
+    short revents;
+};
+typedef struct {
+    long __sig;
+    char __opaque[56];
+} pthread_mutex_t;
+typedef struct {
+    long __sig;
+    char __opaque[8];
+} pthread_once_t;
+typedef struct _opaque_pthread_t *pthread_t;
+#define PTHREAD_MUTEX_INITIALIZER {0x32AAABA7, {0}}
+#define PTHREAD_ONCE_INIT {0x30B1BCBA, {0}}
+#define AF_UNIX 1
+#define SOCK_STREAM 1
+#define SOCK_DGRAM 2
+#define SOL_SOCKET 0xffff
+#define SO_NOSIGPIPE 0x1022
+#define MSG_DONTWAIT 0x80
+#define F_OK 0
+#define F_GETFD 1
+#define F_SETFD 2
+#define F_SETFL 4
+#define F_DUPFD_CLOEXEC 67
+#define FD_CLOEXEC 1
+#define O_NONBLOCK 0x4
+#define POLLIN 0x1
+#define POLLOUT 0x4
+#define CLOCK_MONOTONIC 6
+#define RTLD_LAZY 0x1
+#define RTLD_NOLOAD 0x10
+#define RTLD_NEXT ((void *)-1)
+#define RTLD_DEFAULT ((void *)-2)
+#define ENOENT 2
+#define EINTR 4
+#define EIO 5
+#define EBADF 9
+#define EACCES 13
+#define ENOTDIR 20
+#define EMFILE 24
+#define EPIPE 32
+#define EAGAIN 35
+#define EWOULDBLOCK EAGAIN
+#define ECONNRESET 54
+#define ETIMEDOUT 60
+#define ECONNREFUSED 61
+#define ENAMETOOLONG 63
+#define ESTALE 70
+extern int *__error(void);
+#define errno (*__error())
+extern int access(const char *path, int mode);
+extern int clock_gettime(int clock, struct timespec *ts);
+extern int close(int fd);
+extern int connect(int fd, const struct sockaddr *addr, socklen_t len);
+extern int dlclose(void *handle);
+extern void *dlopen(const char *path, int mode);
+extern void *dlsym(void *handle, const char *symbol);
+extern int fcntl(int fd, int cmd, ...);
+#if defined(__x86_64__)
+extern int fstat(int fd, struct stat *st) __asm("_fstat$INODE64"); /* the 64-bit-inode stat */
+#else
+extern int fstat(int fd, struct stat *st);
+#endif
+extern char *getenv(const char *name);
+extern pid_t getpid(void);
+extern const char *getprogname(void);
+extern uid_t getuid(void);
+extern int memcmp(const void *a, const void *b, size_t n);
+extern void *memcpy(void *dst, const void *src, size_t n);
+extern void *memset(void *dst, int c, size_t n);
+extern int poll(struct pollfd *fds, unsigned int nfds, int timeout);
+extern int pthread_atfork(void (*prepare)(void), void (*parent)(void), void (*child)(void));
+extern int pthread_equal(pthread_t a, pthread_t b);
+extern int pthread_mutex_lock(pthread_mutex_t *m);
+extern int pthread_mutex_unlock(pthread_mutex_t *m);
+extern int pthread_once(pthread_once_t *once, void (*init)(void));
+extern pthread_t pthread_self(void);
+extern ssize_t recv(int fd, void *buf, size_t len, int flags);
+extern ssize_t send(int fd, const void *buf, size_t len, int flags);
+extern ssize_t sendto(int fd, const void *buf, size_t len, int flags,
+                      const struct sockaddr *to, socklen_t tolen);
+extern int setsockopt(int fd, int level, int name, const void *value, socklen_t len);
+extern int snprintf(char *buf, size_t cap, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+extern int socket(int domain, int type, int protocol);
+extern int strcmp(const char *a, const char *b);
+extern size_t strlen(const char *s);
+extern char *strrchr(const char *s, int c);
+extern int vsnprintf(char *buf, size_t cap, const char *fmt, va_list ap)
+    __attribute__((format(printf, 3, 0)));
+extern ssize_t write(int fd, const void *buf, size_t len);
+/* dyld and the unified log. */
+struct mach_header;
+extern void _dyld_register_func_for_add_image(void (*func)(const struct mach_header *mh,
+                                                           intptr_t vmaddr_slide));
+typedef struct os_log_s *os_log_t;
+extern os_log_t os_log_create(const char *subsystem, const char *category);
+extern void _os_log_impl(void *dso, os_log_t log, uint8_t type, const char *format,
+                         uint8_t *buf, uint32_t size);
+extern bool os_log_type_enabled(os_log_t oslog, uint8_t type);
+#define ML_MH_MAGIC_64 0xfeedfacfu
+#define ML_MH_DYLIB 0x6u
+#define ML_LC_ID_DYLIB 0xdu
+#define ML_METAL_INSTALL_NAME "/System/Library/Frameworks/Metal.framework/Versions/A/Metal"
+#define ML_METAL_PATH "/System/Library/Frameworks/Metal.framework/Metal"
+#else
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <link.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+#endif
+
+#define ML_HIDDEN __attribute__((visibility("hidden")))
+#define ML_EXPORT __attribute__((visibility("default")))
+
+/* The shim's version, sent in the check-in (advisory). */
+#define ML_SHIM_VERSION "0.2.0-c"
+
+/* ---------------------------------------------------------------- wire.c -- */
+
+/* Mirrors policy/src/wire.rs (PROTOCOL_VERSION = ML_WIRE_PROTOCOL, MAX_FRAME, LENGTH_PREFIX). */
+#define ML_WIRE_PROTOCOL 1
+#define ML_WIRE_MAX_FRAME (16 * 1024)
+#define ML_WIRE_PREFIX 4
+#define ML_WIRE_KIND_CHECK_IN 1
+#define ML_WIRE_KIND_VERDICT 2
+#define ML_WIRE_KIND_OUTCOME 3
+
+/* The number of GPU families the shim reads (wire.rs KNOWN_FAMILIES). */
+#define ML_KNOWN_FAMILIES 16
+/* wire.rs KNOWN_FAMILIES[i]: the MTLGPUFamily value of bit i of a families mask. */
+ML_HIDDEN int64_t ml_known_family(unsigned index);
+/* Its name ("Apple7"), for log lines. */
+ML_HIDDEN const char *ml_known_family_name(unsigned index);
+
+/* Why a verdict could not be decoded; one value per wire.rs WireError variant,
+ * plus ML_WIRE_NOT_VERDICT for a well-formed message of another kind. */
+enum ml_wire_status {
+    ML_WIRE_OK = 0,
+    ML_WIRE_OVERSIZE = 1,
+    ML_WIRE_TRUNCATED = 2,
+    ML_WIRE_VERSION = 3,
+    ML_WIRE_UNKNOWN_KIND = 4,
+    ML_WIRE_BAD_FIELD = 5,
+    ML_WIRE_MISSING = 6,
+    ML_WIRE_NOT_VERDICT = 7,
+};
+
+/* A device's answers (wire.rs Answers). */
+struct ml_answers {
+    uint32_t families; /* bit i: supportsFamily:(ml_known_family(i)) said YES */
+    uint64_t threadgroup_memory;
+    uint64_t working_set;
+};
+
+/* A decoded verdict (wire.rs VerdictMsg). Strings point into the decoded body. */
+struct ml_verdict {
+    uint64_t decision_id;
+    uint8_t unlock;        /* WireAction: 1 unlock, 0 stock */
+    uint8_t has_caps;      /* capabilities present */
+    uint8_t family_max;    /* Capabilities::apple_family_max */
+    uint8_t has_ws;        /* recommended_working_set present */
+    uint64_t tg_memory;    /* Capabilities::max_threadgroup_memory */
+    uint64_t working_set;  /* Capabilities::recommended_working_set */
+    const char *profile;   /* NULL when absent; not NUL-terminated */
+    size_t profile_len;
+    const char *rule;      /* NULL when absent; not NUL-terminated */
+    size_t rule_len;
+    uint8_t monitor;       /* Mode: 1 monitor, 0 enforce */
+    uint8_t would_unlock;
+};
+
+/* The result of decoding: status, and for BAD_FIELD / MISSING the field name
+ * wire.rs would name, for UNKNOWN_KIND / VERSION / NOT_VERDICT the byte, for
+ * OVERSIZE the length. */
+struct ml_wire_error {
+    enum ml_wire_status status;
+    const char *field;
+    uint64_t value;
+};
+
+/* An outcome to report (wire.rs Outcome). Strings are NUL-terminated. */
+struct ml_outcome {
+    uint64_t decision_id;
+    uint8_t result; /* 0 applied, 1 stock, 2 failed */
+    const char *reason;
+    const char *device_class;
+    struct ml_answers stock;
+    struct ml_answers effective;
+};
+#define ML_RESULT_APPLIED 0
+#define ML_RESULT_STOCK 1
+#define ML_RESULT_FAILED 2
+
+/* wire.rs frame_length: the body length announced by a 4-byte prefix, or an
+ * error (OVERSIZE above ML_WIRE_MAX_FRAME, TRUNCATED below 2). */
+ML_HIDDEN struct ml_wire_error ml_wire_frame_length(const uint8_t prefix[4], size_t *len);
+/* wire.rs decode_body restricted to verdicts: fills *out and returns OK exactly
+ * when decode_body returns Ok(Message::Verdict); NOT_VERDICT when it would return
+ * another message; otherwise the error decode_body returns. */
+ML_HIDDEN struct ml_wire_error ml_wire_decode_verdict(const uint8_t *body, size_t len,
+                                                      struct ml_verdict *out);
+/* wire.rs encode_frame(Message::CheckIn): writes the frame (prefix included)
+ * into buf (at most cap bytes, cap >= 64) and returns its length. `claimed`
+ * may be NULL (field absent). Strings are cut at a UTF-8 boundary to fit. */
+ML_HIDDEN size_t ml_wire_encode_check_in(uint8_t *buf, size_t cap, const char *shim_version,
+                                         const char *arch, const char *claimed);
+/* wire.rs encode_frame(Message::Outcome), as above. */
+ML_HIDDEN size_t ml_wire_encode_outcome(uint8_t *buf, size_t cap, const struct ml_outcome *o);
+/* What a device must answer once the verdict's capabilities apply over `stock`
+ * (hook.rs expected_answers / profile.rs Capabilities). */
+ML_HIDDEN struct ml_answers ml_expected_answers(const struct ml_verdict *v,
+                                                struct ml_answers stock);
+/* Capabilities::supports_family: the effective answer given the stock one. */
+ML_HIDDEN bool ml_caps_supports_family(const struct ml_verdict *v, int64_t family, bool stock);
+
+/* -------------------------------------------------------------- config.c -- */
+
+/* Bounds and default of METALIFT_TIMEOUT_MS (see shim/c/README.md for why). */
+#define ML_DEFAULT_TIMEOUT_MS 2000
+#define ML_MAX_TIMEOUT_MS 10000
+
+struct ml_config {
+    char socket[104]; /* sun_path fits 104 bytes on macOS, 108 on Linux */
+    bool socket_too_long;
+    int timeout_ms;
+    bool debug;
+    const char *warning; /* static text, or NULL */
+};
+
+/* METALIFT_DISABLE=1 (exactly "1"). The only thing the constructor reads. */
+ML_HIDDEN bool ml_config_disabled(void);
+/* Reads the rest of the environment (only once Metal is present). */
+ML_HIDDEN void ml_config_load(struct ml_config *out);
+/* METALIFT_TIMEOUT_MS's value parsed like Rust's `s.trim().parse::<u64>()`,
+ * capped at ML_MAX_TIMEOUT_MS; -1 when garbled. NULL gives the default. */
+ML_HIDDEN int ml_config_parse_timeout(const char *raw);
+/* Contract 6 (PLAN.md), mirroring policy/src/socket_path.rs: METALIFT_SOCKET;
+ * else the system socket if it exists; else the per-user one. Writes at most
+ * cap bytes; returns false when the path does not fit. `system_exists` and the
+ * variables are passed in so tests need no environment. */
+ML_HIDDEN bool ml_config_socket_path(char *buf, size_t cap, const char *metalift_socket,
+                                     bool system_exists, const char *xdg_runtime_dir,
+                                     unsigned uid);
+
+/* -------------------------------------------------------------- socket.c -- */
+
+/* The shim's one connection, recognised by what it was when opened. */
+struct ml_sock {
+    int fd;      /* -1: none */
+    dev_t dev;
+    ino_t ino;
+};
+#define ML_SOCK_NONE ((struct ml_sock){-1, 0, 0})
+
+/* Creates a close-on-exec, non-blocking, SIGPIPE-free stream socket above fd 2
+ * (F_DUPFD_CLOEXEC when it lands on 0-2), connects it to `path` and records its
+ * identity. Returns 0, or an errno value (the socket is closed then). */
+ML_HIDDEN int ml_sock_connect(struct ml_sock *s, const char *path);
+/* Whether s->fd is still the socket opened (same dev/ino, still a socket). */
+ML_HIDDEN bool ml_sock_is_ours(const struct ml_sock *s);
+/* Sends all of buf (MSG_NOSIGNAL), waiting at most timeout_ms for room.
+ * Verifies first; returns 0 or an errno value (ESTALE: not ours any more). */
+ML_HIDDEN int ml_sock_send(const struct ml_sock *s, const void *buf, size_t len, int timeout_ms);
+/* Waits until `deadline_ms` (ml_now_ms clock) for bytes and reads them. Verifies
+ * first. Returns bytes read (0: peer closed), -ETIMEDOUT, -ESTALE or -errno. */
+ML_HIDDEN ssize_t ml_sock_recv(const struct ml_sock *s, void *buf, size_t cap,
+                               int64_t deadline_ms);
+/* Closes the socket if it is still ours, else forgets it untouched. */
+ML_HIDDEN void ml_sock_close(struct ml_sock *s);
+/* Forgets the socket without touching the descriptor (it is someone else's). */
+ML_HIDDEN void ml_sock_forget(struct ml_sock *s);
+/* Whether fd names the shim's live socket (log.c: never write debug text there). */
+ML_HIDDEN bool ml_sock_is_shims(int fd);
+/* Moves fd above 2 with F_DUPFD_CLOEXEC when it sits on 0-2; returns the fd to
+ * use (closing the low one) or -1. */
+ML_HIDDEN int ml_fd_above_stdio(int fd);
+/* A monotonic clock in milliseconds. */
+ML_HIDDEN int64_t ml_now_ms(void);
+
+/* ------------------------------------------------------------- session.c -- */
+
+/* What the first device will do (the only place a verdict becomes an unlock). */
+struct ml_plan {
+    bool unlock;
+    uint64_t decision_id;
+    struct ml_verdict caps; /* the verdict (capabilities valid when unlock) */
+    char rule[128];
+    char reason[256];       /* why stock (for the outcome) */
+};
+
+/* Checks in for this process if it has not yet (Metal has arrived). Idempotent
+ * per pid: in a forked child it drops the inherited connection (after verifying
+ * it, never writing on it) and checks in anew. Never blocks. */
+ML_HIDDEN void ml_session_check_in(void);
+/* Waits (at most the deadline, from now) for the verdict and turns it into a
+ * plan; without `wait` takes it only if it has arrived. Once per check-in. */
+ML_HIDDEN void ml_session_plan(struct ml_plan *out, bool wait);
+/* Sends the outcome on this process's own check-in connection and closes it. */
+ML_HIDDEN void ml_session_report(const struct ml_outcome *o);
+/* Turns a decoded verdict into a plan (session.rs plan_from_verdict). */
+ML_HIDDEN void ml_plan_from_verdict(const struct ml_verdict *v, struct ml_plan *out);
+/* Registers pthread_atfork handlers (once; only when Metal is there). */
+ML_HIDDEN void ml_session_register_atfork(void);
+/* The process that owns the session's state (for fork checks elsewhere). */
+ML_HIDDEN pid_t ml_session_pid(void);
+
+/* ---------------------------------------------------------------- hook.c -- */
+
+/* Metal is mapped: find _MTLDevice through the runtime resolved in `scope`
+ * (a dlopen handle, or RTLD_DEFAULT) and hook -initGPUFamilySupport. Returns
+ * true when done (hooked, or failed for good), false when _MTLDevice is not
+ * registered yet (the loader retries on later images). */
+ML_HIDDEN bool ml_hook_try(void *scope);
+/* The device-init lock, re-initialised in a forked child (atfork). */
+ML_HIDDEN void ml_hook_atfork_prepare(void);
+ML_HIDDEN void ml_hook_atfork_parent(void);
+ML_HIDDEN void ml_hook_atfork_child(void);
+
+/* -------------------------------------------------------------- loader.c -- */
+
+/* Whether Metal's image is in the process (Linux: dl_iterate_phdr for
+ * libsimmetal.so; macOS: dlopen RTLD_NOLOAD of Metal.framework). */
+ML_HIDDEN bool ml_metal_mapped(void);
+/* Metal was seen (at load, on a dlopen, in dyld's callback): check in once and
+ * try to hook, remembering "pending" when _MTLDevice is not there yet. */
+ML_HIDDEN void ml_metal_arrived(void *scope);
+
+/* ----------------------------------------------------------------- log.c -- */
+
+enum ml_level { ML_DEBUG, ML_INFO, ML_WARN };
+/* Sets stderr echo (METALIFT_DEBUG=1). */
+ML_HIDDEN void ml_log_set_debug(bool on);
+ML_HIDDEN bool ml_log_debug_enabled(void);
+/* One log line: the system log (not ML_DEBUG unless debug mode) and, in debug
+ * mode, stderr. printf-style; formatted into a fixed buffer, never allocating.
+ * Linux: a datagram to /dev/log on a socket of the shim's own; macOS: os_log
+ * (subsystem com.metalift, category shim), the text public, error type for
+ * ML_WARN. Called only once Metal is there. */
+ML_HIDDEN void ml_log(enum ml_level level, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* The executable's short name (for log lines; no /proc). */
+ML_HIDDEN const char *ml_program_name(void);
+
+#endif /* METALIFT_SHIM_H */

@@ -1,0 +1,324 @@
+/*
+ * session.c — the process's one conversation with metaliftd: checked in when
+ * Metal arrives, consulted at the first device init, closed by the outcome.
+ *
+ * One conversation per pid. A forked child inherits the parent's state and
+ * descriptor; the first time the child touches the session (its first device)
+ * it drops the inherited connection — closing only its own copy, and only after
+ * verifying that the number still names that socket — and checks in on a
+ * connection of its own, so the daemon identifies the child by its own pid and
+ * the child never writes on the parent's connection.
+ *
+ * The verdict becomes a plan here and only here (ml_plan_from_verdict): an
+ * unlock needs an enforce-mode verdict that says unlock and carries
+ * capabilities, read in this process before the deadline. Anything else is
+ * stock with the reason kept for the outcome.
+ */
+#include "metalift_shim.h"
+
+
+enum state {
+    IDLE,        /* no check-in yet (in this pid) */
+    SENT,        /* check-in sent; verdict unread */
+    UNREACHABLE, /* no verdict will come; reason kept */
+    DECIDED,     /* verdict read (or given up); the outcome is still to be sent */
+    CLOSED,      /* outcome sent, or nowhere to send it */
+};
+
+/* Held by the constructor/loader while checking in and by the first device
+ * while it waits for the verdict (bounded by the deadline). */
+static pthread_mutex_t session_lock = PTHREAD_MUTEX_INITIALIZER;
+static enum state state = IDLE;
+static pid_t owner;                /* the pid this state belongs to */
+static struct ml_sock sock = {-1, 0, 0};
+static int timeout_ms = ML_DEFAULT_TIMEOUT_MS;
+static char reason_unreachable[200];
+/* Bytes of the verdict frame read so far (a frame is at most this long). */
+static uint8_t rx[ML_WIRE_MAX_FRAME + ML_WIRE_PREFIX];
+static size_t rx_len;
+
+pid_t ml_session_pid(void)
+{
+    return owner;
+}
+
+static const char *arch_name(void)
+{
+#if defined(__arm64e__)
+    return "arm64e";
+#elif defined(__aarch64__)
+    return "aarch64";
+#elif defined(__x86_64__)
+    return "x86_64";
+#else
+    return "unknown";
+#endif
+}
+
+/* Short errno texts of our own: strerror may load message catalogs. (Tables
+ * and if-chains rather than switches: a dense switch becomes a jump table, an
+ * indirect `br` that scripts/shim-arm64e-check.sh refuses on arm64e.) */
+static const struct {
+    int code;
+    const char *text;
+} errno_texts[] = {
+    {ENOENT, "No such file or directory"},
+    {ECONNREFUSED, "Connection refused"},
+    {EACCES, "Permission denied"},
+    {ENAMETOOLONG, "File name too long"},
+    {EAGAIN, "Resource temporarily unavailable"},
+    {ETIMEDOUT, "Timed out"},
+    {EMFILE, "Too many open files"},
+    {ENOTDIR, "Not a directory"},
+    {EPIPE, "Broken pipe"},
+    {ECONNRESET, "Connection reset by peer"},
+};
+
+static const char *errno_text(int e)
+{
+    for (size_t i = 0; i < sizeof errno_texts / sizeof errno_texts[0]; i++)
+        if (errno_texts[i].code == e)
+            return errno_texts[i].text;
+    return "error";
+}
+
+/* Called with the lock held: a forked child starts over, never touching the
+ * parent's connection (ml_sock_close verifies before closing its own copy). */
+static void reset_if_forked(void)
+{
+    pid_t me = getpid();
+    if (owner == me)
+        return;
+    if (owner != 0)
+        ml_sock_close(&sock);
+    sock = ML_SOCK_NONE;
+    state = IDLE;
+    rx_len = 0;
+    owner = me;
+}
+
+void ml_session_check_in(void)
+{
+    pthread_mutex_lock(&session_lock);
+    reset_if_forked();
+    if (state != IDLE) {
+        pthread_mutex_unlock(&session_lock);
+        return;
+    }
+    struct ml_config config;
+    ml_config_load(&config);
+    ml_log_set_debug(config.debug);
+    if (config.warning)
+        ml_log(ML_WARN, "%s", config.warning);
+    timeout_ms = config.timeout_ms;
+    if (config.socket_too_long) {
+        snprintf(reason_unreachable, sizeof reason_unreachable,
+                 "no daemon: the socket path is too long for a Unix socket");
+        state = UNREACHABLE;
+    } else {
+        int e = ml_sock_connect(&sock, config.socket);
+        if (e == 0) {
+            uint8_t frame[256];
+            size_t n = ml_wire_encode_check_in(frame, sizeof frame, ML_SHIM_VERSION, arch_name(),
+                                               NULL);
+            e = ml_sock_send(&sock, frame, n, 0);
+            if (e != 0)
+                ml_sock_close(&sock);
+        }
+        if (e == 0) {
+            ml_log(ML_DEBUG, "checked in at %s", config.socket);
+            state = SENT;
+        } else {
+            snprintf(reason_unreachable, sizeof reason_unreachable, "no daemon at %s: %s",
+                     config.socket, errno_text(e));
+            ml_log(ML_DEBUG, "%s", reason_unreachable);
+            state = UNREACHABLE;
+        }
+    }
+    pthread_mutex_unlock(&session_lock);
+}
+
+static void set_stock(struct ml_plan *out, uint64_t id, const char *reason)
+{
+    out->unlock = false;
+    out->decision_id = id;
+    snprintf(out->reason, sizeof out->reason, "%s", reason);
+}
+
+static void copy_text(char *dst, size_t cap, const char *src, size_t len)
+{
+    if (len >= cap) {
+        len = cap - 1;
+        while (len > 0 && ((uint8_t)src[len] & 0xC0) == 0x80)
+            len--;
+    }
+    memcpy(dst, src, len);
+    dst[len] = '\0';
+}
+
+void ml_plan_from_verdict(const struct ml_verdict *v, struct ml_plan *out)
+{
+    memset(out, 0, sizeof *out);
+    out->decision_id = v->decision_id;
+    out->caps = *v;
+    out->caps.profile = NULL;
+    out->caps.rule = NULL;
+    char rule[128];
+    if (v->rule)
+        copy_text(rule, sizeof rule, v->rule, v->rule_len);
+    else
+        snprintf(rule, sizeof rule, "no rule matched");
+    if (v->rule)
+        copy_text(out->rule, sizeof out->rule, v->rule, v->rule_len);
+    if (v->unlock && !v->monitor && v->has_caps) {
+        out->unlock = true;
+    } else if (v->unlock && !v->monitor) {
+        set_stock(out, v->decision_id, "malformed verdict: unlock without capabilities");
+    } else if (v->monitor) {
+        snprintf(out->reason, sizeof out->reason, "monitor mode: %s (%s)",
+                 (v->would_unlock || v->unlock) ? "would unlock" : "stock", rule);
+    } else {
+        snprintf(out->reason, sizeof out->reason, "verdict: stock (%s)", rule);
+    }
+}
+
+static const char *kind_name(uint64_t kind)
+{
+    static const char *const names[] = {"message", "check-in", "verdict", "outcome",
+                                        "status request", "status"};
+    return kind < sizeof names / sizeof names[0] ? names[kind] : "message";
+}
+
+/* wire.rs WireError's Display, prefixed "malformed verdict: ". */
+static void describe_wire_error(struct ml_plan *out, struct ml_wire_error e)
+{
+    const char *p = "malformed verdict";
+    char *r = out->reason;
+    size_t n = sizeof out->reason;
+    unsigned long long v = (unsigned long long)e.value;
+    if (e.status == ML_WIRE_OVERSIZE)
+        snprintf(r, n, "%s: frame of %llu bytes exceeds the %d-byte limit", p, v,
+                 ML_WIRE_MAX_FRAME);
+    else if (e.status == ML_WIRE_TRUNCATED)
+        snprintf(r, n, "%s: truncated frame", p);
+    else if (e.status == ML_WIRE_VERSION)
+        snprintf(r, n, "%s: protocol version %llu (this build speaks %d)", p, v,
+                 ML_WIRE_PROTOCOL);
+    else if (e.status == ML_WIRE_UNKNOWN_KIND)
+        snprintf(r, n, "%s: unknown message kind %llu", p, v);
+    else if (e.status == ML_WIRE_BAD_FIELD)
+        snprintf(r, n, "%s: malformed field `%s`", p, e.field);
+    else if (e.status == ML_WIRE_MISSING)
+        snprintf(r, n, "%s: missing field `%s`", p, e.field);
+    else if (e.status == ML_WIRE_NOT_VERDICT)
+        snprintf(r, n, "%s: unexpected %s", p, kind_name(e.value));
+}
+
+/* Reads one frame into rx until the deadline; with the lock held, state SENT. */
+static void read_verdict(struct ml_plan *out, int64_t deadline)
+{
+    size_t need = ML_WIRE_PREFIX;
+    for (;;) {
+        if (rx_len >= ML_WIRE_PREFIX) {
+            size_t body_len;
+            struct ml_wire_error e = ml_wire_frame_length(rx, &body_len);
+            if (e.status != ML_WIRE_OK) {
+                describe_wire_error(out, e);
+                return;
+            }
+            need = ML_WIRE_PREFIX + body_len;
+            if (rx_len >= need) {
+                struct ml_verdict v;
+                e = ml_wire_decode_verdict(rx + ML_WIRE_PREFIX, body_len, &v);
+                if (e.status != ML_WIRE_OK)
+                    describe_wire_error(out, e);
+                else
+                    ml_plan_from_verdict(&v, out);
+                return;
+            }
+        }
+        ssize_t n = ml_sock_recv(&sock, rx + rx_len, need - rx_len, deadline);
+        if (n > 0) {
+            rx_len += (size_t)n;
+            continue;
+        }
+        if (n == 0) {
+            set_stock(out, 0, "the daemon closed the connection without a verdict");
+        } else if (n == -ETIMEDOUT) {
+            snprintf(out->reason, sizeof out->reason, "no verdict before the deadline (%d ms)",
+                     timeout_ms);
+        } else if (n == -ESTALE) {
+            set_stock(out, 0, "the check-in socket was closed or replaced by the program");
+            ml_sock_forget(&sock); /* not ours any more: never touch it again */
+        } else {
+            snprintf(out->reason, sizeof out->reason, "reading the verdict: %s",
+                     errno_text((int)-n));
+        }
+        return;
+    }
+}
+
+void ml_session_plan(struct ml_plan *out, bool wait)
+{
+    memset(out, 0, sizeof *out);
+    pthread_mutex_lock(&session_lock);
+    reset_if_forked();
+    if (state == SENT) {
+        read_verdict(out, ml_now_ms() + (wait ? timeout_ms : 0));
+        state = DECIDED;
+    } else if (state == UNREACHABLE) {
+        set_stock(out, 0, reason_unreachable);
+        state = CLOSED;
+    } else if (state == IDLE) {
+        set_stock(out, 0, "no check-in was made");
+        state = CLOSED;
+    } else {
+        set_stock(out, 0, "the verdict was already used by an earlier device");
+    }
+    pthread_mutex_unlock(&session_lock);
+}
+
+void ml_session_report(const struct ml_outcome *o)
+{
+    pthread_mutex_lock(&session_lock);
+    if (owner == getpid() && state == DECIDED) {
+        uint8_t frame[1024];
+        size_t n = ml_wire_encode_outcome(frame, sizeof frame, o);
+        /* Best effort, bounded: a daemon that stopped reading loses the record. */
+        (void)ml_sock_send(&sock, frame, n, 100);
+        ml_sock_close(&sock);
+        state = CLOSED;
+    }
+    pthread_mutex_unlock(&session_lock);
+}
+
+static void atfork_prepare(void)
+{
+    ml_hook_atfork_prepare();
+    pthread_mutex_lock(&session_lock);
+}
+
+static void atfork_parent(void)
+{
+    pthread_mutex_unlock(&session_lock);
+    ml_hook_atfork_parent();
+}
+
+static void atfork_child(void)
+{
+    /* The child's copy of a lock the parent held at fork is released here; the
+     * state itself is reset lazily (reset_if_forked, by pid). */
+    pthread_mutex_unlock(&session_lock);
+    ml_hook_atfork_child();
+}
+
+static void register_atfork_once(void)
+{
+    (void)pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+}
+
+void ml_session_register_atfork(void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    (void)pthread_once(&once, register_atfork_once);
+}

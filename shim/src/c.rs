@@ -1,0 +1,306 @@
+//! Safe wrappers over the shim's pure C helpers (`shim/c/wire.c`,
+//! `shim/c/config.c`), for the cross-implementation tests and the fuzz target.
+//! The one module with `unsafe` in this crate; every call is a plain function
+//! over buffers this module owns.
+
+use std::ffi::{c_char, CStr, CString};
+
+use metalift_policy::profile::Capabilities;
+use metalift_policy::verdict::Mode;
+use metalift_policy::wire::{Answers, Outcome, OutcomeResult, VerdictMsg, WireAction};
+
+/// `struct ml_answers`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+struct RawAnswers {
+    families: u32,
+    threadgroup_memory: u64,
+    working_set: u64,
+}
+
+/// `struct ml_verdict`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct RawVerdict {
+    decision_id: u64,
+    unlock: u8,
+    has_caps: u8,
+    family_max: u8,
+    has_ws: u8,
+    tg_memory: u64,
+    working_set: u64,
+    profile: *const c_char,
+    profile_len: usize,
+    rule: *const c_char,
+    rule_len: usize,
+    monitor: u8,
+    would_unlock: u8,
+}
+
+/// `struct ml_wire_error`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct RawError {
+    status: u32,
+    field: *const c_char,
+    value: u64,
+}
+
+/// `struct ml_outcome`.
+#[repr(C)]
+struct RawOutcome {
+    decision_id: u64,
+    result: u8,
+    reason: *const c_char,
+    device_class: *const c_char,
+    stock: RawAnswers,
+    effective: RawAnswers,
+}
+
+extern "C" {
+    fn ml_known_family(index: u32) -> i64;
+    fn ml_wire_frame_length(prefix: *const u8, len: *mut usize) -> RawError;
+    fn ml_wire_decode_verdict(body: *const u8, len: usize, out: *mut RawVerdict) -> RawError;
+    fn ml_wire_encode_check_in(
+        buf: *mut u8,
+        cap: usize,
+        version: *const c_char,
+        arch: *const c_char,
+        claimed: *const c_char,
+    ) -> usize;
+    fn ml_wire_encode_outcome(buf: *mut u8, cap: usize, outcome: *const RawOutcome) -> usize;
+    fn ml_expected_answers(verdict: *const RawVerdict, stock: RawAnswers) -> RawAnswers;
+    fn ml_config_parse_timeout(raw: *const c_char) -> i32;
+    fn ml_config_socket_path(
+        buf: *mut c_char,
+        cap: usize,
+        metalift_socket: *const c_char,
+        system_exists: bool,
+        xdg_runtime_dir: *const c_char,
+        uid: u32,
+    ) -> bool;
+}
+
+/// Why the C decoder refused a frame: `enum ml_wire_status` with its detail.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CWireError {
+    /// `ML_WIRE_OVERSIZE` (the announced or actual length).
+    Oversize(u64),
+    /// `ML_WIRE_TRUNCATED`.
+    Truncated,
+    /// `ML_WIRE_VERSION` (the version byte).
+    Version(u8),
+    /// `ML_WIRE_UNKNOWN_KIND` (the kind byte).
+    UnknownKind(u8),
+    /// `ML_WIRE_BAD_FIELD` (the field name wire.rs would give).
+    BadField(String),
+    /// `ML_WIRE_MISSING` (the field name).
+    Missing(String),
+    /// `ML_WIRE_NOT_VERDICT`: a well-formed message of this kind.
+    NotVerdict(u8),
+}
+
+fn error(raw: RawError) -> Option<CWireError> {
+    let field = || {
+        if raw.field.is_null() {
+            String::new()
+        } else {
+            // SAFETY: the C decoder's field names are static NUL-terminated strings.
+            unsafe { CStr::from_ptr(raw.field) }
+                .to_string_lossy()
+                .into_owned()
+        }
+    };
+    Some(match raw.status {
+        0 => return None,
+        1 => CWireError::Oversize(raw.value),
+        2 => CWireError::Truncated,
+        3 => CWireError::Version(raw.value as u8),
+        4 => CWireError::UnknownKind(raw.value as u8),
+        5 => CWireError::BadField(field()),
+        6 => CWireError::Missing(field()),
+        _ => CWireError::NotVerdict(raw.value as u8),
+    })
+}
+
+/// `ml_known_family(index)`.
+pub fn known_family(index: u32) -> i64 {
+    // SAFETY: a pure lookup; out-of-range indexes return 0.
+    unsafe { ml_known_family(index) }
+}
+
+/// `ml_wire_frame_length`: the body length a prefix announces.
+pub fn frame_length(prefix: [u8; 4]) -> Result<usize, CWireError> {
+    let mut len = 0usize;
+    // SAFETY: `prefix` is 4 readable bytes; `len` is a valid out-pointer.
+    let raw = unsafe { ml_wire_frame_length(prefix.as_ptr(), &mut len) };
+    match error(raw) {
+        None => Ok(len),
+        Some(e) => Err(e),
+    }
+}
+
+/// `ml_wire_decode_verdict` on a frame body, as the Rust type.
+pub fn decode_verdict(body: &[u8]) -> Result<VerdictMsg, CWireError> {
+    let mut raw = std::mem::MaybeUninit::<RawVerdict>::zeroed();
+    // SAFETY: `body` is readable for its length; `raw` is a valid out-pointer
+    // (zeroed: a valid RawVerdict, and the decoder fills it).
+    let status = unsafe { ml_wire_decode_verdict(body.as_ptr(), body.len(), raw.as_mut_ptr()) };
+    if let Some(e) = error(status) {
+        return Err(e);
+    }
+    // SAFETY: zero-initialised above and written by the decoder.
+    let v = unsafe { raw.assume_init() };
+    let text = |ptr: *const c_char, len: usize| -> Option<String> {
+        if ptr.is_null() {
+            return None;
+        }
+        // SAFETY: the decoder points into `body`, `len` bytes it checked as UTF-8.
+        let bytes = unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) };
+        Some(String::from_utf8_lossy(bytes).into_owned())
+    };
+    Ok(VerdictMsg {
+        decision_id: v.decision_id,
+        action: if v.unlock == 1 {
+            WireAction::Unlock
+        } else {
+            WireAction::Stock
+        },
+        capabilities: (v.has_caps == 1).then_some(Capabilities {
+            apple_family_max: v.family_max,
+            max_threadgroup_memory: v.tg_memory,
+            recommended_working_set: (v.has_ws == 1).then_some(v.working_set),
+        }),
+        profile: text(v.profile, v.profile_len),
+        rule: text(v.rule, v.rule_len),
+        mode: if v.monitor == 1 {
+            Mode::Monitor
+        } else {
+            Mode::Enforce
+        },
+        would_unlock: v.would_unlock == 1,
+    })
+}
+
+fn c_string(s: &str) -> CString {
+    CString::new(s.replace('\0', "")).expect("NULs removed")
+}
+
+/// `ml_wire_encode_check_in` with a buffer of `cap` bytes.
+pub fn encode_check_in(version: &str, arch: &str, claimed: Option<&str>, cap: usize) -> Vec<u8> {
+    let (version, arch) = (c_string(version), c_string(arch));
+    let claimed = claimed.map(c_string);
+    let mut buf = vec![0u8; cap.max(64)];
+    // SAFETY: `buf` is writable for its length; the strings are NUL-terminated
+    // and outlive the call; NULL means "absent".
+    let n = unsafe {
+        ml_wire_encode_check_in(
+            buf.as_mut_ptr(),
+            buf.len(),
+            version.as_ptr(),
+            arch.as_ptr(),
+            claimed.as_ref().map_or(std::ptr::null(), |c| c.as_ptr()),
+        )
+    };
+    buf.truncate(n);
+    buf
+}
+
+fn raw_answers(a: Answers) -> RawAnswers {
+    RawAnswers {
+        families: a.families,
+        threadgroup_memory: a.threadgroup_memory,
+        working_set: a.working_set,
+    }
+}
+
+/// `ml_wire_encode_outcome` with a buffer of `cap` bytes.
+pub fn encode_outcome(outcome: &Outcome, cap: usize) -> Vec<u8> {
+    let reason = c_string(&outcome.reason);
+    let class = c_string(&outcome.device_class);
+    let raw = RawOutcome {
+        decision_id: outcome.decision_id,
+        result: match outcome.result {
+            OutcomeResult::Applied => 0,
+            OutcomeResult::Stock => 1,
+            OutcomeResult::Failed => 2,
+        },
+        reason: reason.as_ptr(),
+        device_class: class.as_ptr(),
+        stock: raw_answers(outcome.stock),
+        effective: raw_answers(outcome.effective),
+    };
+    let mut buf = vec![0u8; cap.max(64)];
+    // SAFETY: `buf` is writable for its length; `raw` and its strings live across the call.
+    let n = unsafe { ml_wire_encode_outcome(buf.as_mut_ptr(), buf.len(), &raw) };
+    buf.truncate(n);
+    buf
+}
+
+/// `ml_expected_answers`: what a device answers with `caps` applied over `stock`.
+pub fn expected_answers(caps: &Capabilities, stock: Answers) -> Answers {
+    let verdict = RawVerdict {
+        decision_id: 0,
+        unlock: 1,
+        has_caps: 1,
+        family_max: caps.apple_family_max,
+        has_ws: u8::from(caps.recommended_working_set.is_some()),
+        tg_memory: caps.max_threadgroup_memory,
+        working_set: caps.recommended_working_set.unwrap_or(0),
+        profile: std::ptr::null(),
+        profile_len: 0,
+        rule: std::ptr::null(),
+        rule_len: 0,
+        monitor: 0,
+        would_unlock: 0,
+    };
+    // SAFETY: `verdict` is a valid struct for the call's duration; pure function.
+    let a = unsafe { ml_expected_answers(&verdict, raw_answers(stock)) };
+    Answers {
+        families: a.families,
+        threadgroup_memory: a.threadgroup_memory,
+        working_set: a.working_set,
+    }
+}
+
+/// `ml_config_parse_timeout`: `None` when garbled.
+pub fn parse_timeout(raw: Option<&str>) -> Option<u32> {
+    let raw = raw.map(c_string);
+    // SAFETY: NULL or a NUL-terminated string that outlives the call.
+    let ms =
+        unsafe { ml_config_parse_timeout(raw.as_ref().map_or(std::ptr::null(), |c| c.as_ptr())) };
+    u32::try_from(ms).ok()
+}
+
+/// `ml_config_socket_path`: `None` when the path does not fit 104 bytes.
+pub fn socket_path(
+    metalift_socket: Option<&str>,
+    system_exists: bool,
+    xdg_runtime_dir: Option<&str>,
+    uid: u32,
+) -> Option<String> {
+    let socket = metalift_socket.map(c_string);
+    let xdg = xdg_runtime_dir.map(c_string);
+    let mut buf = vec![0 as c_char; 104];
+    // SAFETY: `buf` is writable for its length; the strings are NULL or
+    // NUL-terminated and outlive the call.
+    let fits = unsafe {
+        ml_config_socket_path(
+            buf.as_mut_ptr(),
+            buf.len(),
+            socket.as_ref().map_or(std::ptr::null(), |c| c.as_ptr()),
+            system_exists,
+            xdg.as_ref().map_or(std::ptr::null(), |c| c.as_ptr()),
+            uid,
+        )
+    };
+    if !fits {
+        return None;
+    }
+    // SAFETY: on success the C wrote a NUL-terminated path into `buf`.
+    Some(
+        unsafe { CStr::from_ptr(buf.as_ptr()) }
+            .to_string_lossy()
+            .into_owned(),
+    )
+}

@@ -1,0 +1,370 @@
+//! The C wire code (`shim/c/wire.c`) held to the Rust reference
+//! (`metalift_policy::wire`): for every message the shim speaks, Rust encode →
+//! C decode and C encode → Rust decode, with random messages and with
+//! malformed, oversize and truncated input. The C decoder must accept exactly
+//! the verdicts `decode_body` accepts and reject the rest with the same error.
+#![cfg(shim_c)]
+
+use metalift_policy::profile::Capabilities;
+use metalift_policy::verdict::Mode;
+use metalift_policy::wire::{
+    self, Answers, CheckIn, Message, Outcome, OutcomeResult, VerdictMsg, WireAction, WireError,
+    KNOWN_FAMILIES, LENGTH_PREFIX, MAX_FRAME,
+};
+use metalift_shim::c::{self, CWireError};
+use proptest::prelude::*;
+
+/// What the C decoder must say about `body`, from what `decode_body` says.
+fn expected(body: &[u8]) -> Result<VerdictMsg, CWireError> {
+    match wire::decode_body(body) {
+        Ok(Message::Verdict(v)) => Ok(v),
+        Ok(Message::CheckIn(_)) => Err(CWireError::NotVerdict(1)),
+        Ok(Message::Outcome(_)) => Err(CWireError::NotVerdict(3)),
+        Ok(Message::StatusRequest) => Err(CWireError::NotVerdict(4)),
+        Ok(Message::Status(_)) => Err(CWireError::NotVerdict(5)),
+        Err(WireError::Oversize(n)) => Err(CWireError::Oversize(n as u64)),
+        Err(WireError::Truncated) => Err(CWireError::Truncated),
+        Err(WireError::Version(v)) => Err(CWireError::Version(v)),
+        Err(WireError::UnknownKind(k)) => Err(CWireError::UnknownKind(k)),
+        Err(WireError::BadField(f)) => Err(CWireError::BadField(f.to_owned())),
+        Err(WireError::Missing(f)) => Err(CWireError::Missing(f.to_owned())),
+    }
+}
+
+fn assert_same_verdict_decision(body: &[u8]) {
+    assert_eq!(c::decode_verdict(body), expected(body), "body {body:02x?}");
+}
+
+fn verdict_strategy() -> impl Strategy<Value = VerdictMsg> {
+    (
+        any::<u64>(),
+        any::<bool>(),
+        (
+            any::<u8>(),
+            any::<u64>(),
+            proptest::option::of(any::<u64>()),
+        ),
+        proptest::option::of(".{0,40}"),
+        proptest::option::of(".{0,40}"),
+        any::<bool>(),
+        any::<bool>(),
+    )
+        .prop_map(
+            |(id, unlock, (max, tg, ws), profile, rule, monitor, would)| VerdictMsg {
+                decision_id: id,
+                action: if unlock {
+                    WireAction::Unlock
+                } else {
+                    WireAction::Stock
+                },
+                capabilities: unlock.then_some(Capabilities {
+                    apple_family_max: max,
+                    max_threadgroup_memory: tg,
+                    recommended_working_set: ws,
+                }),
+                profile,
+                rule,
+                mode: if monitor {
+                    Mode::Monitor
+                } else {
+                    Mode::Enforce
+                },
+                would_unlock: would,
+            },
+        )
+}
+
+fn answers_strategy() -> impl Strategy<Value = Answers> {
+    (any::<u32>(), any::<u64>(), any::<u64>()).prop_map(|(f, t, w)| Answers {
+        families: f,
+        threadgroup_memory: t,
+        working_set: w,
+    })
+}
+
+fn outcome_strategy() -> impl Strategy<Value = Outcome> {
+    (
+        any::<u64>(),
+        0u8..3,
+        "[^\u{0}]{0,200}",
+        "[^\u{0}]{0,60}",
+        answers_strategy(),
+        answers_strategy(),
+    )
+        .prop_map(|(id, r, reason, class, stock, effective)| Outcome {
+            decision_id: id,
+            result: [
+                OutcomeResult::Applied,
+                OutcomeResult::Stock,
+                OutcomeResult::Failed,
+            ][usize::from(r)],
+            reason,
+            device_class: class,
+            stock,
+            effective,
+        })
+}
+
+proptest! {
+    #[test]
+    fn every_rust_encoded_verdict_decodes_identically_in_c(v in verdict_strategy()) {
+        let frame = wire::encode_frame(&Message::Verdict(v.clone()));
+        let prefix: [u8; 4] = frame[..LENGTH_PREFIX].try_into().unwrap();
+        prop_assert_eq!(c::frame_length(prefix), Ok(frame.len() - LENGTH_PREFIX));
+        prop_assert_eq!(c::decode_verdict(&frame[LENGTH_PREFIX..]), Ok(v));
+    }
+
+    #[test]
+    fn every_c_encoded_outcome_is_byte_identical_to_rust(o in outcome_strategy()) {
+        let rust = wire::encode_frame(&Message::Outcome(o.clone()));
+        let c_frame = c::encode_outcome(&o, MAX_FRAME + LENGTH_PREFIX);
+        prop_assert_eq!(&c_frame, &rust);
+        let decoded = wire::decode_frame(&c_frame).unwrap().unwrap().0;
+        prop_assert_eq!(decoded, Message::Outcome(o));
+    }
+
+    #[test]
+    fn every_c_encoded_check_in_is_byte_identical_to_rust(
+        version in "[^\u{0}]{0,30}",
+        arch in "[^\u{0}]{0,10}",
+        claimed in proptest::option::of("[^\u{0}]{0,100}"),
+    ) {
+        let msg = CheckIn { shim_version: version.clone(), arch: arch.clone(), claimed_executable: claimed.clone() };
+        let rust = wire::encode_frame(&Message::CheckIn(msg));
+        prop_assert_eq!(c::encode_check_in(&version, &arch, claimed.as_deref(), MAX_FRAME + LENGTH_PREFIX), rust);
+    }
+
+    #[test]
+    fn random_bodies_are_accepted_or_refused_exactly_as_rust_does(body in proptest::collection::vec(any::<u8>(), 0..64)) {
+        assert_same_verdict_decision(&body);
+    }
+
+    #[test]
+    fn mutated_verdicts_are_accepted_or_refused_exactly_as_rust_does(
+        v in verdict_strategy(),
+        at in any::<prop::sample::Index>(),
+        byte in any::<u8>(),
+        cut in any::<prop::sample::Index>(),
+    ) {
+        let frame = wire::encode_frame(&Message::Verdict(v));
+        let mut body = frame[LENGTH_PREFIX..].to_vec();
+        let i = at.index(body.len());
+        body[i] = byte;
+        assert_same_verdict_decision(&body);
+        let cut = cut.index(body.len() + 1);
+        assert_same_verdict_decision(&body[..cut]);
+    }
+
+    #[test]
+    fn the_expected_answers_match_the_profile_rules(
+        stock in answers_strategy(),
+        max in 0u8..=12,
+        tg in any::<u64>(),
+        ws in proptest::option::of(any::<u64>()),
+    ) {
+        let caps = Capabilities { apple_family_max: max, max_threadgroup_memory: tg, recommended_working_set: ws };
+        let mut families = 0u32;
+        for (bit, (_, family)) in KNOWN_FAMILIES.iter().enumerate() {
+            if caps.supports_family(*family, stock.families & (1 << bit) != 0) {
+                families |= 1 << bit;
+            }
+        }
+        let rust = Answers {
+            families,
+            threadgroup_memory: caps.threadgroup_memory(stock.threadgroup_memory),
+            working_set: caps.working_set(stock.working_set),
+        };
+        prop_assert_eq!(c::expected_answers(&caps, stock), rust);
+    }
+}
+
+#[test]
+fn the_c_family_table_is_known_families() {
+    for (i, (_, value)) in KNOWN_FAMILIES.iter().enumerate() {
+        assert_eq!(c::known_family(i as u32), *value);
+    }
+    assert_eq!(c::known_family(KNOWN_FAMILIES.len() as u32), 0);
+}
+
+#[test]
+fn every_message_kind_that_is_not_a_verdict_is_refused_as_such() {
+    for msg in [
+        Message::CheckIn(CheckIn::default()),
+        Message::StatusRequest,
+        Message::Status("{}".into()),
+        Message::Outcome(Outcome {
+            decision_id: 1,
+            result: OutcomeResult::Stock,
+            reason: String::new(),
+            device_class: String::new(),
+            stock: Answers::default(),
+            effective: Answers::default(),
+        }),
+    ] {
+        assert_same_verdict_decision(&wire::encode_frame(&msg)[LENGTH_PREFIX..]);
+    }
+}
+
+#[test]
+fn oversize_and_tiny_frame_lengths_are_refused_like_rust() {
+    for len in [
+        0u32,
+        1,
+        2,
+        100,
+        MAX_FRAME as u32,
+        MAX_FRAME as u32 + 1,
+        u32::MAX,
+    ] {
+        let prefix = len.to_le_bytes();
+        let rust = wire::frame_length(prefix).map_err(|e| match e {
+            WireError::Oversize(n) => CWireError::Oversize(n as u64),
+            WireError::Truncated => CWireError::Truncated,
+            other => panic!("{other:?}"),
+        });
+        assert_eq!(c::frame_length(prefix), rust, "{len}");
+    }
+    let body = vec![1u8; MAX_FRAME + 1];
+    assert_same_verdict_decision(&body);
+}
+
+/// A verdict body from `(tag, value)` fields, in order.
+fn body(fields: &[(u8, Vec<u8>)]) -> Vec<u8> {
+    let mut b = vec![1u8, 2];
+    for (tag, value) in fields {
+        b.push(*tag);
+        b.extend_from_slice(&(value.len() as u16).to_le_bytes());
+        b.extend_from_slice(value);
+    }
+    b
+}
+
+/// Every field of a full unlock verdict, valid.
+fn full_verdict() -> Vec<(u8, Vec<u8>)> {
+    vec![
+        (10, 7u64.to_le_bytes().to_vec()),
+        (11, vec![1]),
+        (12, 7u64.to_le_bytes().to_vec()),
+        (13, 32768u64.to_le_bytes().to_vec()),
+        (14, (12u64 << 30).to_le_bytes().to_vec()),
+        (15, b"apple7".to_vec()),
+        (16, b"llama".to_vec()),
+        (17, vec![0]),
+        (18, vec![1]),
+    ]
+}
+
+#[test]
+fn each_malformed_or_missing_field_is_refused_with_the_same_error() {
+    assert!(c::decode_verdict(&body(&full_verdict())).is_ok());
+    let bad_values: Vec<(u8, Vec<u8>)> = vec![
+        (10, vec![1, 2, 3]),
+        (11, vec![2]),
+        (11, vec![1, 0]),
+        (11, vec![]),
+        (12, 300u64.to_le_bytes().to_vec()),
+        (12, vec![7]),
+        (13, vec![0; 4]),
+        (14, vec![0; 9]),
+        (15, vec![0xff, 0xfe]),
+        (15, vec![0xc0, 0x80]),
+        (15, vec![0xf4, 0x90, 0x80, 0x80]),
+        (16, vec![0xed, 0xa0, 0x80]),
+        (16, vec![0xe0, 0x80, 0x80]),
+        (16, vec![0xf0, 0x80, 0x80, 0x80]),
+        (16, vec![0xe2, 0x82]),
+        (17, vec![2]),
+        (17, vec![]),
+        (18, vec![2]),
+        (18, vec![0, 0]),
+    ];
+    for (tag, value) in bad_values {
+        let mut fields = full_verdict();
+        for field in fields.iter_mut().filter(|(t, _)| *t == tag) {
+            field.1 = value.clone();
+        }
+        let b = body(&fields);
+        assert_same_verdict_decision(&b);
+        assert!(c::decode_verdict(&b).is_err(), "tag {tag} = {value:02x?}");
+    }
+    // Valid multi-byte UTF-8 is accepted by both.
+    let mut fields = full_verdict();
+    fields[6].1 = "é€😀".as_bytes().to_vec();
+    assert_same_verdict_decision(&body(&fields));
+    assert!(c::decode_verdict(&body(&fields)).is_ok());
+    // Each field removed in turn, and a stock verdict without capabilities.
+    for skip in 0..full_verdict().len() {
+        let mut fields = full_verdict();
+        fields.remove(skip);
+        assert_same_verdict_decision(&body(&fields));
+        let mut stock = fields.clone();
+        for field in stock.iter_mut().filter(|(t, _)| *t == 11) {
+            field.1 = vec![0];
+        }
+        assert_same_verdict_decision(&body(&stock));
+    }
+    // A repeated tag, and truncated headers and values.
+    let mut fields = full_verdict();
+    fields.push((18, vec![1]));
+    assert_same_verdict_decision(&body(&fields));
+    let full = body(&full_verdict());
+    for cut in 0..full.len() {
+        assert_same_verdict_decision(&full[..cut]);
+    }
+}
+
+#[test]
+fn strings_too_long_for_a_frame_are_cut_at_the_same_character_boundary() {
+    let long = "é".repeat(MAX_FRAME);
+    let rust = wire::encode_frame(&Message::CheckIn(CheckIn {
+        shim_version: long.clone(),
+        arch: "x".into(),
+        claimed_executable: Some(long.clone()),
+    }));
+    assert_eq!(
+        c::encode_check_in(&long, "x", Some(&long), MAX_FRAME + LENGTH_PREFIX),
+        rust
+    );
+}
+
+#[test]
+fn the_timeout_parses_like_the_rust_shim_did() {
+    assert_eq!(c::parse_timeout(None), Some(2000));
+    assert_eq!(c::parse_timeout(Some("50")), Some(50));
+    assert_eq!(c::parse_timeout(Some(" 0 ")), Some(0));
+    assert_eq!(c::parse_timeout(Some("+5")), Some(5));
+    assert_eq!(c::parse_timeout(Some("999999999")), Some(10_000));
+    assert_eq!(c::parse_timeout(Some("18446744073709551615")), Some(10_000));
+    assert_eq!(c::parse_timeout(Some("18446744073709551616")), None);
+    assert_eq!(c::parse_timeout(Some("soon")), None);
+    assert_eq!(c::parse_timeout(Some("")), None);
+    assert_eq!(c::parse_timeout(Some("-1")), None);
+}
+
+#[test]
+fn the_socket_path_follows_contract_6() {
+    use metalift_policy::socket_path::{client_socket, SYSTEM_SOCKET};
+    use std::ffi::OsStr;
+    assert_eq!(
+        c::socket_path(Some("/tmp/x.sock"), true, None, 501).as_deref(),
+        Some("/tmp/x.sock")
+    );
+    for (system, xdg) in [
+        (true, Some("/run/user/501")),
+        (false, Some("/run/user/501")),
+        (false, None),
+        (false, Some("")),
+    ] {
+        let rust = client_socket(system, xdg.map(OsStr::new));
+        assert_eq!(
+            c::socket_path(None, system, xdg, 501).as_deref(),
+            Some(rust.to_str().unwrap()),
+            "{system} {xdg:?}"
+        );
+    }
+    assert_eq!(
+        c::socket_path(Some(""), true, None, 0).as_deref(),
+        Some(SYSTEM_SOCKET)
+    );
+    assert_eq!(c::socket_path(Some(&"x".repeat(200)), false, None, 0), None);
+}
