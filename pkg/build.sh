@@ -25,7 +25,7 @@
 #   arm64e slice must carry the versioned pointer-authentication ABI
 #   (cpusubtype ARM64E with the PTRAUTH_ABI capability bit, `otool -hv`: "E PAC00"),
 #   not the unversioned arm64e.old that dyld-1323 and later refuse: checked below.
-#   Exports: exactly shim/c/exports.txt; install name: the installed path.
+#   Exports: exactly shim/c/exports.macos.txt (nothing; -fno-jump-tables: see scripts/shim-arm64e-check.sh); install name: the installed path.
 # - The inert stub (pkg/inert/libmetalift-inert.c, uninstall.sh --force) the
 #   same way: arm64 + arm64e, no code.
 # - Stage the payload with pkg/stage.sh, codesign, pkgbuild the component with
@@ -83,7 +83,7 @@ universal_dylib() {
     export_flags=(-exported_symbols_list "$out/slices/$name.exports")
   fi
   for arch in arm64 arm64e; do
-    xcrun clang -target "$arch-apple-macos13.0" -dynamiclib -O2 -Wall -Wextra -Werror \
+    xcrun clang -target "$arch-apple-macos13.0" -dynamiclib -O2 -Wall -Wextra -Werror -fno-jump-tables \
       -install_name "$install_name" ${export_flags[@]+"${export_flags[@]}"} \
       -o "$out/slices/$name-$arch.dylib" "$@"
   done
@@ -118,7 +118,7 @@ step "shim (shim/c/*.c, Apple clang, arm64 + arm64e)"
 shopt -s nullglob
 shim_sources=(shim/c/*.c)
 [ ${#shim_sources[@]} -gt 0 ] || { echo "build.sh: no shim/c/*.c" >&2; exit 1; }
-universal_dylib "$out/libmetalift.dylib" shim/c/exports.txt "${shim_sources[@]}"
+universal_dylib "$out/libmetalift.dylib" shim/c/exports.macos.txt "${shim_sources[@]}"
 
 step "inert stub (uninstall.sh --force)"
 universal_dylib "$out/libmetalift-inert.dylib" "" pkg/inert/libmetalift-inert.c

@@ -27,7 +27,7 @@
 #   honours it. lld-22 cannot parse zig's libSystem.tbd (unknown arch
 #   "arm64e.x1"), so target/macos/tbd/lld/libSystem.tbd is zig's with those targets renamed arm64.
 #   Install name /usr/local/metalift/lib/libmetalift.dylib (where pkg installs
-#   it); exports exactly shim/c/exports.txt. Only libSystem is linked.
+#   it); exports exactly shim/c/exports.macos.txt (nothing). Only libSystem is linked.
 #   Until shim/c exists (the C shim lands from the shim branch) the shim is
 #   skipped with a loud message; once it exists, a failure to link fails this.
 #
@@ -87,7 +87,7 @@ c_dylib() {
   objdir=$(mktemp -d)
   local -a objects=() export_flags=()
   for src in "$@"; do
-    python3 -m ziglang cc -target aarch64-macos.13.0 -c -fPIC -O2 -Wall \
+    python3 -m ziglang cc -target aarch64-macos.13.0 -c -fPIC -O2 -Wall -fno-jump-tables \
       -o "$objdir/$(basename "$src" .c).o" "$src"
     objects+=("$objdir/$(basename "$src" .c).o")
   done
@@ -118,8 +118,8 @@ else
   shopt -s nullglob
   sources=("$shim_dir"/*.c)
   [ ${#sources[@]} -gt 0 ] || { echo "macos-build: no .c files in $shim_dir" >&2; exit 1; }
-  [ -f "$shim_dir/exports.txt" ] || { echo "macos-build: $shim_dir/exports.txt is missing" >&2; exit 1; }
-  c_dylib "$out/lib/libmetalift.dylib" "$shim_dir/exports.txt" "${sources[@]}"
+  [ -f "$shim_dir/exports.macos.txt" ] || { echo "macos-build: $shim_dir/exports.macos.txt is missing" >&2; exit 1; }
+  c_dylib "$out/lib/libmetalift.dylib" "$shim_dir/exports.macos.txt" "${sources[@]}"
 fi
 
 echo

@@ -9,7 +9,7 @@
 # signature with a CodeDirectory flagged adhoc; arm64 macOS kills unsigned code).
 # The shim (lib/libmetalift.dylib): loads /usr/lib/libSystem.B.dylib and nothing
 # else, install name /usr/local/metalift/lib/libmetalift.dylib, exports exactly
-# shim/c/exports.txt. The inert stub: libSystem only, no export, no initializer.
+# shim/c/exports.macos.txt. The inert stub: libSystem only, no export, no initializer.
 # metaliftd: the os_log C layer is linked in (defines _metalift_oslog_error,
 # imports _os_log_impl, Mach-O __os_log_impl), and that C layer, run on this
 # host against fake libSystem functions (daemon/c/oslog_test.c, clang-22),
@@ -133,11 +133,11 @@ else
   id=$(headers "$shim" | awk '/cmd LC_ID_DYLIB/ { want = 1; next } want && $1 == "name" && !done { print $2; done = 1 }')
   [ "$id" = "$install_name" ] || fail "shim install name '$id', want $install_name"
   ok "libmetalift.dylib install name $install_name"
-  want=$(grep -v '^[[:space:]]*\(#\|$\)' "$shim_dir/exports.txt" | sed 's/^[[:space:]]*/_/; s/[[:space:]]*$//' | sort)
+  want=$(grep -v '^[[:space:]]*\(#\|$\)' "$shim_dir/exports.macos.txt" | sed 's/^[[:space:]]*/_/; s/[[:space:]]*$//' | sort)
   got=$(exports "$shim")
-  [ "$got" = "$want" ] || fail "shim exports differ from exports.txt:
+  [ "$got" = "$want" ] || fail "shim exports differ from exports.macos.txt:
 $(diff <(echo "$want") <(echo "$got") || true)"
-  ok "libmetalift.dylib exports exactly shim/c/exports.txt ($(echo "$want" | wc -l) symbols)"
+  ok "libmetalift.dylib exports exactly shim/c/exports.macos.txt ($(printf "%s" "$want" | grep -c . || true) symbols)"
 fi
 
 echo "macos-check: $checks checks passed"

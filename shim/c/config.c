@@ -98,6 +98,11 @@ bool ml_config_socket_path(char *buf, size_t cap, const char *metalift_socket,
 #endif
 }
 
+bool ml_config_agent_dir_trustworthy(unsigned dir_uid, unsigned dir_mode, unsigned caller_uid)
+{
+    return (dir_uid == caller_uid || dir_uid == 0) && (dir_mode & 022) == 0;
+}
+
 void ml_config_load(struct ml_config *out)
 {
     memset(out, 0, sizeof *out);
@@ -115,4 +120,23 @@ void ml_config_load(struct ml_config *out)
     out->socket_too_long =
         !ml_config_socket_path(out->socket, sizeof out->socket, explicit_socket, system_exists,
                                getenv("XDG_RUNTIME_DIR"), (unsigned)getuid());
+#ifdef __APPLE__
+    /* /Users/Shared/metalift is mode 1777: anyone can create another user's
+     * <uid> directory first. Only the caller's own (or root's), never a link. */
+    if (!out->socket_too_long && (explicit_socket == NULL || explicit_socket[0] == '\0') &&
+        !system_exists) {
+        char dir[sizeof out->socket];
+        memcpy(dir, out->socket, sizeof dir);
+        char *slash = strrchr(dir, '/');
+        struct stat st;
+        if (slash != NULL) {
+            *slash = '\0';
+            if (lstat(dir, &st) == 0 &&
+                (!S_ISDIR(st.st_mode) ||
+                 !ml_config_agent_dir_trustworthy((unsigned)st.st_uid, (unsigned)st.st_mode,
+                                                  (unsigned)getuid())))
+                out->socket_untrusted = true;
+        }
+    }
+#endif
 }

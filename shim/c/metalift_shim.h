@@ -80,6 +80,8 @@ struct stat {
 #define S_IFMT 0170000
 #define S_IFSOCK 0140000
 #define S_ISSOCK(m) (((m) & S_IFMT) == S_IFSOCK)
+#define S_IFDIR 0040000
+#define S_ISDIR(m) (((m) & S_IFMT) == S_IFDIR)
 struct sockaddr {
     uint8_t sa_len;
     uint8_t sa_family;
@@ -153,8 +155,10 @@ extern void *dlsym(void *handle, const char *symbol);
 extern int fcntl(int fd, int cmd, ...);
 #if defined(__x86_64__)
 extern int fstat(int fd, struct stat *st) __asm("_fstat$INODE64"); /* the 64-bit-inode stat */
+extern int lstat(const char *path, struct stat *st) __asm("_lstat$INODE64");
 #else
 extern int fstat(int fd, struct stat *st);
+extern int lstat(const char *path, struct stat *st);
 #endif
 extern char *getenv(const char *name);
 extern pid_t getpid(void);
@@ -329,6 +333,9 @@ ML_HIDDEN bool ml_caps_supports_family(const struct ml_verdict *v, int64_t famil
 struct ml_config {
     char socket[104]; /* sun_path fits 104 bytes on macOS, 108 on Linux */
     bool socket_too_long;
+    /* macOS: the per-user agent's directory is not the caller's (or root's), or
+     * others can write it: a squatter's daemon could answer. Do not connect. */
+    bool socket_untrusted;
     int timeout_ms;
     bool debug;
     const char *warning; /* static text, or NULL */
@@ -348,6 +355,12 @@ ML_HIDDEN int ml_config_parse_timeout(const char *raw);
 ML_HIDDEN bool ml_config_socket_path(char *buf, size_t cap, const char *metalift_socket,
                                      bool system_exists, const char *xdg_runtime_dir,
                                      unsigned uid);
+
+/* Whether a per-user agent's socket directory may be trusted: owned by the
+ * caller or root, writable by nobody else (socket_path.rs
+ * agent_dir_is_trustworthy). Pure, so the Linux tests compare it with Rust's. */
+ML_HIDDEN bool ml_config_agent_dir_trustworthy(unsigned dir_uid, unsigned dir_mode,
+                                               unsigned caller_uid);
 
 /* -------------------------------------------------------------- socket.c -- */
 

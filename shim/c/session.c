@@ -115,6 +115,13 @@ void ml_session_check_in(void)
         snprintf(reason_unreachable, sizeof reason_unreachable,
                  "no daemon: the socket path is too long for a Unix socket");
         state = UNREACHABLE;
+    } else if (config.socket_untrusted) {
+        snprintf(reason_unreachable, sizeof reason_unreachable,
+                 "no daemon: %s is not in a directory of yours or root's, or others can "
+                 "write it",
+                 config.socket);
+        ml_log(ML_WARN, "%s", reason_unreachable);
+        state = UNREACHABLE;
     } else {
         int e = ml_sock_connect(&sock, config.socket);
         if (e == 0) {

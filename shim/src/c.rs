@@ -79,6 +79,7 @@ extern "C" {
         xdg_runtime_dir: *const c_char,
         uid: u32,
     ) -> bool;
+    fn ml_config_agent_dir_trustworthy(dir_uid: u32, dir_mode: u32, caller_uid: u32) -> bool;
 }
 
 /// Why the C decoder refused a frame: `enum ml_wire_status` with its detail.
@@ -303,4 +304,10 @@ pub fn socket_path(
             .to_string_lossy()
             .into_owned(),
     )
+}
+
+/// `ml_config_agent_dir_trustworthy`: may a per-user agent's socket directory be trusted?
+pub fn agent_dir_trustworthy(dir_uid: u32, dir_mode: u32, caller_uid: u32) -> bool {
+    // SAFETY: a pure function of three integers.
+    unsafe { ml_config_agent_dir_trustworthy(dir_uid, dir_mode, caller_uid) }
 }

@@ -368,3 +368,23 @@ fn the_socket_path_follows_contract_6() {
     );
     assert_eq!(c::socket_path(Some(&"x".repeat(200)), false, None, 0), None);
 }
+
+#[test]
+fn the_agent_directory_is_trusted_exactly_as_socket_path_rs_says() {
+    use metalift_policy::socket_path::agent_dir_is_trustworthy;
+    for dir_uid in [0, 501, 502] {
+        for mode in [0o700, 0o755, 0o770, 0o777, 0o1777, 0o720, 0o702, 0o40700] {
+            for caller in [0, 501] {
+                assert_eq!(
+                    c::agent_dir_trustworthy(dir_uid, mode, caller),
+                    agent_dir_is_trustworthy(dir_uid, mode, caller),
+                    "dir uid {dir_uid}, mode {mode:o}, caller {caller}"
+                );
+            }
+        }
+    }
+    // A squatter's directory (another user's, or writable by others) is refused.
+    assert!(!c::agent_dir_trustworthy(502, 0o700, 501));
+    assert!(!c::agent_dir_trustworthy(501, 0o777, 501));
+    assert!(c::agent_dir_trustworthy(501, 0o700, 501));
+}
