@@ -4,10 +4,12 @@
 //! - [`writer`]: [`AuditLog`], one `write(2)` per record, size rotation under one lock.
 //! - [`rotation`]: [`Rotation`] settings and the file-name scheme of rotated files.
 //! - [`reader`]: reading the log back (rotated files first), and following it, for `metalift audit`.
+//! - [`tail`]: where the last N lines start, read backwards (`metalift audit -f -n N`).
 
 pub mod reader;
 pub mod record;
 pub mod rotation;
+pub mod tail;
 pub mod writer;
 
 use std::io;

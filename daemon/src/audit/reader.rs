@@ -1,10 +1,11 @@
 //! Reading the audit log back: rotated files oldest first, then the live file, and
 //! following the live file across rotations.
 //!
-//! The reader is lenient where the writer is strict: a line is accepted when it is a
-//! JSON object with a `"kind"` and an RFC 3339 `"time"`; other fields are read when
-//! present, so a log written by a newer daemon still reads. A line that is not
-//! accepted is returned as [`Item::Corrupt`] with its `file:line`, never fatal.
+//! One definition of the format: a line is deserialised into the writer's own
+//! [`Record`] (see [`super::record`]). Fields a newer daemon added are ignored; a
+//! record kind this version does not know is returned as an [`Entry`] without a
+//! record (readers skip it and count it), never as an error. A line that is not a
+//! record at all is returned as [`Item::Corrupt`] with its `file:line`, never fatal.
 
 use std::collections::VecDeque;
 use std::fs::File;
@@ -13,9 +14,9 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use serde_json::Value;
+use serde::Deserialize;
 
-use super::record::rfc3339;
+use super::record::{rfc3339, Record};
 use super::rotation::rotated_path;
 
 /// Where a reader sends each item as it is read.
@@ -24,41 +25,25 @@ pub type Sink<'a> = &'a mut dyn FnMut(Item) -> io::Result<()>;
 /// Bytes read at a time: a log of any size is read in bounded memory.
 const CHUNK: usize = 64 * 1024;
 
-/// One accepted line of the log.
+/// One line of the log that is a record (of a kind known or not).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Entry {
     /// The line exactly as written, without its newline.
     pub raw: String,
-    /// The parsed object.
-    pub value: Value,
     /// `"kind"`.
     pub kind: String,
     /// `"time"`, parsed.
     pub time: SystemTime,
-}
-
-impl Entry {
-    /// A string field, if present and a string.
-    #[must_use]
-    pub fn str(&self, key: &str) -> Option<&str> {
-        self.value.get(key).and_then(Value::as_str)
-    }
-
-    /// An integer field, if present and an integer.
-    #[must_use]
-    pub fn int(&self, key: &str) -> Option<i64> {
-        self.value.get(key).and_then(Value::as_i64)
-    }
-
-    /// `"time"` as written.
-    #[must_use]
-    pub fn time_text(&self) -> &str {
-        self.str("time").unwrap_or("")
-    }
+    /// The record, typed by the writer's definition; `None` for a kind written by a
+    /// newer daemon that this version does not know.
+    pub record: Option<Record>,
 }
 
 /// What reading one line produced.
 #[derive(Debug, Clone, PartialEq)]
+// Items are passed one at a time, never stored in bulk: boxing the common case
+// would only add an allocation per line.
+#[allow(clippy::large_enum_variant)]
 pub enum Item {
     /// A record.
     Entry(Entry),
@@ -73,6 +58,25 @@ pub enum Item {
     },
 }
 
+/// The two fields every record has, read when the whole record does not parse, to
+/// tell a newer kind (skipped) from a damaged line (corrupt).
+#[derive(Deserialize)]
+struct Head {
+    kind: String,
+    #[serde(with = "rfc3339")]
+    time: SystemTime,
+}
+
+/// The `"kind"` words this version's [`Record`] has.
+const KNOWN_KINDS: [&str; 6] = [
+    "decision",
+    "outcome",
+    "policy_loaded",
+    "policy_rejected",
+    "daemon_start",
+    "daemon_stop",
+];
+
 /// Parses one line (without its newline). `file` and `line` locate a corrupt one.
 #[must_use]
 pub fn parse_line(text: &str, file: &Path, line: usize) -> Item {
@@ -81,26 +85,28 @@ pub fn parse_line(text: &str, file: &Path, line: usize) -> Item {
         line,
         error,
     };
-    let value: Value = match serde_json::from_str(text) {
-        Ok(v) => v,
-        Err(e) => return corrupt(format!("not JSON: {e}")),
+    let error = match serde_json::from_str::<Record>(text) {
+        Ok(record) => {
+            return Item::Entry(Entry {
+                raw: text.to_owned(),
+                kind: record.kind().to_owned(),
+                time: record.time(),
+                record: Some(record),
+            })
+        }
+        Err(e) => e,
     };
-    let Some(kind) = value.get("kind").and_then(Value::as_str) else {
-        return corrupt("no \"kind\" string".into());
-    };
-    let Some(time_text) = value.get("time").and_then(Value::as_str) else {
-        return corrupt("no \"time\" string".into());
-    };
-    let time = match rfc3339::parse(time_text) {
-        Ok(t) => t,
-        Err(e) => return corrupt(format!("bad \"time\" {time_text:?}: {e}")),
-    };
-    Item::Entry(Entry {
-        raw: text.to_owned(),
-        kind: kind.to_owned(),
-        time,
-        value,
-    })
+    match serde_json::from_str::<Head>(text) {
+        Ok(head) if !KNOWN_KINDS.contains(&head.kind.as_str()) => Item::Entry(Entry {
+            raw: text.to_owned(),
+            kind: head.kind,
+            time: head.time,
+            record: None,
+        }),
+        Ok(head) => corrupt(format!("bad {:?} record: {error}", head.kind)),
+        Err(e) if error.is_syntax() || error.is_eof() => corrupt(format!("not JSON: {e}")),
+        Err(e) => corrupt(format!("not a record: {e}")),
+    }
 }
 
 /// The log's files in the order they were written: the highest-numbered rotated file
@@ -302,6 +308,37 @@ impl LogReader {
         })
     }
 
+    /// Opens the log to follow it from its end, ready to pass the last `n` lines of
+    /// the live file that `wanted` accepts first (`n = 0`: only what comes next).
+    /// History is not replayed: the live file is read backwards from its end until
+    /// `n` wanted lines are found, and the rotated files present now count as read.
+    pub fn open_tail(
+        path: &Path,
+        n: usize,
+        wanted: &mut dyn FnMut(&Item) -> bool,
+    ) -> io::Result<LogReader> {
+        let mut finished = VecDeque::new();
+        for file in log_files(path)? {
+            if file == path {
+                continue;
+            }
+            if let Some(open) = OpenFile::open(&file)? {
+                finished.push_back(open.fingerprint()?);
+            }
+        }
+        let mut live = OpenFile::open(path)?;
+        if let Some(live) = &mut live {
+            let start = super::tail::start_of_last(&mut live.file, &live.name, n, wanted)?;
+            live.file.seek(SeekFrom::Start(start))?;
+        }
+        Ok(LogReader {
+            path: path.to_owned(),
+            backlog: Vec::new(),
+            live,
+            finished,
+        })
+    }
+
     /// [`read_to_end_each`](LogReader::read_to_end_each), collected.
     pub fn read_to_end(&mut self) -> io::Result<Vec<Item>> {
         let mut items = Vec::new();
@@ -474,7 +511,7 @@ mod tests {
 
     fn line(id: u64) -> String {
         format!(
-            "{{\"kind\":\"decision\",\"time\":\"2026-01-01T00:00:00Z\",\"decision_id\":{id}}}\n"
+            "{{\"kind\":\"daemon_stop\",\"time\":\"2026-01-01T00:00:00Z\",\"reason\":\"x\",\"checkins\":{id},\"unlocks\":0}}\n"
         )
     }
 
@@ -482,8 +519,11 @@ mod tests {
         items
             .into_iter()
             .map(|item| match item {
-                Item::Entry(e) => e.int("decision_id").unwrap_or(-1) as u64,
-                Item::Corrupt { error, .. } => panic!("corrupt: {error}"),
+                Item::Entry(Entry {
+                    record: Some(Record::DaemonStop { checkins, .. }),
+                    ..
+                }) => checkins,
+                other => panic!("not a daemon_stop: {other:?}"),
             })
             .collect()
     }
@@ -523,22 +563,47 @@ mod tests {
             Item::Corrupt { line: 3, .. }
         ));
         assert!(matches!(
-            parse_line("{\"kind\":\"decision\",\"time\":\"yesterday\"}", f, 4),
+            parse_line("{\"kind\":\"daemon_stop\",\"time\":\"yesterday\"}", f, 4),
             Item::Corrupt { line: 4, .. }
         ));
         assert!(matches!(
             parse_line("{not json", f, 5),
             Item::Corrupt { .. }
         ));
-        let Item::Entry(e) = parse_line(
-            "{\"kind\":\"decision\",\"time\":\"2026-01-01T00:00:00.5Z\",\"pid\":3}",
+        // A known kind missing a field the writer always writes is damaged.
+        assert!(matches!(
+            parse_line(
+                "{\"kind\":\"decision\",\"time\":\"2026-01-01T00:00:00Z\"}",
+                f,
+                6
+            ),
+            Item::Corrupt { line: 6, .. }
+        ));
+    }
+
+    #[test]
+    fn a_newer_kind_is_an_entry_without_a_record_and_unknown_fields_are_ignored() {
+        let f = Path::new("a.jsonl");
+        let Item::Entry(newer) = parse_line(
+            "{\"kind\":\"quota_exceeded\",\"time\":\"2026-01-01T00:00:00.5Z\",\"n\":3}",
             f,
-            6,
+            1,
         ) else {
-            panic!("valid line refused")
+            panic!("a newer kind is not corrupt")
         };
-        assert_eq!(e.kind, "decision");
-        assert_eq!(e.int("pid"), Some(3));
+        assert_eq!(newer.kind, "quota_exceeded");
+        assert!(newer.record.is_none());
+        let Item::Entry(known) = parse_line(
+            "{\"kind\":\"daemon_stop\",\"time\":\"2026-01-01T00:00:00Z\",\"reason\":\"x\",\"checkins\":2,\"unlocks\":0,\"added_in_v9\":[1]}",
+            f,
+            2,
+        ) else {
+            panic!("an unknown field refused the record")
+        };
+        assert!(matches!(
+            known.record,
+            Some(Record::DaemonStop { checkins: 2, .. })
+        ));
     }
 
     #[test]
