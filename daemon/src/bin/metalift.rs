@@ -7,7 +7,7 @@ use metalift_daemon::cli;
 
 /// Manage metalift: check policies, explain verdicts, read the audit log.
 #[derive(Debug, Parser)]
-#[command(name = "metalift", version)]
+#[command(name = "metalift", version, after_help = cli::report::EXIT_STATUS_HELP)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -30,7 +30,12 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    cli::sigpipe::restore_default();
+    let json = cli::report::wants_json(&std::env::args_os().collect::<Vec<_>>());
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => return cli::report::usage(err, json),
+    };
     let result = match cli.command {
         Command::Validate(a) => cli::validate::run(a),
         Command::Explain(a) => cli::explain::run(a),
@@ -41,9 +46,6 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(code) => code,
-        Err(err) => {
-            eprintln!("metalift: error: {err:#}");
-            ExitCode::from(2)
-        }
+        Err(err) => cli::report::error(&err, json),
     }
 }

@@ -4,5 +4,7 @@ pub mod audit;
 pub mod demo;
 pub mod exec;
 pub mod explain;
+pub mod report;
+pub mod sigpipe;
 pub mod status;
 pub mod validate;
