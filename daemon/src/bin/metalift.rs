@@ -27,6 +27,8 @@ enum Command {
     Exec(cli::exec::Args),
     /// Start a throw-away daemon and show the shim's effect on the probe, end to end.
     Demo(cli::demo::Args),
+    /// Edit the policy safely (visudo-style): lock, edit a copy, validate, install atomically.
+    Edit(cli::edit::Args),
 }
 
 fn main() -> ExitCode {
@@ -43,6 +45,7 @@ fn main() -> ExitCode {
         Command::Audit(a) => cli::audit::run(a),
         Command::Exec(a) => cli::exec::run(a),
         Command::Demo(a) => cli::demo::run(a),
+        Command::Edit(a) => cli::edit::run(a),
     };
     match result {
         Ok(code) => code,
