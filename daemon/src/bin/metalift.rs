@@ -29,6 +29,8 @@ enum Command {
     Demo(cli::demo::Args),
     /// Edit the policy safely (visudo-style): lock, edit a copy, validate, install atomically.
     Edit(cli::edit::Args),
+    /// Check the installation: daemon, policy, audit log, shim, SIP, injection, rules' executables.
+    Doctor(cli::doctor::Args),
 }
 
 fn main() -> ExitCode {
@@ -46,6 +48,7 @@ fn main() -> ExitCode {
         Command::Exec(a) => cli::exec::run(a),
         Command::Demo(a) => cli::demo::run(a),
         Command::Edit(a) => cli::edit::run(a),
+        Command::Doctor(a) => cli::doctor::run(a),
     };
     match result {
         Ok(code) => code,

@@ -2,6 +2,7 @@
 
 pub mod audit;
 pub mod demo;
+pub mod doctor;
 pub mod edit;
 pub mod exec;
 pub mod explain;
