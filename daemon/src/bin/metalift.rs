@@ -31,6 +31,8 @@ enum Command {
     Edit(cli::edit::Args),
     /// Check the installation: daemon, policy, audit log, shim, SIP, injection, rules' executables.
     Doctor(cli::doctor::Args),
+    /// Print the JSON Schema of a policy file (for taplo / Even Better TOML).
+    Schema(cli::schema::Args),
 }
 
 fn main() -> ExitCode {
@@ -49,6 +51,7 @@ fn main() -> ExitCode {
         Command::Demo(a) => cli::demo::run(a),
         Command::Edit(a) => cli::edit::run(a),
         Command::Doctor(a) => cli::doctor::run(a),
+        Command::Schema(a) => cli::schema::run(a),
     };
     match result {
         Ok(code) => code,

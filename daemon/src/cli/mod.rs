@@ -7,6 +7,7 @@ pub mod edit;
 pub mod exec;
 pub mod explain;
 pub mod report;
+pub mod schema;
 pub mod sigpipe;
 pub mod status;
 pub mod validate;
