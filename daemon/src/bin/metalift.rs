@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use metalift_daemon::cli;
 
 /// Manage metalift: check policies, explain verdicts, read the audit log.
@@ -21,9 +21,9 @@ enum Command {
     Explain(cli::explain::Args),
     /// Show the running daemon's policy and counters.
     Status(cli::status::Args),
-    /// Read the audit log.
+    /// Answers from the audit log: one line per process (decision joined with outcome), filters, summary.
     Audit(cli::audit::Args),
-    /// Run a command with libmetalift injected.
+    /// Run a command with libmetalift injected (--require-unlock: fail unless it was unlocked).
     Exec(cli::exec::Args),
     /// Start a throw-away daemon and show the shim's effect on the probe, end to end.
     Demo(cli::demo::Args),
@@ -33,6 +33,14 @@ enum Command {
     Doctor(cli::doctor::Args),
     /// Print the JSON Schema of a policy file (for taplo / Even Better TOML).
     Schema(cli::schema::Args),
+    /// Print the shell completion script for bash, zsh or fish.
+    Completions(cli::completions::Args),
+    /// Write the man pages and completion scripts under DIR (for the repository and the .pkg).
+    #[command(name = "__generate-docs", hide = true)]
+    GenerateDocs {
+        /// The directory to write man/ and completions/ into.
+        dir: std::path::PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
@@ -52,6 +60,13 @@ fn main() -> ExitCode {
         Command::Edit(a) => cli::edit::run(a),
         Command::Doctor(a) => cli::doctor::run(a),
         Command::Schema(a) => cli::schema::run(a),
+        Command::Completions(a) => cli::completions::run(&a, Cli::command()),
+        Command::GenerateDocs { dir } => cli::docs::generate(
+            Cli::command(),
+            metalift_daemon::config::DaemonArgs::command(),
+            &dir,
+        )
+        .map(|()| ExitCode::SUCCESS),
     };
     match result {
         Ok(code) => code,

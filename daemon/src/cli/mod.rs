@@ -1,7 +1,9 @@
 //! The `metalift` admin commands, one module each. Each `run` returns the process exit code.
 
 pub mod audit;
+pub mod completions;
 pub mod demo;
+pub mod docs;
 pub mod doctor;
 pub mod edit;
 pub mod exec;
