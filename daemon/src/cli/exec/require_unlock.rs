@@ -163,3 +163,84 @@ fn exit_code(status: ExitStatus) -> ExitCode {
         (None, None) => ExitCode::from(1),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::SystemTime;
+
+    use metalift_policy::wire::{Answers, Outcome, OutcomeResult};
+
+    use super::*;
+    use crate::audit::Advisory;
+
+    fn decision(action: &str, would_unlock: bool) -> DecisionRecord {
+        DecisionRecord {
+            time: SystemTime::UNIX_EPOCH,
+            decision_id: 7,
+            pid: 42,
+            uid: 0,
+            exe: "/opt/x".into(),
+            sha256: None,
+            team_id: None,
+            signing_id: None,
+            cdhash: None,
+            parent_exe: None,
+            rule: Some("r".into()),
+            action: action.into(),
+            profile: None,
+            mode: "enforce".into(),
+            would_unlock,
+            policy_sha256: String::new(),
+            latency_us: 0,
+            transport: "unix".into(),
+            advisory: Advisory::default(),
+        }
+    }
+
+    fn outcome(result: OutcomeResult, reason: &str) -> OutcomeRecord {
+        OutcomeRecord::new(
+            SystemTime::UNIX_EPOCH,
+            42,
+            "/opt/x".into(),
+            &Outcome {
+                decision_id: 7,
+                result,
+                reason: reason.into(),
+                device_class: "AppleParavirtDevice".into(),
+                stock: Answers::default(),
+                effective: Answers::default(),
+            },
+        )
+    }
+
+    #[test]
+    fn only_unlock_with_an_applied_outcome_passes() {
+        let log = Path::new("audit.jsonl");
+        let judge = |d, o| judge(42, log, d, o);
+        assert_eq!(
+            judge(
+                Some(decision("unlock", false)),
+                Some(outcome(OutcomeResult::Applied, ""))
+            ),
+            Ok("r".to_owned())
+        );
+        let failed = judge(
+            Some(decision("unlock", false)),
+            Some(outcome(OutcomeResult::Failed, "selector missing")),
+        )
+        .unwrap_err();
+        assert!(failed.contains("failed: selector missing"), "{failed}");
+        // A stock verdict fails even if something claims "applied".
+        assert!(judge(
+            Some(decision("stock", false)),
+            Some(outcome(OutcomeResult::Applied, ""))
+        )
+        .is_err());
+        let monitor = judge(Some(decision("stock", true)), None).unwrap_err();
+        assert!(monitor.contains("monitor mode"), "{monitor}");
+        assert!(judge(Some(decision("unlock", false)), None)
+            .unwrap_err()
+            .contains("no outcome"));
+        assert!(judge(None, None).unwrap_err().contains("no decision"));
+    }
+}
