@@ -199,7 +199,7 @@ _metalift() {
             return 0
             ;;
         metalift__subcmd__demo)
-            opts="-h --keep --timeout-ms --help"
+            opts="-h --keep --timeout-ms --json --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

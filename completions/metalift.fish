@@ -88,6 +88,7 @@ complete -c metalift -n "__fish_metalift_using_subcommand exec" -l require-unloc
 complete -c metalift -n "__fish_metalift_using_subcommand exec" -s h -l help -d 'Print help'
 complete -c metalift -n "__fish_metalift_using_subcommand demo" -l timeout-ms -d 'The shim\'s verdict deadline for the probe runs (METALIFT_TIMEOUT_MS); default: the shim\'s own' -r
 complete -c metalift -n "__fish_metalift_using_subcommand demo" -l keep -d 'Keep the temporary directory (policies, sockets, audit logs) and print its path'
+complete -c metalift -n "__fish_metalift_using_subcommand demo" -l json -d 'Print one JSON object (the cases and whether they came out as expected)'
 complete -c metalift -n "__fish_metalift_using_subcommand demo" -s h -l help -d 'Print help'
 complete -c metalift -n "__fish_metalift_using_subcommand edit" -l policy -d 'The main policy file; its policy.d/ drop-ins are validated with it' -r -F
 complete -c metalift -n "__fish_metalift_using_subcommand edit" -l dropin -d 'Edit the drop-in policy.d/NAME (NAME.toml) instead of the main file' -r

@@ -163,3 +163,17 @@ fn no_color_turns_off_metaliftds_colour_on_a_terminal() {
     let plain = metaliftd_on_a_terminal(tmp.path(), true);
     assert!(!plain.contains('\x1b'), "{plain}");
 }
+
+#[test]
+fn demo_reports_as_one_json_object() {
+    let out = metalift(&["demo", "--json"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let v: Value = serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("not one JSON object ({e}): {stdout}"));
+    assert_eq!(out.status.code(), Some(0), "{v}");
+    assert_eq!(v["ok"], true, "{v}");
+    let cases = v["cases"].as_array().unwrap();
+    assert_eq!(cases.len(), 5, "{v}");
+    assert_eq!(cases[1]["apple_family"], 7, "{v}");
+    assert_eq!(cases[1]["metal3"], false, "{v}");
+}

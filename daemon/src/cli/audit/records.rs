@@ -7,7 +7,7 @@ use std::io::{self, Write};
 use crate::audit::Record;
 
 /// Decisions remembered so `--rule`/`--action` also select the outcomes answering them.
-const REMEMBERED_DECISIONS: usize = 100_000;
+const REMEMBERED_DECISIONS: usize = 10_000;
 
 /// Fixed widths of the columns before DETAIL (EXE grows when a path is longer).
 const WIDTHS: [usize; 6] = [20, 15, 7, 40, 16, 12];
