@@ -361,3 +361,45 @@ fn at_a_terminal_an_invalid_edit_can_be_edited_again() {
         "{shown}"
     );
 }
+
+#[test]
+fn when_the_daemon_refuses_the_new_policy_edit_says_so_and_exits_3() {
+    let s = Setup::new(0o644);
+    let socket = s.dir.path().join("strict.sock");
+    // A strict daemon (no development override): as root it accepts the policy.
+    let _daemon = Daemon(
+        Command::new(env!("CARGO_BIN_EXE_metaliftd"))
+            .arg("--policy")
+            .arg(s.policy())
+            .arg("--socket")
+            .arg(&socket)
+            .arg("--audit-log")
+            .arg(s.dir.path().join("audit.jsonl"))
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !socket.exists() {
+        assert!(Instant::now() < deadline, "metaliftd did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Then policy.d/ becomes writable by everyone: the daemon will refuse the next
+    // load, which edit (with its development override) does not.
+    let dropins = s.dir.path().join("policy.d");
+    fs::create_dir(&dropins).unwrap();
+    fs::set_permissions(&dropins, fs::Permissions::from_mode(0o777)).unwrap();
+    let editor = s.editor("ed.sh", TO_MONITOR);
+    let out = s
+        .edit_command(editor.to_str().unwrap(), &["--socket"])
+        .arg(&socket)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("installed"), "{stdout}");
+    if rustix::process::geteuid().is_root() {
+        assert!(stdout.contains("metaliftd refused it"), "{stdout}");
+        assert!(stdout.contains("policy.d"), "the daemon's reason: {stdout}");
+    }
+}
