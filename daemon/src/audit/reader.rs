@@ -607,6 +607,23 @@ mod tests {
     }
 
     #[test]
+    fn a_decision_from_an_older_daemon_without_descriptive_fields_still_reads() {
+        let Item::Entry(old) = parse_line(
+            "{\"kind\":\"decision\",\"time\":\"2026-01-01T00:00:00Z\",\"decision_id\":1,\
+             \"pid\":2,\"uid\":3,\"exe\":\"/x\",\"rule\":null,\"action\":\"stock\",\
+             \"mode\":\"enforce\",\"policy_sha256\":\"ab\"}",
+            Path::new("a.jsonl"),
+            1,
+        ) else {
+            panic!("an older decision is corrupt")
+        };
+        let Some(Record::Decision(d)) = old.record else {
+            panic!("not a decision")
+        };
+        assert_eq!((d.pid, d.transport.as_str()), (2, ""));
+    }
+
+    #[test]
     fn following_while_another_process_rotates_fast_loses_and_repeats_nothing() {
         use std::io::Write;
         let tmp = tempfile::tempdir().unwrap();

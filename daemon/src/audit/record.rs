@@ -9,7 +9,9 @@ use std::time::SystemTime;
 use metalift_policy::wire::{Answers, Outcome};
 use serde::{Deserialize, Serialize};
 
-/// One line of the audit log.
+/// One line of the audit log. The writer writes every field; the reader
+/// (`metalift audit`) deserialises these same types, ignoring fields it does not
+/// know (a newer daemon's) and defaulting descriptive fields an older one lacked.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Record {
@@ -143,14 +145,18 @@ pub struct DecisionRecord {
     /// `enforce` or `monitor`.
     pub mode: String,
     /// In monitor mode: the winning rule would have unlocked.
+    #[serde(default)]
     pub would_unlock: bool,
     /// SHA-256 of the policy that decided.
     pub policy_sha256: String,
     /// Microseconds from check-in received to verdict decided.
+    #[serde(default)]
     pub latency_us: u64,
     /// `unix` or `xpc`.
+    #[serde(default)]
     pub transport: String,
     /// What the client said about itself: logged, never matched.
+    #[serde(default)]
     pub advisory: Advisory,
 }
 
@@ -180,12 +186,16 @@ pub struct OutcomeRecord {
     /// `applied`, `stock` or `failed`.
     pub result: String,
     /// Why stock or failed (empty when applied).
+    #[serde(default)]
     pub reason: String,
     /// The live device's concrete class.
+    #[serde(default)]
     pub device_class: String,
     /// The device's answers before any hook.
+    #[serde(default)]
     pub stock: AnswersRecord,
     /// The answers the process now sees.
+    #[serde(default)]
     pub effective: AnswersRecord,
 }
 
