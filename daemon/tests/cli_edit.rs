@@ -403,3 +403,36 @@ fn when_the_daemon_refuses_the_new_policy_edit_says_so_and_exits_3() {
         assert!(stdout.contains("policy.d"), "the daemon's reason: {stdout}");
     }
 }
+
+#[test]
+fn a_user_who_may_not_write_the_policy_is_told_to_use_sudo() {
+    let s = Setup::new(0o644);
+    let editor = s.editor("ed.sh", TO_MONITOR);
+    // Nobody but root may write the directory (so the lock cannot be created).
+    fs::set_permissions(s.dir.path(), fs::Permissions::from_mode(0o555)).unwrap();
+    // Root may write anything: then the edit runs as nobody.
+    let mut cmd = if rustix::process::geteuid().is_root() {
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+            .arg(env!("CARGO_BIN_EXE_metalift"));
+        c
+    } else {
+        Command::new(env!("CARGO_BIN_EXE_metalift"))
+    };
+    let out = cmd
+        .arg("edit")
+        .arg("--policy")
+        .arg(s.policy())
+        .env("VISUAL", &editor)
+        .stdin(Stdio::null())
+        .output()
+        .expect("setpriv (util-linux) runs");
+    fs::set_permissions(s.dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("run with sudo"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(fs::read(s.policy()).unwrap(), ORIGINAL.as_bytes());
+}

@@ -30,13 +30,22 @@ pub enum LockError {
         holder: String,
     },
     /// The lock file could not be opened or locked.
-    #[error("cannot lock {}: {source}", path.display())]
+    #[error("cannot lock {}: {source}{}", path.display(), sudo_hint(source))]
     Io {
         /// The lock file.
         path: PathBuf,
         /// The OS error.
         source: io::Error,
     },
+}
+
+/// "run with sudo" when the error is a permission problem.
+fn sudo_hint(e: &io::Error) -> &'static str {
+    if e.kind() == io::ErrorKind::PermissionDenied {
+        " (the policy belongs to root: run with sudo)"
+    } else {
+        ""
+    }
 }
 
 /// The lock file for `policy`: `.NAME.lock` in the policy's directory.
