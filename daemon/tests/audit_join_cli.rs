@@ -545,3 +545,28 @@ fn a_large_log_is_joined_in_bounded_memory() {
     assert_eq!(v["by_result"]["applied"], 90_000);
     assert_eq!(v["by_result"]["no outcome"], 20_000);
 }
+
+#[test]
+fn follow_with_n_reaches_into_the_rotated_file_when_the_live_one_is_short() {
+    let tmp = tempfile::tempdir().unwrap();
+    let live = tmp.path().join("audit.jsonl");
+    write_log(
+        &tmp.path().join("audit.jsonl.1"),
+        &[
+            decision_at(1, ago(30), LLAMA, None, "stock"),
+            decision_at(2, ago(20), LLAMA, None, "stock"),
+            decision_at(3, ago(10), LLAMA, None, "stock"),
+        ],
+    );
+    write_log(&live, &[decision_at(4, ago(5), LLAMA, None, "stock")]);
+    let (_child, rx) = follow(&live, &["--records", "-n", "3"]);
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        ids.push(id_of(
+            &rx.recv_timeout(Duration::from_secs(20)).expect("a line"),
+        ));
+    }
+    assert_eq!(ids, [2, 3, 4]);
+    // Nothing older comes after them.
+    assert!(rx.recv_timeout(Duration::from_millis(800)).is_err());
+}

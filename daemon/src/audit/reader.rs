@@ -216,32 +216,44 @@ impl LogReader {
         })
     }
 
-    /// Opens the log to follow it from its end, ready to pass the last `n` lines of
-    /// the live file that `wanted` accepts first (`n = 0`: only what comes next).
-    /// History is not replayed: the live file is read backwards from its end until
-    /// `n` wanted lines are found, and the rotated files present now count as read.
+    /// Opens the log to follow it from its end, ready to pass the last `n` lines
+    /// that `wanted` accepts first (`n = 0`: only what comes next). History is not
+    /// replayed: the files are read backwards from the end of the live file (and
+    /// into the rotated files when it holds fewer than `n`), and the rotated files
+    /// before that point count as read.
     pub fn open_tail(
         path: &Path,
         n: usize,
         wanted: &mut dyn FnMut(&Item) -> bool,
     ) -> io::Result<LogReader> {
+        let mut remaining = n;
+        let mut live = None;
+        let mut backlog = Vec::new();
         let mut finished = VecDeque::new();
-        for file in log_files(path)? {
-            if file == path {
+        // Newest first: the live file, then .1, .2, ...
+        for name in log_files(path)?.into_iter().rev() {
+            let Some(mut open) = OpenFile::open(&name)? else {
+                continue;
+            };
+            let is_live = name == path;
+            if remaining == 0 && !is_live {
+                finished.push_back(open.fingerprint()?);
                 continue;
             }
-            if let Some(open) = OpenFile::open(&file)? {
-                finished.push_back(open.fingerprint()?);
+            let (start, found) =
+                super::tail::start_of_last(&mut open.file, &open.name, remaining, wanted)?;
+            open.file.seek(SeekFrom::Start(start))?;
+            remaining -= found;
+            if is_live {
+                live = Some(open);
+            } else {
+                backlog.push(open);
             }
         }
-        let mut live = OpenFile::open(path)?;
-        if let Some(live) = &mut live {
-            let start = super::tail::start_of_last(&mut live.file, &live.name, n, wanted)?;
-            live.file.seek(SeekFrom::Start(start))?;
-        }
+        backlog.reverse();
         Ok(LogReader {
             path: path.to_owned(),
-            backlog: Vec::new(),
+            backlog,
             live,
             finished,
         })

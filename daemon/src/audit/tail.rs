@@ -12,15 +12,16 @@ use super::reader::{parse_line, Item};
 const CHUNK: u64 = 64 * 1024;
 
 /// The byte offset in `file` where the last `n` complete lines that `wanted`
-/// accepts begin; the end of the last complete line when `n` is 0; the start of
-/// the file when it has fewer. An unfinished last line (no newline yet) is left
-/// for the forward reader. Memory: one chunk plus the longest line.
+/// accepts begin, and how many it found: the end of the last complete line when
+/// `n` is 0; the start of the file when it has fewer. An unfinished last line (no
+/// newline yet) is left for the forward reader. Memory: one chunk plus the
+/// longest line.
 pub fn start_of_last(
     file: &mut File,
     name: &Path,
     n: usize,
     wanted: &mut dyn FnMut(&Item) -> bool,
-) -> io::Result<u64> {
+) -> io::Result<(u64, usize)> {
     let len = file.metadata()?.len();
     // `buf` holds the file's bytes [pos, pos + buf.len()): lines not judged yet.
     let mut buf: Vec<u8> = Vec::new();
@@ -44,11 +45,11 @@ pub fn start_of_last(
                     buf.truncate(i + 1);
                     trimmed_tail = true;
                 }
-                None if pos == 0 => return Ok(0),
+                None if pos == 0 => return Ok((0, 0)),
                 None => continue,
             }
             if n == 0 {
-                return Ok(pos + buf.len() as u64);
+                return Ok((pos + buf.len() as u64, 0));
             }
         }
         // Judge every line whose start is known: after a newline, or at offset 0.
@@ -71,14 +72,14 @@ pub fn start_of_last(
                 if wanted(&item) {
                     found += 1;
                     if found == n {
-                        return Ok(pos + line_start as u64);
+                        return Ok((pos + line_start as u64, found));
                     }
                 }
             }
             buf.truncate(line_start);
         }
         if pos == 0 {
-            return Ok(0);
+            return Ok((0, found));
         }
     }
 }
@@ -98,7 +99,9 @@ mod tests {
     fn start(text: &str, n: usize) -> u64 {
         let mut f = tempfile::tempfile().unwrap();
         f.write_all(text.as_bytes()).unwrap();
-        start_of_last(&mut f, Path::new("t"), n, &mut |_| true).unwrap()
+        start_of_last(&mut f, Path::new("t"), n, &mut |_| true)
+            .unwrap()
+            .0
     }
 
     #[test]
