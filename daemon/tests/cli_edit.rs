@@ -436,3 +436,17 @@ fn a_user_who_may_not_write_the_policy_is_told_to_use_sudo() {
     );
     assert_eq!(fs::read(s.policy()).unwrap(), ORIGINAL.as_bytes());
 }
+
+#[test]
+fn a_new_dropin_left_as_its_template_is_not_created() {
+    let s = Setup::new(0o644);
+    let noop = s.editor("noop.sh", "exit 0");
+    let out = s.edit(noop.to_str().unwrap(), &["--dropin", "40-new"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("not created"),
+        "{}",
+        text(&out.stdout)
+    );
+    assert!(!s.dir.path().join("policy.d/40-new.toml").exists());
+}

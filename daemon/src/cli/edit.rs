@@ -35,8 +35,11 @@ const DISCARDED: u8 = 1;
 /// Exit status: installed, but the daemon refused it or did not make it live in time.
 const NOT_LIVE: u8 = 3;
 
-/// What a new policy file starts as.
+/// What a new main policy file starts as.
 const NEW_POLICY: &str = "version = 1\nmode = \"enforce\"\n";
+
+/// What a new drop-in starts as (no `version` or `mode`: those belong to the main file).
+const NEW_DROPIN: &str = "# A policy.d/ drop-in: [profile.NAME] and [[rule]] tables, merged after\n# the main policy in file-name order (no `version` or `mode` here).\n";
 
 /// Arguments of `metalift edit`.
 #[derive(Debug, clap::Args)]
@@ -163,6 +166,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Some(_) => {
             fs::read(&target).with_context(|| format!("cannot read {}", target.display()))?
         }
+        None if args.dropin.is_some() => NEW_DROPIN.as_bytes().to_vec(),
         None => NEW_POLICY.as_bytes().to_vec(),
     };
     let scratch = Scratch::create(&target, &original)?;
@@ -178,7 +182,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         let edited = fs::read(&scratch.0)
             .with_context(|| format!("cannot read the edited copy {}", scratch.0.display()))?;
-        if edited == original && existing.is_some() {
+        if edited == original {
             return finish(&args, &target, None, None);
         }
         match check(&args, &target, &scratch.0, &edited)? {
@@ -353,7 +357,8 @@ fn finish(
             println!("installed {} (policy sha256 {hash})", target.display());
             println!("{}", live.describe());
         }
-        _ => println!("no changes: {} unchanged", target.display()),
+        _ if target.exists() => println!("no changes: {} unchanged", target.display()),
+        _ => println!("no changes: {} not created", target.display()),
     }
     Ok(ExitCode::from(code))
 }

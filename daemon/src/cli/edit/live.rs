@@ -1,6 +1,7 @@
 //! After an install: did metaliftd make the new policy live? Polls the daemon's
 //! status (bounded) until its live hash is the new one, or its last reload error
-//! changes (a refusal), or time runs out.
+//! changes (a refusal), or time runs out (then a reload error still standing is
+//! the refusal).
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -77,6 +78,11 @@ pub fn wait(before: Before, policy: &Path, hash: &str, timeout: Duration) -> Liv
             }
         }
         if Instant::now() >= deadline {
+            // The same refusal as before the install (e.g. a drop-in the daemon
+            // already refused): the new file did not make it live either.
+            if let Some(err) = report.last_reload_error {
+                return Live::Refused(err);
+            }
             let policy_path = if Path::new(&report.policy_path) == policy {
                 String::new()
             } else {
