@@ -133,7 +133,7 @@ fn metaliftd_on_a_terminal(dir: &Path, no_color: bool) -> String {
     let policy = dir.join("policy.toml");
     std::fs::write(&policy, "version = 1\n").unwrap();
     let daemon = format!(
-        "{}timeout 1 {} --policy {} --socket {} --audit-log {} --allow-insecure-owner",
+        "{}timeout 3 {} --policy {} --socket {} --audit-log {} --allow-insecure-owner",
         if no_color { "NO_COLOR=1 " } else { "" },
         env!("CARGO_BIN_EXE_metaliftd"),
         policy.display(),
