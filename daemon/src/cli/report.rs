@@ -22,10 +22,13 @@ NO_COLOR (any non-empty value) turns colour off.";
 /// Exit status for a usage or runtime error (contract: every `metalift` command).
 pub const ERROR: u8 = 2;
 
-/// Whether the command line asks for JSON: a `--json` before any `--` (what
-/// follows `--` belongs to the command `metalift exec` runs).
+/// Whether the command line asks for JSON: a `--json` before any `--`. Never for
+/// `metalift exec`, which has no `--json`: its arguments belong to the command it runs.
 #[must_use]
 pub fn wants_json(args: &[OsString]) -> bool {
+    if args.get(1).is_some_and(|a| a.as_os_str() == "exec") {
+        return false;
+    }
     args.iter()
         .skip(1)
         .take_while(|a| a.as_os_str() != "--")
