@@ -348,6 +348,10 @@ fn decision_record(
         action: verdict.action.as_str().to_owned(),
         profile,
         mode: verdict.mode.as_str().to_owned(),
+        apple_family_max: match &verdict.action {
+            Action::Unlock { capabilities, .. } => Some(capabilities.apple_family_max),
+            Action::Stock => None,
+        },
         would_unlock: verdict.would_unlock.is_some(),
         policy_sha256: policy_sha256.to_owned(),
         latency_us,

@@ -1,5 +1,6 @@
-//! `metalift audit` against a fabricated log with rotated files: order, table,
-//! JSON, filters, corrupt lines, and `--follow` across a rotation.
+//! `metalift audit --records` against a fabricated log with rotated files: order,
+//! table, JSON, filters, corrupt lines, and `--follow` across a rotation. The
+//! joined view (the default) is tested in audit_join_cli.rs.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -33,6 +34,7 @@ fn decision(id: u64, secs_ago: u64, exe: &str, rule: Option<&str>, action: &str)
         action: action.to_owned(),
         profile: (action == "unlock").then(|| "apple7".to_owned()),
         mode: "enforce".into(),
+        apple_family_max: None,
         would_unlock: false,
         policy_sha256: "ab".repeat(32),
         latency_us: 90,
@@ -95,7 +97,7 @@ fn fabricate(dir: &Path) -> (PathBuf, Vec<String>) {
             decision(1, 3 * 3600, llama, Some("llama-cpp"), "unlock"),
         ],
         vec![
-            outcome(1, 2 * 3600, llama, OutcomeResult::Applied),
+            outcome(1, 3 * 3600 - 1, llama, OutcomeResult::Applied),
             decision(2, 2 * 3600, "/usr/bin/python3", None, "stock"),
             Record::PolicyRejected {
                 time: ago(2 * 3600),
@@ -164,7 +166,7 @@ fn stdout_lines(out: &Output) -> Vec<String> {
 fn json_prints_every_record_oldest_file_first_and_reports_the_corrupt_line() {
     let tmp = tempfile::tempdir().unwrap();
     let (log, valid) = fabricate(tmp.path());
-    let out = metalift(&["--log", log.to_str().unwrap(), "--json"]);
+    let out = metalift(&["--records", "--log", log.to_str().unwrap(), "--json"]);
     assert_eq!(stdout_lines(&out), valid);
     let stderr = String::from_utf8_lossy(&out.stderr);
     let location = format!("{}:2:", rotated_path(&log, 1).display());
@@ -173,10 +175,10 @@ fn json_prints_every_record_oldest_file_first_and_reports_the_corrupt_line() {
 }
 
 #[test]
-fn the_default_table_has_aligned_columns_and_a_row_per_record() {
+fn the_records_table_has_aligned_columns_and_a_row_per_record() {
     let tmp = tempfile::tempdir().unwrap();
     let (log, valid) = fabricate(tmp.path());
-    let lines = stdout_lines(&metalift(&["--log", log.to_str().unwrap()]));
+    let lines = stdout_lines(&metalift(&["--records", "--log", log.to_str().unwrap()]));
     assert_eq!(lines.len(), valid.len() + 1, "{lines:#?}");
     let header = &lines[0];
     for column in ["TIME", "KIND", "PID", "EXE", "RULE", "ACTION", "DETAIL"] {
@@ -221,7 +223,7 @@ fn filters_select_by_exe_rule_action_kind_and_age() {
     let (log, _) = fabricate(tmp.path());
     let log = log.to_str().unwrap();
     let records = |args: &[&str]| -> Vec<serde_json::Value> {
-        let mut all = vec!["--log", log, "--json"];
+        let mut all = vec!["--records", "--log", log, "--json"];
         all.extend_from_slice(args);
         stdout_lines(&metalift(&all))
             .iter()
@@ -273,6 +275,7 @@ fn a_missing_log_or_a_bad_duration_is_an_error() {
     let out = metalift(&["--log", missing.to_str().unwrap()]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("no audit log"));
+    assert_eq!(out.status.code(), Some(2));
     let (log, _) = fabricate(tmp.path());
     let out = metalift(&["--log", log.to_str().unwrap(), "--since", "soon"]);
     assert!(!out.status.success());
@@ -306,7 +309,15 @@ fn follow_keeps_reading_across_rotations_without_losing_a_record() {
 
     let mut child = Child(
         Command::new(env!("CARGO_BIN_EXE_metalift"))
-            .args(["audit", "--follow", "--json", "--log"])
+            .args([
+                "audit",
+                "--records",
+                "--follow",
+                "-n",
+                "1",
+                "--json",
+                "--log",
+            ])
             .arg(&path)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())

@@ -26,6 +26,7 @@ fn decision(id: u64, exe: &str) -> Record {
         action: "unlock".into(),
         profile: Some("apple7".into()),
         mode: "enforce".into(),
+        apple_family_max: None,
         would_unlock: false,
         policy_sha256: "ab".repeat(32),
         latency_us: 42,

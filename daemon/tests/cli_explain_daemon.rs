@@ -205,6 +205,13 @@ fn given_the_override_brand_apple_m3_max_the_daemon_unlocks_with_ceiling_9() {
     let v = daemon.check_in();
     assert_eq!(v.action, WireAction::Unlock, "{v:?}");
     assert_eq!(v.capabilities.map(|c| c.apple_family_max), Some(9), "{v:?}");
+    // The audit's decision record shows the resolved ceiling, not "host".
+    let decisions = env.records_of("decision");
+    assert_eq!(
+        decisions.last().map(|d| d["apple_family_max"].clone()),
+        Some(serde_json::json!(9)),
+        "{decisions:?}"
+    );
     // A known chip: the load drew no "unknown chip" warning.
     let loaded = env.records_of("policy_loaded");
     assert_eq!(loaded[0]["warnings"], serde_json::json!([]), "{loaded:?}");

@@ -92,8 +92,14 @@ fn exec_without_a_daemon_leaves_the_probe_stock() {
         report["llama_cpp"]["has_simdgroup_reduction"], false,
         "{report}"
     );
-    // The shim is silent unless METALIFT_DEBUG=1: nothing breaks a tool parsing stderr.
-    assert_eq!(stderr(&out), "");
+    // The shim is silent unless METALIFT_DEBUG=1: nothing breaks a tool parsing
+    // stderr. The one line is metalift's own, before the program starts.
+    let lines: Vec<String> = stderr(&out).lines().map(str::to_owned).collect();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(
+        lines[0].starts_with("metalift: warning: no metalift daemon answers"),
+        "{lines:?}"
+    );
 
     // It was injected all the same, and stayed stock because nobody answered.
     let debug = Command::new(env!("CARGO_BIN_EXE_metalift"))
@@ -164,13 +170,13 @@ fn exec_passes_arguments_and_the_exit_status_through() {
 }
 
 #[test]
-fn exec_of_an_unknown_command_says_so_and_fails() {
+fn exec_of_an_unknown_command_exits_127_like_a_shell() {
     let dir = tempfile::tempdir().unwrap();
     let out = metalift_exec(
         &dir.path().join("absent.sock"),
         &["metalift-no-such-command"],
     );
-    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(out.status.code(), Some(127));
     assert!(
         stderr(&out).contains("metalift-no-such-command: command not found"),
         "{}",
@@ -356,4 +362,164 @@ unlock = "apple7"
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+#[test]
+fn exec_of_a_file_that_is_not_executable_exits_126_like_a_shell() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("not-executable");
+    fs::write(&script, "#!/bin/sh\nexit 0\n").unwrap();
+    fs::set_permissions(&script, fs::Permissions::from_mode(0o644)).unwrap();
+    let out = metalift_exec(&dir.path().join("absent.sock"), &[script.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(126), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("Permission denied"),
+        "{}",
+        stderr(&out)
+    );
+    let out = metalift_exec(
+        &dir.path().join("absent.sock"),
+        &[dir.path().to_str().unwrap()],
+    );
+    assert_eq!(out.status.code(), Some(126), "{}", stderr(&out));
+    let out = metalift_exec(
+        &dir.path().join("absent.sock"),
+        &[dir.path().join("missing").to_str().unwrap()],
+    );
+    assert_eq!(out.status.code(), Some(127), "{}", stderr(&out));
+}
+
+#[test]
+fn exec_warns_that_the_command_runs_stock_when_no_daemon_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = metalift_exec(&dir.path().join("absent.sock"), &["true"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("warning: no metalift daemon answers on") && err.contains("will run stock"),
+        "{err}"
+    );
+    assert!(err.contains("absent.sock"), "{err}");
+}
+
+#[test]
+fn exec_says_nothing_about_the_daemon_when_one_answers() {
+    let daemon = Daemon::start("version = 1\n");
+    let out = metalift_exec(&daemon.socket, &["true"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        !stderr(&out).contains("no metalift daemon"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+fn unlock_policy() -> String {
+    format!(
+        "version = 1\n[profile.apple7]\napple_family_max = 7\n\n[[rule]]\nid = \"the-probe\"\npath = \"{}\"\nunlock = \"apple7\"\n",
+        probe().display()
+    )
+}
+
+fn require_unlock(daemon: &Daemon, command: &[&str]) -> Output {
+    let mut args = vec![
+        "--require-unlock",
+        "--log",
+        daemon.audit.to_str().unwrap(),
+        "--shim",
+    ];
+    let shim = shim();
+    args.push(shim.to_str().unwrap());
+    args.push("--");
+    args.extend_from_slice(command);
+    metalift_exec(&daemon.socket, &args)
+}
+
+#[test]
+fn require_unlock_passes_through_the_status_when_the_audit_log_shows_applied() {
+    let daemon = Daemon::start(&unlock_policy());
+    let probe = probe();
+    let out = require_unlock(&daemon, &[probe.to_str().unwrap(), "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(probe_json(&out)["apple_family"], 7);
+    assert!(
+        stderr(&out).contains("unlocked by rule the-probe"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn require_unlock_exits_4_when_the_verdict_was_stock() {
+    let daemon = Daemon::start("version = 1\n");
+    let probe = probe();
+    let out = require_unlock(&daemon, &[probe.to_str().unwrap(), "--json"]);
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    assert!(stderr(&out).contains("stock"), "{}", stderr(&out));
+}
+
+#[test]
+fn require_unlock_exits_4_when_no_daemon_decided_for_the_command() {
+    // The daemon writes the log, but the shim is pointed at a socket nobody serves:
+    // no decision for the child's pid is ever written.
+    let daemon = Daemon::start(&unlock_policy());
+    let probe = probe();
+    let out = metalift_exec(
+        &daemon._dir.path().join("absent.sock"),
+        &[
+            "--require-unlock",
+            "--log",
+            daemon.audit.to_str().unwrap(),
+            "--shim",
+            shim().to_str().unwrap(),
+            "--",
+            probe.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("no decision for pid"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(stderr(&out).contains("will run stock"), "{}", stderr(&out));
+}
+
+#[test]
+fn require_unlock_exits_4_when_the_audit_log_cannot_be_read() {
+    let daemon = Daemon::start(&unlock_policy());
+    let probe = probe();
+    let out = metalift_exec(
+        &daemon.socket,
+        &[
+            "--require-unlock",
+            "--log",
+            "/nonexistent-dir/audit.jsonl",
+            "--shim",
+            shim().to_str().unwrap(),
+            "--",
+            probe.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+}
+
+#[test]
+fn require_unlock_exits_4_when_the_shim_was_disabled() {
+    // METALIFT_DISABLE=1: the program runs stock, whatever it prints.
+    let daemon = Daemon::start(&unlock_policy());
+    let probe = probe();
+    let out = Command::new(env!("CARGO_BIN_EXE_metalift"))
+        .args(["exec", "--require-unlock", "--log"])
+        .arg(&daemon.audit)
+        .arg("--shim")
+        .arg(shim())
+        .arg("--")
+        .arg(&probe)
+        .env_remove("LD_PRELOAD")
+        .env("METALIFT_DISABLE", "1")
+        .env("METALIFT_SOCKET", &daemon.socket)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
 }

@@ -3,11 +3,15 @@
 //! - [`record`]: what a line says ([`Record`], tagged by `"kind"`).
 //! - [`writer`]: [`AuditLog`], one `write(2)` per record, size rotation under one lock.
 //! - [`rotation`]: [`Rotation`] settings and the file-name scheme of rotated files.
+//! - [`line`]: one line read back as the writer's typed [`Record`] (or a newer kind, or corrupt).
 //! - [`reader`]: reading the log back (rotated files first), and following it, for `metalift audit`.
+//! - [`tail`]: where the last N lines start, read backwards (`metalift audit -f -n N`).
 
+pub mod line;
 pub mod reader;
 pub mod record;
 pub mod rotation;
+pub mod tail;
 pub mod writer;
 
 use std::io;

@@ -1,21 +1,14 @@
 //! Reading the audit log back: rotated files oldest first, then the live file, and
-//! following the live file across rotations.
-//!
-//! The reader is lenient where the writer is strict: a line is accepted when it is a
-//! JSON object with a `"kind"` and an RFC 3339 `"time"`; other fields are read when
-//! present, so a log written by a newer daemon still reads. A line that is not
-//! accepted is returned as [`Item::Corrupt`] with its `file:line`, never fatal.
+//! following the live file across rotations. Each line becomes an [`Item`]
+//! (see [`super::line`]: the writer's own typed records, one definition of the format).
 
 use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::time::SystemTime;
 
-use serde_json::Value;
-
-use super::record::rfc3339;
+pub use super::line::{parse_line, Entry, Item};
 use super::rotation::rotated_path;
 
 /// Where a reader sends each item as it is read.
@@ -23,85 +16,6 @@ pub type Sink<'a> = &'a mut dyn FnMut(Item) -> io::Result<()>;
 
 /// Bytes read at a time: a log of any size is read in bounded memory.
 const CHUNK: usize = 64 * 1024;
-
-/// One accepted line of the log.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Entry {
-    /// The line exactly as written, without its newline.
-    pub raw: String,
-    /// The parsed object.
-    pub value: Value,
-    /// `"kind"`.
-    pub kind: String,
-    /// `"time"`, parsed.
-    pub time: SystemTime,
-}
-
-impl Entry {
-    /// A string field, if present and a string.
-    #[must_use]
-    pub fn str(&self, key: &str) -> Option<&str> {
-        self.value.get(key).and_then(Value::as_str)
-    }
-
-    /// An integer field, if present and an integer.
-    #[must_use]
-    pub fn int(&self, key: &str) -> Option<i64> {
-        self.value.get(key).and_then(Value::as_i64)
-    }
-
-    /// `"time"` as written.
-    #[must_use]
-    pub fn time_text(&self) -> &str {
-        self.str("time").unwrap_or("")
-    }
-}
-
-/// What reading one line produced.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Item {
-    /// A record.
-    Entry(Entry),
-    /// A line that is not a record; skipped by readers, reported to the admin.
-    Corrupt {
-        /// The file it is in.
-        file: PathBuf,
-        /// Its 1-based line number in that file.
-        line: usize,
-        /// What is wrong with it.
-        error: String,
-    },
-}
-
-/// Parses one line (without its newline). `file` and `line` locate a corrupt one.
-#[must_use]
-pub fn parse_line(text: &str, file: &Path, line: usize) -> Item {
-    let corrupt = |error: String| Item::Corrupt {
-        file: file.to_owned(),
-        line,
-        error,
-    };
-    let value: Value = match serde_json::from_str(text) {
-        Ok(v) => v,
-        Err(e) => return corrupt(format!("not JSON: {e}")),
-    };
-    let Some(kind) = value.get("kind").and_then(Value::as_str) else {
-        return corrupt("no \"kind\" string".into());
-    };
-    let Some(time_text) = value.get("time").and_then(Value::as_str) else {
-        return corrupt("no \"time\" string".into());
-    };
-    let time = match rfc3339::parse(time_text) {
-        Ok(t) => t,
-        Err(e) => return corrupt(format!("bad \"time\" {time_text:?}: {e}")),
-    };
-    Item::Entry(Entry {
-        raw: text.to_owned(),
-        kind: kind.to_owned(),
-        time,
-        value,
-    })
-}
 
 /// The log's files in the order they were written: the highest-numbered rotated file
 /// first, the live file last. Only files that exist are listed; gaps are skipped.
@@ -302,6 +216,49 @@ impl LogReader {
         })
     }
 
+    /// Opens the log to follow it from its end, ready to pass the last `n` lines
+    /// that `wanted` accepts first (`n = 0`: only what comes next). History is not
+    /// replayed: the files are read backwards from the end of the live file (and
+    /// into the rotated files when it holds fewer than `n`), and the rotated files
+    /// before that point count as read.
+    pub fn open_tail(
+        path: &Path,
+        n: usize,
+        wanted: &mut dyn FnMut(&Item) -> bool,
+    ) -> io::Result<LogReader> {
+        let mut remaining = n;
+        let mut live = None;
+        let mut backlog = Vec::new();
+        let mut finished = VecDeque::new();
+        // Newest first: the live file, then .1, .2, ...
+        for name in log_files(path)?.into_iter().rev() {
+            let Some(mut open) = OpenFile::open(&name)? else {
+                continue;
+            };
+            let is_live = name == path;
+            if remaining == 0 && !is_live {
+                finished.push_back(open.fingerprint()?);
+                continue;
+            }
+            let (start, found) =
+                super::tail::start_of_last(&mut open.file, &open.name, remaining, wanted)?;
+            open.file.seek(SeekFrom::Start(start))?;
+            remaining -= found;
+            if is_live {
+                live = Some(open);
+            } else {
+                backlog.push(open);
+            }
+        }
+        backlog.reverse();
+        Ok(LogReader {
+            path: path.to_owned(),
+            backlog,
+            live,
+            finished,
+        })
+    }
+
     /// [`read_to_end_each`](LogReader::read_to_end_each), collected.
     pub fn read_to_end(&mut self) -> io::Result<Vec<Item>> {
         let mut items = Vec::new();
@@ -471,10 +428,11 @@ fn live_id(path: &Path) -> io::Result<Option<(u64, u64)>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::audit::Record;
 
     fn line(id: u64) -> String {
         format!(
-            "{{\"kind\":\"decision\",\"time\":\"2026-01-01T00:00:00Z\",\"decision_id\":{id}}}\n"
+            "{{\"kind\":\"daemon_stop\",\"time\":\"2026-01-01T00:00:00Z\",\"reason\":\"x\",\"checkins\":{id},\"unlocks\":0}}\n"
         )
     }
 
@@ -482,8 +440,11 @@ mod tests {
         items
             .into_iter()
             .map(|item| match item {
-                Item::Entry(e) => e.int("decision_id").unwrap_or(-1) as u64,
-                Item::Corrupt { error, .. } => panic!("corrupt: {error}"),
+                Item::Entry(Entry {
+                    record: Some(Record::DaemonStop { checkins, .. }),
+                    ..
+                }) => checkins,
+                other => panic!("not a daemon_stop: {other:?}"),
             })
             .collect()
     }
@@ -513,32 +474,6 @@ mod tests {
         // Truncated in place and rewritten shorter: read from the start again.
         std::fs::write(&path, line(3)).unwrap();
         assert_eq!(ids(reader.poll().unwrap()), vec![3]);
-    }
-
-    #[test]
-    fn a_line_without_kind_or_with_a_bad_time_is_corrupt_with_its_location() {
-        let f = Path::new("a.jsonl");
-        assert!(matches!(
-            parse_line("{\"time\":\"2026-01-01T00:00:00Z\"}", f, 3),
-            Item::Corrupt { line: 3, .. }
-        ));
-        assert!(matches!(
-            parse_line("{\"kind\":\"decision\",\"time\":\"yesterday\"}", f, 4),
-            Item::Corrupt { line: 4, .. }
-        ));
-        assert!(matches!(
-            parse_line("{not json", f, 5),
-            Item::Corrupt { .. }
-        ));
-        let Item::Entry(e) = parse_line(
-            "{\"kind\":\"decision\",\"time\":\"2026-01-01T00:00:00.5Z\",\"pid\":3}",
-            f,
-            6,
-        ) else {
-            panic!("valid line refused")
-        };
-        assert_eq!(e.kind, "decision");
-        assert_eq!(e.int("pid"), Some(3));
     }
 
     #[test]

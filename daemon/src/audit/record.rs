@@ -9,7 +9,9 @@ use std::time::SystemTime;
 use metalift_policy::wire::{Answers, Outcome};
 use serde::{Deserialize, Serialize};
 
-/// One line of the audit log.
+/// One line of the audit log. The writer writes every field; the reader
+/// (`metalift audit`) deserialises these same types, ignoring fields it does not
+/// know (a newer daemon's) and defaulting descriptive fields an older one lacked.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Record {
@@ -142,15 +144,23 @@ pub struct DecisionRecord {
     pub profile: Option<String>,
     /// `enforce` or `monitor`.
     pub mode: String,
+    /// The Apple family ceiling an unlock verdict carried (a profile's
+    /// `apple_family_max = "host"` is recorded resolved); `None` for stock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub apple_family_max: Option<u8>,
     /// In monitor mode: the winning rule would have unlocked.
+    #[serde(default)]
     pub would_unlock: bool,
     /// SHA-256 of the policy that decided.
     pub policy_sha256: String,
     /// Microseconds from check-in received to verdict decided.
+    #[serde(default)]
     pub latency_us: u64,
     /// `unix` or `xpc`.
+    #[serde(default)]
     pub transport: String,
     /// What the client said about itself: logged, never matched.
+    #[serde(default)]
     pub advisory: Advisory,
 }
 
@@ -180,12 +190,16 @@ pub struct OutcomeRecord {
     /// `applied`, `stock` or `failed`.
     pub result: String,
     /// Why stock or failed (empty when applied).
+    #[serde(default)]
     pub reason: String,
     /// The live device's concrete class.
+    #[serde(default)]
     pub device_class: String,
     /// The device's answers before any hook.
+    #[serde(default)]
     pub stock: AnswersRecord,
     /// The answers the process now sees.
+    #[serde(default)]
     pub effective: AnswersRecord,
 }
 
@@ -321,6 +335,7 @@ mod tests {
             action: "stock".into(),
             profile: None,
             mode: "enforce".into(),
+            apple_family_max: None,
             would_unlock: false,
             policy_sha256: "ab".repeat(32),
             latency_us: 85,

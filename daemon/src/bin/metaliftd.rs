@@ -29,7 +29,10 @@ fn init_logging(args: &DaemonArgs) {
     let stderr = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         // Colour only for a person at a terminal, not in launchd's or journald's log files.
-        .with_ansi(std::io::stderr().is_terminal());
+        .with_ansi(wants_colour(
+            std::env::var_os("NO_COLOR").as_deref(),
+            std::io::stderr().is_terminal(),
+        ));
     let system = args
         .wants_syslog()
         .then(|| metalift_daemon::oslog::UnifiedLogLayer::new(c"metaliftd"));
@@ -38,6 +41,12 @@ fn init_logging(args: &DaemonArgs) {
         .with(stderr)
         .with(system)
         .init();
+}
+
+/// Colour on stderr: only at a terminal, and never when `NO_COLOR` is set to a
+/// non-empty value (<https://no-color.org>).
+fn wants_colour(no_color: Option<&std::ffi::OsStr>, stderr_is_terminal: bool) -> bool {
+    stderr_is_terminal && no_color.is_none_or(|v| v.is_empty())
 }
 
 fn run(args: DaemonArgs) -> anyhow::Result<()> {
@@ -49,4 +58,19 @@ fn run(args: DaemonArgs) -> anyhow::Result<()> {
         let stop = service::stop_signals()?;
         service::run(config, stop).await
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::OsStr;
+
+    use super::wants_colour;
+
+    #[test]
+    fn no_color_turns_colour_off_even_at_a_terminal() {
+        assert!(wants_colour(None, true));
+        assert!(wants_colour(Some(OsStr::new("")), true));
+        assert!(!wants_colour(Some(OsStr::new("1")), true));
+        assert!(!wants_colour(None, false));
+    }
 }

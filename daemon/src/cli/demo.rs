@@ -40,6 +40,9 @@ pub struct Args {
     /// default: the shim's own.
     #[arg(long, value_name = "MS")]
     pub timeout_ms: Option<u64>,
+    /// Print one JSON object (the cases and whether they came out as expected).
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// How long a daemon may take to start listening (a cold, loaded CI box).
@@ -74,15 +77,17 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut tools = Tools::find()?;
     tools.timeout_ms = args.timeout_ms;
     let dir = TempDir::create()?;
-    let result = demo(&tools, dir.path());
+    let result = demo(&tools, dir.path(), args.json);
     if args.keep {
-        println!("\nkept: {}", dir.path().display());
+        if !args.json {
+            println!("\nkept: {}", dir.path().display());
+        }
         std::mem::forget(dir);
     }
     result
 }
 
-fn demo(tools: &Tools, dir: &Path) -> anyhow::Result<ExitCode> {
+fn demo(tools: &Tools, dir: &Path, json: bool) -> anyhow::Result<ExitCode> {
     let untrusted = dir.join("untrusted-probe");
     std::fs::copy(&tools.probe, &untrusted).context("copying the probe")?;
 
@@ -122,6 +127,32 @@ fn demo(tools: &Tools, dir: &Path) -> anyhow::Result<ExitCode> {
         tools,
     )?);
 
+    let expected = [5, 7, 5, 5, 5];
+    let apple: Vec<u64> = rows.iter().map(|r| r.apple_family).collect();
+    let ok = apple == expected && rows[1].flags == [true; 3] && !rows[1].metal3;
+    if json {
+        let cases: Vec<serde_json::Value> = rows
+            .iter()
+            .map(|r| {
+                serde_json::json!({
+                    "case": r.case,
+                    "apple_family": r.apple_family,
+                    "threadgroup_memory": r.threadgroup_memory,
+                    "has_simdgroup_reduction": r.flags[0],
+                    "has_simdgroup_mm": r.flags[1],
+                    "has_bfloat": r.flags[2],
+                    "metal3": r.metal3,
+                    "ms": r.elapsed.as_millis(),
+                })
+            })
+            .collect();
+        println!("{}", serde_json::json!({"ok": ok, "cases": cases}));
+        return Ok(if ok {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        });
+    }
     print_table(&rows);
     for (name, log) in &audit_logs {
         println!("\naudit records ({name} daemon, {}):", log.display());
@@ -135,9 +166,7 @@ fn demo(tools: &Tools, dir: &Path) -> anyhow::Result<ExitCode> {
         }
     }
 
-    let expected = [5, 7, 5, 5, 5];
-    let apple: Vec<u64> = rows.iter().map(|r| r.apple_family).collect();
-    if apple == expected && rows[1].flags == [true; 3] && !rows[1].metal3 {
+    if ok {
         println!("\nOK: only the allowed executable saw Apple7 and llama.cpp's fast paths; Metal3 was never claimed.");
         Ok(ExitCode::SUCCESS)
     } else {

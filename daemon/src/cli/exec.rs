@@ -12,10 +12,11 @@
 //! runs, stock, after a `metalift: warning:` line on stderr, so a wrapper script
 //! never breaks, and nobody is left wondering why nothing changed.
 
-mod binary;
+pub mod binary;
 #[cfg(any(target_os = "macos", test))]
 #[cfg_attr(not(target_os = "macos"), allow(dead_code))]
-mod macos;
+pub mod macos;
+mod require_unlock;
 
 use std::env;
 use std::ffi::{OsStr, OsString};
@@ -23,6 +24,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
+use std::time::Duration;
 
 use anyhow::{bail, Context};
 
@@ -48,37 +50,153 @@ pub const INSTALL_LIB_DIR: &str = "/usr/local/metalift/lib";
 /// Environment variable naming the shim, checked after `--shim`.
 pub const SHIM_ENV: &str = "METALIFT_SHIM";
 
+/// Exit status of `metalift exec` when the command could not be found.
+pub const NOT_FOUND: u8 = 127;
+/// Exit status of `metalift exec` when the command could not be executed.
+pub const NOT_EXECUTABLE: u8 = 126;
+/// Exit status of `metalift exec --require-unlock` when the unlock is not confirmed.
+pub const NOT_UNLOCKED: u8 = 4;
+
 /// Arguments of `metalift exec`.
 #[derive(Debug, clap::Args)]
-#[command(trailing_var_arg = true)]
+#[command(
+    trailing_var_arg = true,
+    after_help = "\
+Exit status:
+  N    the command's own exit status (128+N when killed by signal N)
+  2    metalift itself failed (e.g. no shim found)
+  4    --require-unlock: the verdict was not unlock, or the shim's outcome was not
+       applied, as the daemon's audit log records it (or it could not be learned)
+  126  the command is not executable
+  127  the command was not found
+
+Without a reachable daemon the command runs stock, after a warning on stderr."
+)]
 pub struct Args {
     /// The shim to inject. Default: $METALIFT_SHIM, then ../lib/ and the
     /// directory of this executable, then /usr/local/metalift/lib.
     #[arg(long, value_name = "PATH")]
     pub shim: Option<PathBuf>,
+    /// The daemon's socket (passed to the shim as METALIFT_SOCKET). Default:
+    /// $METALIFT_SOCKET, else the system daemon's socket when it exists, else the user's.
+    #[arg(long, value_name = "PATH")]
+    pub socket: Option<PathBuf>,
+    /// Run the command as a child and exit 4 unless the daemon's audit log shows
+    /// its decision was `unlock` and the shim's outcome `applied` (for CI).
+    #[arg(long)]
+    pub require_unlock: bool,
+    /// The audit log --require-unlock reads the command's decision from.
+    #[arg(long, value_name = "PATH", default_value = crate::audit::DEFAULT_LOG_PATH)]
+    pub log: PathBuf,
     /// The command to run, and its arguments (put `--` first if it starts with `-`).
     #[arg(required = true, num_args = 1.., allow_hyphen_values = true, value_name = "COMMAND")]
     pub command: Vec<OsString>,
 }
 
-/// Runs `metalift exec`. Returns only if the command could not be started.
+/// Runs `metalift exec`. Returns only if the command could not be started, or
+/// (with `--require-unlock`) when it has finished.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let shim = find_shim(args.shim.as_deref(), env::var_os(SHIM_ENV).as_deref())?;
     let (name, rest) = args.command.split_first().context("no command given")?;
-    let program = resolve_command(name, env::var_os("PATH").as_deref())
-        .with_context(|| format!("{}: command not found", name.to_string_lossy()))?;
+    let program = match locate(name, env::var_os("PATH").as_deref()) {
+        Ok(program) => program,
+        Err(code) => return Ok(code),
+    };
 
     for warning in injection_warnings(&program, &shim) {
         eprintln!("metalift: warning: {warning}");
     }
+    let socket = match &args.socket {
+        Some(s) => Some(s.clone()),
+        None => match env::var_os("METALIFT_SOCKET").filter(|v| !v.is_empty()) {
+            Some(s) => Some(PathBuf::from(s)),
+            None => crate::config::default_client_socket().ok(),
+        },
+    };
+    if let Some(problem) = daemon_problem(socket.as_deref()) {
+        eprintln!(
+            "metalift: warning: {problem}: {} will run stock",
+            program.display()
+        );
+    }
 
     let value = append_library(env::var_os(INSERT_VAR).as_deref(), &shim);
-    let err = Command::new(&program)
-        .arg0(name)
-        .args(rest)
-        .env(INSERT_VAR, value)
-        .exec();
-    Err(err).with_context(|| format!("could not run {}", program.display()))
+    let mut command = Command::new(&program);
+    command.arg0(name).args(rest).env(INSERT_VAR, value);
+    if let Some(socket) = &args.socket {
+        command.env("METALIFT_SOCKET", socket);
+    }
+    if args.require_unlock {
+        return require_unlock::run(command, &program, &args.log);
+    }
+    let err = command.exec();
+    Ok(exec_failure(&program, &err))
+}
+
+/// Why no daemon will answer the shim, if none will: nothing listens on the socket.
+fn daemon_problem(socket: Option<&Path>) -> Option<String> {
+    let Some(socket) = socket else {
+        return Some("no daemon socket is known (set METALIFT_SOCKET or pass --socket)".into());
+    };
+    match crate::status::request(socket, Duration::from_secs(1)) {
+        Ok(_) => None,
+        Err(e) => Some(format!(
+            "no metalift daemon answers on {} ({})",
+            socket.display(),
+            match e {
+                crate::status::StatusError::NotRunning { source, .. } => source.to_string(),
+                other => other.to_string(),
+            }
+        )),
+    }
+}
+
+/// Finds the command as a shell would; on failure says why on stderr and
+/// returns the shell's status: 127 not found, 126 found but not executable.
+fn locate(name: &OsStr, path_var: Option<&OsStr>) -> Result<PathBuf, ExitCode> {
+    let shown = name.to_string_lossy();
+    if let Some(program) = resolve_command(name, path_var) {
+        if name.as_encoded_bytes().contains(&b'/') {
+            match program.metadata() {
+                Err(_) => {
+                    eprintln!("metalift: {shown}: No such file or directory");
+                    return Err(ExitCode::from(NOT_FOUND));
+                }
+                Ok(m) if m.is_dir() => {
+                    eprintln!("metalift: {shown}: is a directory");
+                    return Err(ExitCode::from(NOT_EXECUTABLE));
+                }
+                Ok(m) if m.permissions().mode() & 0o111 == 0 => {
+                    eprintln!("metalift: {shown}: Permission denied");
+                    return Err(ExitCode::from(NOT_EXECUTABLE));
+                }
+                Ok(_) => {}
+            }
+        }
+        return Ok(program);
+    }
+    // Like bash: a file of that name in PATH that is not executable is "permission denied".
+    let not_executable = path_var.is_some_and(|p| {
+        !name.is_empty() && env::split_paths(p).any(|dir| dir.join(name).is_file())
+    });
+    if not_executable {
+        eprintln!("metalift: {shown}: Permission denied");
+        Err(ExitCode::from(NOT_EXECUTABLE))
+    } else {
+        eprintln!("metalift: {shown}: command not found");
+        Err(ExitCode::from(NOT_FOUND))
+    }
+}
+
+/// The status for an `execve` that failed, after saying why: 127 when the file
+/// (or its `#!` interpreter) does not exist, 126 otherwise.
+pub fn exec_failure(program: &Path, err: &std::io::Error) -> ExitCode {
+    eprintln!("metalift: could not run {}: {err}", program.display());
+    if err.kind() == std::io::ErrorKind::NotFound {
+        ExitCode::from(NOT_FOUND)
+    } else {
+        ExitCode::from(NOT_EXECUTABLE)
+    }
 }
 
 /// Finds the shim: `--shim`, then `$METALIFT_SHIM` (both must exist when

@@ -8,7 +8,6 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use metalift_policy::{compile_sources_with, CompileOptions, Policy, Source, Subject, Verdict};
-use serde_json::Value;
 
 use super::{Args, Chosen, HashNote};
 
@@ -113,8 +112,10 @@ pub(super) fn archived_policy(
 
 /// A decision record, as much of it as explaining needs.
 pub(super) struct DecisionSeen {
-    /// The whole record as logged.
-    pub(super) raw: Value,
+    /// The whole record, as the writer's type serialises it.
+    pub(super) raw: serde_json::Value,
+    /// The Apple family ceiling the verdict carried (unlock verdicts of daemons that record it).
+    apple_family_max: Option<u8>,
     id: u64,
     time: String,
     pid: i64,
@@ -134,51 +135,48 @@ pub(super) struct DecisionSeen {
 
 /// Finds decision `id` in the audit log at `log`, rotated files included.
 pub(super) fn find_decision(log: &Path, id: u64) -> anyhow::Result<Option<DecisionSeen>> {
-    use crate::audit::reader::{Item, LogReader};
+    use crate::audit::line::{Entry, Item};
+    use crate::audit::reader::LogReader;
+    use crate::audit::record::Record;
     let mut reader = LogReader::open(log)?;
     let mut found = None;
     reader.read_to_end_each(&mut |item| {
-        if let Item::Entry(e) = item {
-            if e.kind == "decision"
-                && e.value.get("decision_id").and_then(Value::as_u64) == Some(id)
-            {
-                found = Some(e);
+        if let Item::Entry(Entry {
+            record: Some(Record::Decision(d)),
+            ..
+        }) = item
+        {
+            if d.decision_id == id {
+                found = Some(d);
             }
         }
         Ok(())
     })?;
-    let Some(e) = found else { return Ok(None) };
-    let text = |k: &str| e.str(k).map(str::to_owned);
+    let Some(d) = found else { return Ok(None) };
     Ok(Some(DecisionSeen {
+        raw: serde_json::to_value(&d).context("re-serialising the decision record")?,
+        apple_family_max: d.apple_family_max,
         id,
-        time: e.time_text().to_owned(),
-        pid: e.int("pid").unwrap_or(0),
-        uid: e
-            .value
-            .get("uid")
-            .and_then(Value::as_u64)
-            .and_then(|u| u32::try_from(u).ok())
-            .context("the decision record has no uid")?,
-        exe: text("exe").context("the decision record has no exe")?,
-        parent_exe: text("parent_exe"),
-        sha256: text("sha256"),
-        team_id: text("team_id"),
-        signing_id: text("signing_id"),
-        cdhash: text("cdhash"),
-        rule: text("rule"),
-        action: text("action").unwrap_or_default(),
-        profile: text("profile"),
-        mode: text("mode").unwrap_or_default(),
-        policy_sha256: text("policy_sha256").context("the decision record has no policy_sha256")?,
-        raw: e.value,
+        time: crate::audit::record::rfc3339::format(d.time),
+        pid: i64::from(d.pid),
+        uid: d.uid,
+        exe: d.exe,
+        parent_exe: d.parent_exe,
+        sha256: d.sha256,
+        team_id: d.team_id,
+        signing_id: d.signing_id,
+        cdhash: d.cdhash,
+        rule: d.rule,
+        action: d.action,
+        profile: d.profile,
+        mode: d.mode,
+        policy_sha256: d.policy_sha256,
     }))
 }
 
 pub(super) fn decision_text(r: &DecisionSeen) -> String {
     let family = r
-        .raw
-        .get("apple_family_max")
-        .and_then(Value::as_u64)
+        .apple_family_max
         .map(|f| format!(", apple_family_max {f}"))
         .unwrap_or_default();
     format!(

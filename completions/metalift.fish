@@ -1,0 +1,131 @@
+# Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
+function __fish_metalift_global_optspecs
+    string join \n h/help V/version
+end
+
+function __fish_metalift_needs_command
+    # Figure out if the current invocation already has a command.
+    set -l cmd (commandline -opc)
+    set -e cmd[1]
+    argparse -s (__fish_metalift_global_optspecs) -- $cmd 2>/dev/null
+    or return
+    if set -q argv[1]
+        # Also print the command, so this can be used to figure out what it is.
+        echo $argv[1]
+        return 1
+    end
+    return 0
+end
+
+function __fish_metalift_using_subcommand
+    set -l cmd (__fish_metalift_needs_command)
+    test -z "$cmd"
+    and return 1
+    contains -- $cmd[1] $argv
+end
+
+complete -c metalift -n "__fish_metalift_needs_command" -s h -l help -d 'Print help'
+complete -c metalift -n "__fish_metalift_needs_command" -s V -l version -d 'Print version'
+complete -c metalift -n "__fish_metalift_needs_command" -f -a "validate" -d 'Check a policy file (and its policy.d/) and print every problem with its location'
+complete -c metalift -n "__fish_metalift_needs_command" -f -a "explain" -d 'Show which rule decides for an executable or a running process, and why'
+complete -c metalift -n "__fish_metalift_needs_command" -f -a "status" -d 'Show the running daemon\'s policy and counters'
+complete -c metalift -n "__fish_metalift_needs_command" -f -a "audit" -d 'Answers from the audit log: one line per process (decision joined with outcome), filters, summary'
+complete -c metalift -n "__fish_metalift_needs_command" -f -a "exec" -d 'Run a command with libmetalift injected (--require-unlock: fail unless it was unlocked)'
+complete -c metalift -n "__fish_metalift_needs_command" -f -a "demo" -d 'Start a throw-away daemon and show the shim\'s effect on the probe, end to end'
+complete -c metalift -n "__fish_metalift_needs_command" -f -a "edit" -d 'Edit the policy safely (visudo-style): lock, edit a copy, validate, install atomically'
+complete -c metalift -n "__fish_metalift_needs_command" -f -a "doctor" -d 'Check the installation: daemon, policy, audit log, shim, SIP, injection, rules\' executables'
+complete -c metalift -n "__fish_metalift_needs_command" -f -a "schema" -d 'Print the JSON Schema of a policy file (for taplo / Even Better TOML)'
+complete -c metalift -n "__fish_metalift_needs_command" -f -a "completions" -d 'Print the shell completion script for bash, zsh or fish'
+complete -c metalift -n "__fish_metalift_needs_command" -f -a "__generate-docs" -d 'Write the man pages and completion scripts under DIR (for the repository and the .pkg)'
+complete -c metalift -n "__fish_metalift_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c metalift -n "__fish_metalift_using_subcommand validate" -l main -d 'Check PATH as a `policy.d/` drop-in of this installed main policy: with the main file and its other drop-ins, replacing one of the same file name' -r -F
+complete -c metalift -n "__fish_metalift_using_subcommand validate" -l host-chip-brand -d 'What `apple_family_max = "host"` resolves to: this chip brand (default: this machine\'s `machdep.cpu.brand_string` on macOS)' -r
+complete -c metalift -n "__fish_metalift_using_subcommand validate" -l strict -d 'Treat warnings about the policy\'s contents (lints included) as errors: exit 1. Owner and mode problems stay warnings'
+complete -c metalift -n "__fish_metalift_using_subcommand validate" -l json -d 'Print one JSON document instead of text'
+complete -c metalift -n "__fish_metalift_using_subcommand validate" -l skip-host-checks -d 'Skip the checks against this machine (rule paths that are symlinks or missing, uid vs user): for checking a policy somewhere other than where it will run'
+complete -c metalift -n "__fish_metalift_using_subcommand validate" -l allow-insecure-owner -d 'Do not report files not owned by root or writable by group/other'
+complete -c metalift -n "__fish_metalift_using_subcommand validate" -s h -l help -d 'Print help'
+complete -c metalift -n "__fish_metalift_using_subcommand explain" -l policy -d 'The main policy file (`policy.d/` beside it is read too)' -r -F
+complete -c metalift -n "__fish_metalift_using_subcommand explain" -l path -d 'Explain for this executable' -r -F
+complete -c metalift -n "__fish_metalift_using_subcommand explain" -l pid -d 'Explain for this running process (Linux: read from /proc)' -r
+complete -c metalift -n "__fish_metalift_using_subcommand explain" -l decision -d 'Re-explain this past decision (its id from the audit log) with the policy that was live then' -r
+complete -c metalift -n "__fish_metalift_using_subcommand explain" -l socket -d 'The daemon\'s socket, for --live [default: as `metalift status`]' -r -F
+complete -c metalift -n "__fish_metalift_using_subcommand explain" -l log -d 'The audit log (its rotated files are read too); the policy archive is the `policies/` directory beside it. For --live and --decision' -r -F
+complete -c metalift -n "__fish_metalift_using_subcommand explain" -l host-chip-brand -d 'What if the host chip were this brand (for `apple_family_max = "host"`) [default: this machine\'s `machdep.cpu.brand_string` on macOS]' -r
+complete -c metalift -n "__fish_metalift_using_subcommand explain" -l uid -d 'The uid to decide for (default: the process\'s, or yours with --path)' -r
+complete -c metalift -n "__fish_metalift_using_subcommand explain" -l parent -d 'What if the parent process\'s executable were this' -r -F
+complete -c metalift -n "__fish_metalift_using_subcommand explain" -l team-id -d 'What if the executable\'s valid signature had this team id' -r
+complete -c metalift -n "__fish_metalift_using_subcommand explain" -l signing-id -d 'What if the executable\'s valid signature had this signing id' -r
+complete -c metalift -n "__fish_metalift_using_subcommand explain" -l cdhash -d 'What if the executable\'s valid signature had this cdhash (40 hex digits)' -r
+complete -c metalift -n "__fish_metalift_using_subcommand explain" -l live -d 'Explain with the running daemon\'s live policy instead of the file on disk'
+complete -c metalift -n "__fish_metalift_using_subcommand explain" -l json -d 'Print one JSON document instead of text'
+complete -c metalift -n "__fish_metalift_using_subcommand explain" -l allow-insecure-owner -d 'Accept policy files not owned by root or writable by group/other (development only)'
+complete -c metalift -n "__fish_metalift_using_subcommand explain" -s h -l help -d 'Print help'
+complete -c metalift -n "__fish_metalift_using_subcommand status" -l socket -d 'The daemon\'s socket [default: the system daemon\'s socket when it exists (/run/metalift/metalift.sock; /var/run/metalift/metalift.sock on macOS), else the user\'s ($XDG_RUNTIME_DIR/metalift.sock; on macOS /Users/Shared/metalift/metalift.sock)]' -r -F
+complete -c metalift -n "__fish_metalift_using_subcommand status" -l json -d 'Print the daemon\'s JSON report instead of text'
+complete -c metalift -n "__fish_metalift_using_subcommand status" -s h -l help -d 'Print help'
+complete -c metalift -n "__fish_metalift_using_subcommand audit" -l log -d 'The audit log; its rotated files (PATH.1, PATH.2, ...) are read first' -r -F
+complete -c metalift -n "__fish_metalift_using_subcommand audit" -l since -d 'Only from WHEN on: an RFC 3339 time (2026-11-30T11:00:00Z, or with +01:00), a date (UTC), `today`, `yesterday` (local midnight), or a duration ago (10m, 2h, 1day)' -r
+complete -c metalift -n "__fish_metalift_using_subcommand audit" -l until -d 'Only before WHEN (same forms as --since)' -r
+complete -c metalift -n "__fish_metalift_using_subcommand audit" -l exe -d 'Only this executable: a path (a symlink matches what it resolves to), a glob with `/` against the whole path, or a glob without `/` against the file name' -r
+complete -c metalift -n "__fish_metalift_using_subcommand audit" -l rule -d 'Only decisions by rule ID (and their outcomes)' -r
+complete -c metalift -n "__fish_metalift_using_subcommand audit" -l action -d 'Only decisions with this action (and their outcomes)' -r -f -a "unlock\t'Decisions that unlocked'
+stock\t'Decisions that stayed stock'
+would-unlock\t'Monitor mode: stayed stock, would have unlocked'"
+complete -c metalift -n "__fish_metalift_using_subcommand audit" -l result -d 'Only processes whose outcome was this' -r -f -a "applied\t'The shim installed the profile'
+stock\t'The shim stayed stock (told to, or could not ask)'
+failed\t'The shim tried and rolled back'
+no-outcome\t'No outcome was reported (the process never created a Metal device, or died)'"
+complete -c metalift -n "__fish_metalift_using_subcommand audit" -l pid -d 'Only this process id' -r
+complete -c metalift -n "__fish_metalift_using_subcommand audit" -l decision -d 'Only this decision id' -r
+complete -c metalift -n "__fish_metalift_using_subcommand audit" -l kind -d 'Only records of this kind (implies --records)' -r -f -a "decision\t'Verdicts decided'
+outcome\t'What the shim did'
+policy_loaded\t'A policy became live'
+policy_rejected\t'A policy was refused'
+daemon_start\t'The daemon started'
+daemon_stop\t'The daemon stopped'"
+complete -c metalift -n "__fish_metalift_using_subcommand audit" -s n -l lines -d 'With --follow: first show the last N processes (records, with --records) of the live file' -r
+complete -c metalift -n "__fish_metalift_using_subcommand audit" -l records -d 'Show the raw records instead of one line per process'
+complete -c metalift -n "__fish_metalift_using_subcommand audit" -l summary -d 'Print counts by result, rule and executable instead of lines'
+complete -c metalift -n "__fish_metalift_using_subcommand audit" -s f -l follow -d 'Follow the log from its end as records are appended, across rotations (Ctrl-C to stop)'
+complete -c metalift -n "__fish_metalift_using_subcommand audit" -l json -d 'JSON Lines: one object per process (with --records: each record as written)'
+complete -c metalift -n "__fish_metalift_using_subcommand audit" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c metalift -n "__fish_metalift_using_subcommand exec" -l shim -d 'The shim to inject. Default: $METALIFT_SHIM, then ../lib/ and the directory of this executable, then /usr/local/metalift/lib' -r -F
+complete -c metalift -n "__fish_metalift_using_subcommand exec" -l socket -d 'The daemon\'s socket (passed to the shim as METALIFT_SOCKET). Default: $METALIFT_SOCKET, else the system daemon\'s socket when it exists, else the user\'s' -r -F
+complete -c metalift -n "__fish_metalift_using_subcommand exec" -l log -d 'The audit log --require-unlock reads the command\'s decision from' -r -F
+complete -c metalift -n "__fish_metalift_using_subcommand exec" -l require-unlock -d 'Run the command as a child and exit 4 unless the daemon\'s audit log shows its decision was `unlock` and the shim\'s outcome `applied` (for CI)'
+complete -c metalift -n "__fish_metalift_using_subcommand exec" -s h -l help -d 'Print help'
+complete -c metalift -n "__fish_metalift_using_subcommand demo" -l timeout-ms -d 'The shim\'s verdict deadline for the probe runs (METALIFT_TIMEOUT_MS); default: the shim\'s own' -r
+complete -c metalift -n "__fish_metalift_using_subcommand demo" -l keep -d 'Keep the temporary directory (policies, sockets, audit logs) and print its path'
+complete -c metalift -n "__fish_metalift_using_subcommand demo" -l json -d 'Print one JSON object (the cases and whether they came out as expected)'
+complete -c metalift -n "__fish_metalift_using_subcommand demo" -s h -l help -d 'Print help'
+complete -c metalift -n "__fish_metalift_using_subcommand edit" -l policy -d 'The main policy file; its policy.d/ drop-ins are validated with it' -r -F
+complete -c metalift -n "__fish_metalift_using_subcommand edit" -l dropin -d 'Edit the drop-in policy.d/NAME (NAME.toml) instead of the main file' -r
+complete -c metalift -n "__fish_metalift_using_subcommand edit" -l socket -d 'The daemon to wait for [default: as `metalift status`]' -r -F
+complete -c metalift -n "__fish_metalift_using_subcommand edit" -l wait -d 'How long to wait for the daemon to make the new policy live' -r
+complete -c metalift -n "__fish_metalift_using_subcommand edit" -l allow-insecure-owner -d 'Accept and install files not owned by root (development only, as metaliftd\'s flag)'
+complete -c metalift -n "__fish_metalift_using_subcommand edit" -l json -d 'Print the result as one JSON object'
+complete -c metalift -n "__fish_metalift_using_subcommand edit" -s h -l help -d 'Print help'
+complete -c metalift -n "__fish_metalift_using_subcommand doctor" -l socket -d 'The daemon\'s socket [default: as `metalift status`; under --root, the system socket there]' -r -F
+complete -c metalift -n "__fish_metalift_using_subcommand doctor" -l policy -d 'The main policy file [default: /etc/metalift/policy.toml under --root]' -r -F
+complete -c metalift -n "__fish_metalift_using_subcommand doctor" -l log -d 'The audit log [default: /var/log/metalift/audit.jsonl under --root]' -r -F
+complete -c metalift -n "__fish_metalift_using_subcommand doctor" -l shim -d 'The shim [default: /usr/local/metalift/lib/libmetalift.dylib (.so) under --root]' -r -F
+complete -c metalift -n "__fish_metalift_using_subcommand doctor" -l root -d 'Look at an installation under DIR instead of / (tests, mounted images)' -r -F
+complete -c metalift -n "__fish_metalift_using_subcommand doctor" -l allow-insecure-owner -d 'Accept a policy not owned by root (development, as metaliftd\'s flag)'
+complete -c metalift -n "__fish_metalift_using_subcommand doctor" -l json -d 'Print one JSON object'
+complete -c metalift -n "__fish_metalift_using_subcommand doctor" -s h -l help -d 'Print help'
+complete -c metalift -n "__fish_metalift_using_subcommand schema" -s h -l help -d 'Print help'
+complete -c metalift -n "__fish_metalift_using_subcommand completions" -s h -l help -d 'Print help'
+complete -c metalift -n "__fish_metalift_using_subcommand __generate-docs" -s h -l help -d 'Print help'
+complete -c metalift -n "__fish_metalift_using_subcommand help; and not __fish_seen_subcommand_from validate explain status audit exec demo edit doctor schema completions __generate-docs help" -f -a "validate" -d 'Check a policy file (and its policy.d/) and print every problem with its location'
+complete -c metalift -n "__fish_metalift_using_subcommand help; and not __fish_seen_subcommand_from validate explain status audit exec demo edit doctor schema completions __generate-docs help" -f -a "explain" -d 'Show which rule decides for an executable or a running process, and why'
+complete -c metalift -n "__fish_metalift_using_subcommand help; and not __fish_seen_subcommand_from validate explain status audit exec demo edit doctor schema completions __generate-docs help" -f -a "status" -d 'Show the running daemon\'s policy and counters'
+complete -c metalift -n "__fish_metalift_using_subcommand help; and not __fish_seen_subcommand_from validate explain status audit exec demo edit doctor schema completions __generate-docs help" -f -a "audit" -d 'Answers from the audit log: one line per process (decision joined with outcome), filters, summary'
+complete -c metalift -n "__fish_metalift_using_subcommand help; and not __fish_seen_subcommand_from validate explain status audit exec demo edit doctor schema completions __generate-docs help" -f -a "exec" -d 'Run a command with libmetalift injected (--require-unlock: fail unless it was unlocked)'
+complete -c metalift -n "__fish_metalift_using_subcommand help; and not __fish_seen_subcommand_from validate explain status audit exec demo edit doctor schema completions __generate-docs help" -f -a "demo" -d 'Start a throw-away daemon and show the shim\'s effect on the probe, end to end'
+complete -c metalift -n "__fish_metalift_using_subcommand help; and not __fish_seen_subcommand_from validate explain status audit exec demo edit doctor schema completions __generate-docs help" -f -a "edit" -d 'Edit the policy safely (visudo-style): lock, edit a copy, validate, install atomically'
+complete -c metalift -n "__fish_metalift_using_subcommand help; and not __fish_seen_subcommand_from validate explain status audit exec demo edit doctor schema completions __generate-docs help" -f -a "doctor" -d 'Check the installation: daemon, policy, audit log, shim, SIP, injection, rules\' executables'
+complete -c metalift -n "__fish_metalift_using_subcommand help; and not __fish_seen_subcommand_from validate explain status audit exec demo edit doctor schema completions __generate-docs help" -f -a "schema" -d 'Print the JSON Schema of a policy file (for taplo / Even Better TOML)'
+complete -c metalift -n "__fish_metalift_using_subcommand help; and not __fish_seen_subcommand_from validate explain status audit exec demo edit doctor schema completions __generate-docs help" -f -a "completions" -d 'Print the shell completion script for bash, zsh or fish'
+complete -c metalift -n "__fish_metalift_using_subcommand help; and not __fish_seen_subcommand_from validate explain status audit exec demo edit doctor schema completions __generate-docs help" -f -a "__generate-docs" -d 'Write the man pages and completion scripts under DIR (for the repository and the .pkg)'
+complete -c metalift -n "__fish_metalift_using_subcommand help; and not __fish_seen_subcommand_from validate explain status audit exec demo edit doctor schema completions __generate-docs help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

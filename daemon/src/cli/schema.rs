@@ -1,0 +1,169 @@
+//! `metalift schema`: the JSON Schema (draft-07) of one policy file, for editors
+//! that validate TOML against a schema (taplo, Even Better TOML: put
+//! `#:schema /usr/local/share/metalift/metalift-policy.schema.json` on the first
+//! line). A copy is committed as `schema/metalift-policy.schema.json`, checked
+//! stale by the tests.
+//!
+//! It describes one file, main or drop-in, so what spans files is left to
+//! `metalift validate`: `version` is required only in the main file, `mode` is
+//! allowed only there, rule ids must be unique across files, and `unlock` must
+//! name a profile defined in some file. Everything within a file — keys, types,
+//! ranges, digests, the identity a rule needs, one verdict per rule — is here.
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use serde_json::{json, Value};
+
+/// Where the .pkg installs the schema, for `#:schema` lines.
+pub const INSTALLED_PATH: &str = "/usr/local/share/metalift/metalift-policy.schema.json";
+
+/// Arguments of `metalift schema`.
+#[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Editors: put this first line in a policy file (taplo / Even Better TOML):
+  #:schema /usr/local/share/metalift/metalift-policy.schema.json
+
+Exit status:
+  0  printed")]
+pub struct Args {}
+
+/// Runs `metalift schema`: prints the schema.
+pub fn run(_args: Args) -> anyhow::Result<ExitCode> {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{}", render())?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The schema as committed: pretty JSON.
+#[must_use]
+pub fn render() -> String {
+    serde_json::to_string_pretty(&policy_schema()).unwrap_or_default()
+}
+
+fn path_string(what: &str) -> Value {
+    json!({
+        "type": "string",
+        "pattern": "^/",
+        "description": format!("{what}: an absolute path, or a glob when it has * ? [ ] {{ }} (`*` stays within a path component, `**` crosses them)"),
+    })
+}
+
+fn non_empty(description: &str) -> Value {
+    json!({"type": "string", "pattern": "\\S", "description": description})
+}
+
+/// The schema of one policy file.
+#[must_use]
+pub fn policy_schema() -> Value {
+    let identities = ["path", "name", "sha256", "cdhash", "team_id", "signing_id"];
+    json!({
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "$id": "https://example.invalid/metalift/metalift-policy.schema.json",
+        "title": "metalift policy",
+        "description": "One metalift policy file: /etc/metalift/policy.toml or a drop-in in /etc/metalift/policy.d/. See metalift-policy(5); `metalift validate` checks what spans files.",
+        "type": "object",
+        "additionalProperties": false,
+        "properties": {
+            "version": {
+                "const": 1,
+                "description": "The policy format version; required in the main file."
+            },
+            "mode": {
+                "enum": ["enforce", "monitor"],
+                "description": "enforce: apply verdicts; monitor: decide and log \"would unlock\", change nothing. Main file only."
+            },
+            "profile": {
+                "type": "object",
+                "description": "Capability profiles by name: what an unlocked process is told.",
+                "additionalProperties": {"$ref": "#/definitions/profile"}
+            },
+            "rule": {
+                "type": "array",
+                "description": "Rules, written [[rule]]. The most specific identity wins (cdhash > sha256 > signing_id > team_id > exact path > glob path > name); at equal specificity stock beats unlock; then file order.",
+                "items": {"$ref": "#/definitions/rule"}
+            }
+        },
+        "definitions": {
+            "profile": {
+                "type": "object",
+                "additionalProperties": false,
+                "required": ["apple_family_max"],
+                "properties": {
+                    "apple_family_max": {
+                        "description": "supportsFamily: answers YES for Apple1..AppleN. 5..10, or \"host\": the host chip's family.",
+                        "oneOf": [
+                            {"type": "integer", "minimum": 5, "maximum": 10},
+                            {"const": "host"}
+                        ]
+                    },
+                    "max_threadgroup_memory": {
+                        "type": "integer",
+                        "minimum": 1,
+                        "maximum": 65536,
+                        "description": "A floor for maxThreadgroupMemoryLength in bytes (default 32768; above 32768 draws a warning)."
+                    },
+                    "recommended_working_set": {
+                        "description": "A floor for recommendedMaxWorkingSetSize: bytes, or a size such as \"12 GiB\" (B, KiB, MiB, GiB, TiB, kB, MB, GB, TB).",
+                        "oneOf": [
+                            {"type": "integer", "minimum": 1},
+                            {
+                                "type": "string",
+                                "pattern": "^\\s*[0-9][0-9_]*(\\.[0-9]{1,9})?\\s*(B|KiB|MiB|GiB|TiB|kB|KB|MB|GB|TB)?\\s*$"
+                            }
+                        ]
+                    }
+                }
+            },
+            "rule": {
+                "type": "object",
+                "additionalProperties": false,
+                "required": ["id"],
+                "properties": {
+                    "id": {
+                        "type": "string",
+                        "pattern": "^[^\\s\\p{Cc}]{1,128}$",
+                        "description": "1 to 128 characters without spaces or control characters; unique across files."
+                    },
+                    "description": {"type": "string", "description": "Free text for the admin."},
+                    "path": path_string("The executable"),
+                    "name": {
+                        "type": "string",
+                        "pattern": "^[^/]*[^/\\s][^/]*$",
+                        "description": "The executable's file name, exactly (no `/`)."
+                    },
+                    "sha256": {
+                        "type": "string",
+                        "pattern": "^[0-9a-fA-F]{64}$",
+                        "description": "SHA-256 of the executable file (64 hex digits)."
+                    },
+                    "cdhash": {
+                        "type": "string",
+                        "pattern": "^[0-9a-fA-F]{40}$",
+                        "description": "Code directory hash of a valid signature (40 hex digits)."
+                    },
+                    "team_id": non_empty("Team identifier of a valid signature (10 characters A-Z, 0-9)."),
+                    "signing_id": non_empty("Signing identifier of a valid signature; pair it with team_id."),
+                    "uid": {
+                        "type": "integer",
+                        "minimum": 0,
+                        "maximum": 4_294_967_295_u64,
+                        "description": "Only for processes of this real uid (narrows; not an identity)."
+                    },
+                    "user": non_empty("Only for processes of this user (narrows; not an identity)."),
+                    "parent": path_string("Only when the parent process's executable matches (narrows; not an identity)"),
+                    "unlock": {
+                        "type": "string",
+                        "description": "The profile to unlock with (defined in any file)."
+                    },
+                    "stock": {
+                        "const": true,
+                        "description": "Stay stock explicitly (beats unlock at equal specificity)."
+                    }
+                },
+                "anyOf": identities.iter().map(|k| json!({"required": [k]})).collect::<Vec<_>>(),
+                "oneOf": [{"required": ["unlock"]}, {"required": ["stock"]}]
+            }
+        }
+    })
+}

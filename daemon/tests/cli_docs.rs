@@ -1,0 +1,122 @@
+//! The man pages and shell completions: the committed copies are what the CLI
+//! generates now, the hand-written metalift-policy(5) names every policy key, and
+//! `metalift completions` prints each shell's script.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn metalift(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_metalift"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn files(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn the_committed_man_pages_and_completions_are_up_to_date() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = metalift(&["__generate-docs", tmp.path().to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for sub in ["man", "completions"] {
+        let fresh = tmp.path().join(sub);
+        let committed = repo().join(sub);
+        let mut expected = files(&fresh);
+        if sub == "man" {
+            expected.push("metalift-policy.5".into());
+            expected.sort();
+        }
+        assert_eq!(files(&committed), expected, "{sub}/: files differ");
+        for name in files(&fresh) {
+            assert_eq!(
+                std::fs::read_to_string(committed.join(&name)).unwrap(),
+                std::fs::read_to_string(fresh.join(&name)).unwrap(),
+                "{sub}/{name} is stale: run `metalift __generate-docs .` at the repository root"
+            );
+        }
+    }
+}
+
+#[test]
+fn there_is_a_page_per_subcommand_and_one_for_the_daemon() {
+    let man = repo().join("man");
+    for page in [
+        "metalift.1",
+        "metalift-audit.1",
+        "metalift-doctor.1",
+        "metalift-edit.1",
+        "metalift-exec.1",
+        "metalift-validate.1",
+        "metaliftd.8",
+        "metalift-policy.5",
+    ] {
+        assert!(man.join(page).exists(), "{page} missing");
+    }
+    let top = std::fs::read_to_string(man.join("metalift.1")).unwrap();
+    assert!(
+        top.contains("Exit status"),
+        "metalift(1) documents exit codes"
+    );
+    let daemon = std::fs::read_to_string(man.join("metaliftd.8")).unwrap();
+    assert!(daemon.contains(".TH metaliftd 8"), "{}", &daemon[..200]);
+    assert!(daemon.contains("Exit status") && daemon.contains("NO_COLOR"));
+}
+
+#[test]
+fn the_policy_page_names_every_key_the_schema_has() {
+    let page = std::fs::read_to_string(repo().join("man/metalift-policy.5")).unwrap();
+    let schema: serde_json::Value = serde_json::from_slice(&metalift(&["schema"]).stdout).unwrap();
+    let mut keys: Vec<String> = Vec::new();
+    for props in [
+        &schema["properties"],
+        &schema["definitions"]["profile"]["properties"],
+        &schema["definitions"]["rule"]["properties"],
+    ] {
+        keys.extend(props.as_object().unwrap().keys().cloned());
+    }
+    assert!(keys.len() > 15, "{keys:?}");
+    for key in keys {
+        let bold = format!(".B {key}\n");
+        let in_text = format!("[{key}");
+        assert!(
+            page.contains(&bold)
+                || page.contains(&in_text)
+                || page.contains(&format!(".BI [{key}")),
+            "metalift-policy(5) does not document `{key}`"
+        );
+    }
+}
+
+#[test]
+fn completions_are_printed_for_bash_zsh_and_fish() {
+    for (shell, marker) in [
+        ("bash", "complete -F"),
+        ("zsh", "#compdef metalift"),
+        ("fish", "complete -c metalift"),
+    ] {
+        let out = metalift(&["completions", shell]);
+        assert!(out.status.success());
+        let script = String::from_utf8_lossy(&out.stdout);
+        assert!(script.contains(marker), "{shell}: {marker} missing");
+        assert!(
+            script.contains("doctor") && script.contains("require-unlock"),
+            "{shell}"
+        );
+    }
+}
