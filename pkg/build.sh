@@ -78,7 +78,7 @@ universal_dylib() {
   local -a export_flags=()
   if [ -n "$exports" ]; then
     # Mach-O spells C names with a leading underscore.
-    grep -v '^[[:space:]]*\(#\|$\)' "$exports" | sed 's/^[[:space:]]*/_/; s/[[:space:]]*$//' \
+    { grep -v '^[[:space:]]*\(#\|$\)' "$exports" || true; } | sed 's/^[[:space:]]*/_/; s/[[:space:]]*$//' \
       >"$out/slices/$name.exports"
     export_flags=(-exported_symbols_list "$out/slices/$name.exports")
   fi

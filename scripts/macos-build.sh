@@ -28,8 +28,6 @@
 #   "arm64e.x1"), so target/macos/tbd/lld/libSystem.tbd is zig's with those targets renamed arm64.
 #   Install name /usr/local/metalift/lib/libmetalift.dylib (where pkg installs
 #   it); exports exactly shim/c/exports.macos.txt (nothing). Only libSystem is linked.
-#   Until shim/c exists (the C shim lands from the shim branch) the shim is
-#   skipped with a loud message; once it exists, a failure to link fails this.
 #
 # Env: SHIM_C_DIR (default shim/c), LD64_LLD (default ld64.lld-22).
 set -euo pipefail
@@ -93,7 +91,7 @@ c_dylib() {
   done
   if [ -n "$exports" ]; then
     # Mach-O spells C names with a leading underscore.
-    grep -v '^[[:space:]]*\(#\|$\)' "$exports" | sed 's/^[[:space:]]*/_/; s/[[:space:]]*$//' >"$objdir/exports"
+    { grep -v '^[[:space:]]*\(#\|$\)' "$exports" || true; } | sed 's/^[[:space:]]*/_/; s/[[:space:]]*$//' >"$objdir/exports"
   else
     : >"$objdir/exports"
   fi
@@ -108,19 +106,11 @@ step "inert stub (pkg/inert/libmetalift-inert.c)"
 c_dylib "$out/lib/libmetalift-inert.dylib" "" "$repo/pkg/inert/libmetalift-inert.c"
 
 step "shim (shim/c/*.c)"
-if [ ! -d "$shim_dir" ]; then
-  printf '\n%s\n%s\n%s\n\n' \
-    "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!" \
-    "!!! macos-build: SKIPPED THE SHIM: $shim_dir does not exist (yet)." \
-    "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!"
-  rm -f "$out/lib/libmetalift.dylib"
-else
-  shopt -s nullglob
-  sources=("$shim_dir"/*.c)
-  [ ${#sources[@]} -gt 0 ] || { echo "macos-build: no .c files in $shim_dir" >&2; exit 1; }
-  [ -f "$shim_dir/exports.macos.txt" ] || { echo "macos-build: $shim_dir/exports.macos.txt is missing" >&2; exit 1; }
-  c_dylib "$out/lib/libmetalift.dylib" "$shim_dir/exports.macos.txt" "${sources[@]}"
-fi
+shopt -s nullglob
+sources=("$shim_dir"/*.c)
+[ ${#sources[@]} -gt 0 ] || { echo "macos-build: no .c files in $shim_dir" >&2; exit 1; }
+[ -f "$shim_dir/exports.macos.txt" ] || { echo "macos-build: $shim_dir/exports.macos.txt is missing" >&2; exit 1; }
+c_dylib "$out/lib/libmetalift.dylib" "$shim_dir/exports.macos.txt" "${sources[@]}"
 
 echo
 echo "macos-build: arm64 Mach-O in $out"

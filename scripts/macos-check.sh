@@ -125,19 +125,19 @@ fi
 ok "libmetalift-inert.dylib exports nothing and has no initializer"
 
 shim=$out/lib/libmetalift.dylib
-if [ ! -d "$shim_dir" ]; then
-  echo "macos-check: !!! SKIPPED the shim checks: $shim_dir does not exist (yet) !!!"
-else
-  assert_macho "$shim" DYLIB
-  assert_only_libsystem "$shim"
-  id=$(headers "$shim" | awk '/cmd LC_ID_DYLIB/ { want = 1; next } want && $1 == "name" && !done { print $2; done = 1 }')
-  [ "$id" = "$install_name" ] || fail "shim install name '$id', want $install_name"
-  ok "libmetalift.dylib install name $install_name"
-  want=$(grep -v '^[[:space:]]*\(#\|$\)' "$shim_dir/exports.macos.txt" | sed 's/^[[:space:]]*/_/; s/[[:space:]]*$//' | sort)
-  got=$(exports "$shim")
-  [ "$got" = "$want" ] || fail "shim exports differ from exports.macos.txt:
+assert_macho "$shim" DYLIB
+assert_only_libsystem "$shim"
+id=$(headers "$shim" | awk '/cmd LC_ID_DYLIB/ { want = 1; next } want && $1 == "name" && !done { print $2; done = 1 }')
+[ "$id" = "$install_name" ] || fail "shim install name '$id', want $install_name"
+ok "libmetalift.dylib install name $install_name"
+# Its constructor is all there is to it: without an initializer dyld would run nothing.
+grep -Eq '__mod_init_func|__init_offsets' <<<"$("$objdump" --macho --section-headers "$shim")" ||
+  fail "$shim has no initializer section: its constructor would never run"
+ok "libmetalift.dylib has an initializer (its constructor)"
+want=$({ grep -v '^[[:space:]]*\(#\|$\)' "$shim_dir/exports.macos.txt" || true; } | sed 's/^[[:space:]]*/_/; s/[[:space:]]*$//' | sort)
+got=$(exports "$shim")
+[ "$got" = "$want" ] || fail "shim exports differ from exports.macos.txt:
 $(diff <(echo "$want") <(echo "$got") || true)"
-  ok "libmetalift.dylib exports exactly shim/c/exports.macos.txt ($(printf "%s" "$want" | grep -c . || true) symbols)"
-fi
+ok "libmetalift.dylib exports exactly shim/c/exports.macos.txt ($(printf "%s" "$want" | grep -c . || true) symbols)"
 
 echo "macos-check: $checks checks passed"
