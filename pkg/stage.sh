@@ -112,10 +112,25 @@ for link in metalift metalift-probe; do
   ln -sfn "../metalift/bin/$link" "$dest/usr/local/bin/$link"
 done
 
+# Man pages, completions and the policy's JSON Schema, where macOS's man, zsh,
+# bash-completion, fish and taplo-based editors look (generated from the CLI's
+# definitions and committed: man/, completions/, schema/).
+share="$dest/usr/local/share"
+mkdir -p "$share/man/man1" "$share/man/man5" "$share/man/man8" "$share/zsh/site-functions" \
+  "$share/fish/vendor_completions.d" "$share/metalift" "$dest/usr/local/etc/bash_completion.d"
+for page in "$repo"/man/*.[158]; do
+  put 0644 "$page" "$share/man/man${page##*.}/$(basename "$page")"
+done
+put 0644 "$repo/completions/_metalift" "$share/zsh/site-functions/_metalift"
+put 0644 "$repo/completions/metalift.fish" "$share/fish/vendor_completions.d/metalift.fish"
+put 0644 "$repo/completions/metalift.bash" "$dest/usr/local/etc/bash_completion.d/metalift"
+put 0644 "$repo/schema/metalift-policy.schema.json" "$share/metalift/metalift-policy.schema.json"
+
 # Directories: 0755 whatever the caller's umask (pkgbuild records these modes).
 # The system's own directories (usr, usr/local, private/etc, ...) get their stock
 # macOS modes too: Installer applies a payload directory's mode to an existing one.
 find "$dest/usr/local/metalift" "$dest/private/etc/metalift" -type d -exec chmod 0755 {} +
 chmod 0755 "$dest/usr" "$dest/usr/local" "$dest/usr/local/bin" "$dest/private" "$dest/private/etc"
+find "$share" "$dest/usr/local/etc" -type d -exec chmod 0755 {} +
 
 echo "stage: payload in $dest (shim: $(basename "$shim"))"

@@ -191,7 +191,14 @@ main() {
     esac
   done
   rm -rf "$prefix" "$root/Users/Shared/metalift" "$root/var/run/metalift"
-  say "removed /usr/local/metalift, the launchd plists and links"
+  # The docs the pkg put in the shared places (files only: the directories are shared).
+  rm -f "$root"/usr/local/share/man/man1/metalift.1 "$root"/usr/local/share/man/man1/metalift-*.1 \
+    "$root/usr/local/share/man/man5/metalift-policy.5" "$root/usr/local/share/man/man8/metaliftd.8" \
+    "$root/usr/local/share/zsh/site-functions/_metalift" \
+    "$root/usr/local/share/fish/vendor_completions.d/metalift.fish" \
+    "$root/usr/local/etc/bash_completion.d/metalift"
+  rm -rf "$root/usr/local/share/metalift"
+  say "removed /usr/local/metalift, the launchd plists, links, man pages and completions"
 
   if [ -n "$keep" ]; then
     mkdir -p "$(dirname "$shim")"

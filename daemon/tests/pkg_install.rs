@@ -502,6 +502,38 @@ fn staged_payload_has_exactly_the_expected_files_and_modes() {
         "usr/local/bin/metalift-probe",
         "link -> ../metalift/bin/metalift-probe",
     );
+    // The man pages, completions and schema, where man, the shells and editors look.
+    for d in [
+        "usr/local/etc",
+        "usr/local/etc/bash_completion.d",
+        "usr/local/share",
+        "usr/local/share/fish",
+        "usr/local/share/fish/vendor_completions.d",
+        "usr/local/share/man",
+        "usr/local/share/man/man1",
+        "usr/local/share/man/man5",
+        "usr/local/share/man/man8",
+        "usr/local/share/metalift",
+        "usr/local/share/zsh",
+        "usr/local/share/zsh/site-functions",
+    ] {
+        expect(d, "dir 755");
+    }
+    let mut docs = vec![
+        "usr/local/etc/bash_completion.d/metalift".to_owned(),
+        "usr/local/share/fish/vendor_completions.d/metalift.fish".to_owned(),
+        "usr/local/share/zsh/site-functions/_metalift".to_owned(),
+        "usr/local/share/metalift/metalift-policy.schema.json".to_owned(),
+    ];
+    for page in fs::read_dir(repo().join("man")).unwrap() {
+        let name = page.unwrap().file_name().into_string().unwrap();
+        let section = name.rsplit('.').next().unwrap().to_owned();
+        docs.push(format!("usr/local/share/man/man{section}/{name}"));
+    }
+    assert!(docs.len() >= 7, "man pages missing from man/: {docs:?}");
+    for f in &docs {
+        expect(f, "file 644");
+    }
 
     let actual: BTreeMap<String, String> = snapshot(&root)
         .into_iter()
@@ -533,6 +565,14 @@ fn staged_payload_has_exactly_the_expected_files_and_modes() {
     same(
         "usr/local/metalift/libexec/uninstall.sh",
         &repo().join("pkg/uninstall.sh"),
+    );
+    same(
+        "usr/local/share/man/man5/metalift-policy.5",
+        &repo().join("man/metalift-policy.5"),
+    );
+    same(
+        "usr/local/share/zsh/site-functions/_metalift",
+        &repo().join("completions/_metalift"),
     );
 }
 
