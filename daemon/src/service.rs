@@ -2,7 +2,8 @@
 //!
 //! Start: bind the socket (refusing if another daemon answers on it), open the
 //! audit log, record `daemon_start`, load the policy, start the watcher, serve.
-//! Stop (SIGTERM/SIGINT or the caller's future): stop accepting, let in-flight
+//! SIGHUP re-reads the policy (audited with reason `sighup`); it never stops the
+//! daemon. Stop (SIGTERM/SIGINT or the caller's future): stop accepting, let in-flight
 //! check-ins finish, record `daemon_stop`, remove the socket. The audit log needs
 //! no flush: every record is one `write(2)` of its own, already in the file.
 
@@ -25,9 +26,12 @@ use crate::watcher;
 pub async fn run(mut config: Config, shutdown: impl Future<Output = String>) -> anyhow::Result<()> {
     config.limits = fit_descriptor_limit(config.limits);
     crate::signals::ignore_file_size_signal().context("ignoring SIGXFSZ")?;
+    // Before anything else: SIGHUP's default action would kill the daemon.
+    let hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        .context("installing the SIGHUP handler")?;
     let socket = transport::socket_file::bind(&config.socket)?;
     let (socket_path, socket_id) = (socket.path.clone(), socket.id());
-    let served = serve(config, socket, shutdown).await;
+    let served = serve(config, socket, hangups, shutdown).await;
     BoundSocket::remove(&socket_path, socket_id);
     served
 }
@@ -35,6 +39,7 @@ pub async fn run(mut config: Config, shutdown: impl Future<Output = String>) -> 
 async fn serve(
     config: Config,
     socket: BoundSocket,
+    hangups: tokio::signal::unix::Signal,
     shutdown: impl Future<Output = String>,
 ) -> anyhow::Result<()> {
     let audit = Arc::new(
@@ -67,15 +72,24 @@ async fn serve(
     tracing::info!(socket = %config.socket.display(), policy = %config.policy.display(),
         audit_log = %config.audit_log.display(), "metaliftd serving");
 
-    let (watcher_stop, mut watcher_stopped) = tokio::sync::watch::channel(());
-    let watcher = watcher::spawn(
+    let (watcher_stop, watcher_stopped) = tokio::sync::watch::channel(());
+    let watcher = {
+        let mut stopped = watcher_stopped.clone();
+        watcher::spawn(
+            Arc::clone(&store),
+            Arc::clone(&audit),
+            watcher::Timing::default(),
+            async move {
+                let _ = stopped.changed().await;
+            },
+        )
+    };
+    let sighup = tokio::spawn(reload_on_sighup(
         Arc::clone(&store),
         Arc::clone(&audit),
-        watcher::DEFAULT_DEBOUNCE,
-        async move {
-            let _ = watcher_stopped.changed().await;
-        },
-    );
+        hangups,
+        watcher_stopped,
+    ));
 
     // One shutdown for every transport: the first future to see `shutdown`
     // resolve records the reason and wakes the others through `stopping`.
@@ -106,6 +120,9 @@ async fn serve(
     if let Err(error) = watcher.await {
         tracing::error!(%error, "policy watcher task failed");
     }
+    if let Err(error) = sighup.await {
+        tracing::error!(%error, "SIGHUP task failed");
+    }
     let reason = stopping
         .borrow()
         .clone()
@@ -115,6 +132,35 @@ async fn serve(
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Reloads the policy on every SIGHUP until `stop` changes (or its sender is
+/// dropped). Signals arriving during a reload coalesce into one more reload.
+async fn reload_on_sighup(
+    store: Arc<PolicyStore>,
+    audit: Arc<AuditLog>,
+    mut hangups: tokio::signal::unix::Signal,
+    mut stop: tokio::sync::watch::Receiver<()>,
+) {
+    loop {
+        tokio::select! {
+            received = hangups.recv() => {
+                if received.is_none() {
+                    return;
+                }
+                tracing::info!("SIGHUP: reloading the policy");
+                let (store, audit) = (Arc::clone(&store), Arc::clone(&audit));
+                let reloaded = tokio::task::spawn_blocking(move || {
+                    store.reload_on(crate::policy_store::Trigger::Sighup, &audit)
+                })
+                .await;
+                if let Err(error) = reloaded {
+                    tracing::error!(%error, "SIGHUP reload panicked; the last good policy stays live");
+                }
+            }
+            _ = stop.changed() => return,
+        }
+    }
 }
 
 /// Resolves with `"SIGTERM"` or `"SIGINT"`, whichever arrives first. The handlers

@@ -64,7 +64,12 @@ impl Fixture {
         let task = watcher::spawn(
             Arc::clone(&store),
             audit,
-            watcher::DEFAULT_DEBOUNCE,
+            // No periodic re-check: only the handling of file events can make a
+            // change live here, so each test fails if its events are dropped.
+            watcher::Timing {
+                debounce: watcher::DEFAULT_DEBOUNCE,
+                recheck: Duration::from_secs(3600),
+            },
             async move {
                 let _ = stopped.await;
             },

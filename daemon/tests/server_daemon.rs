@@ -678,7 +678,7 @@ fn metalift_status_shows_the_policy_and_counts() {
 }
 
 #[test]
-fn metalift_status_without_a_daemon_exits_2_and_names_the_socket() {
+fn metalift_status_without_a_daemon_exits_1_and_names_the_socket() {
     let env = Env::new();
     let out = Command::new(env!("CARGO_BIN_EXE_metalift"))
         .arg("status")
@@ -686,7 +686,7 @@ fn metalift_status_without_a_daemon_exits_2_and_names_the_socket() {
         .arg(env.socket())
         .output()
         .expect("metalift status");
-    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("is metaliftd running?"), "{stderr}");
     assert!(
