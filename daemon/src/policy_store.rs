@@ -99,6 +99,9 @@ pub enum ReloadOutcome {
     },
     /// The file is gone: the empty policy is live, everything stock.
     Deleted,
+    /// The file is gone, but the trigger ([`Trigger::Watch`]) asked to wait before
+    /// believing it: nothing swapped, nothing audited.
+    Vanished,
     /// The content is what is live already (or the same refusal as last time):
     /// nothing swapped, nothing audited.
     Unchanged,
@@ -136,7 +139,13 @@ pub struct Published {
 /// What started a reload; decides the audited reason of a load it causes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Trigger {
-    /// The watcher saw a change (or re-checked): an unchanged policy is a no-op.
+    /// A plain request ([`PolicyStore::reload`]): an unchanged policy is a no-op,
+    /// a missing file makes the empty policy live.
+    Request,
+    /// The watcher saw a change: like `Request`, except that a missing
+    /// `policy.toml` changes nothing yet ([`ReloadOutcome::Vanished`]): an editor
+    /// may be between renaming the old file away and writing the new one. The
+    /// watcher then waits a moment and asks again with `Request`.
     Watch,
     /// An admin sent SIGHUP: always audited, even when nothing changed, so the
     /// admin's request leaves a record (`policy_loaded` with reason `sighup`, or
@@ -276,7 +285,7 @@ impl PolicyStore {
     /// A failure to audit does not stop a reload: the new policy is still the
     /// admin's latest word, and the failure is reported through `tracing`.
     pub fn reload(&self, audit: &AuditLog) -> ReloadOutcome {
-        self.reload_on(Trigger::Watch, audit)
+        self.reload_on(Trigger::Request, audit)
     }
 
     /// [`PolicyStore::reload`], saying what asked for it: a [`Trigger::Sighup`]
@@ -316,6 +325,7 @@ impl PolicyStore {
                 self.swap_in(live, audit);
                 outcome
             }
+            Attempt::Missing if trigger == Trigger::Watch => ReloadOutcome::Vanished,
             Attempt::Missing => {
                 let reason = if sighup {
                     LoadReason::Sighup

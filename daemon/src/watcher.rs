@@ -54,7 +54,7 @@ mod chain;
 
 use self::chain::Chain;
 use crate::audit::AuditLog;
-use crate::policy_store::{PolicyStore, ReloadOutcome};
+use crate::policy_store::{PolicyStore, ReloadOutcome, Trigger};
 
 /// The debounce metaliftd uses: an editor's atomic save is a few events within
 /// a millisecond or two; 5 ms of quiet joins them without adding much to an
@@ -75,9 +75,10 @@ pub const POLL_INTERVAL: Duration = Duration::from_secs(1);
 ///
 /// `shutdown` is any future (as in mini-redis's `run(listener, shutdown)`): pass
 /// `async move { let _ = rx.recv().await; }` for a broadcast receiver, or a
-/// `CancellationToken`'s `cancelled_owned()`. The watches are in place when this
-/// returns, so an edit made afterwards is never missed. Must be called inside a
-/// tokio runtime. The task ends when `shutdown` completes.
+/// `CancellationToken`'s `cancelled_owned()`. The watches are in place and the
+/// policy has been read once more when this returns (it blocks for that load),
+/// so an edit made afterwards is never missed and is seen as an event. Must be
+/// called inside a tokio runtime. The task ends when `shutdown` completes.
 pub fn spawn(
     store: Arc<PolicyStore>,
     audit: Arc<AuditLog>,
@@ -87,10 +88,14 @@ pub fn spawn(
     let (tx, rx) = mpsc::channel(64);
     let mut watches = Watches::new(store.path(), tx);
     watches.reconcile();
+    // Close the gap between the daemon's first load and the watches being in
+    // place, before returning: an edit made after this call is an event.
+    // (Blocking: one load, once, at start.)
+    let first = store.reload_on(Trigger::Watch, &audit);
     tokio::spawn(async move {
         tokio::select! {
             () = shutdown => {}
-            () = run(store, audit, timing, watches, rx) => {}
+            () = run(store, audit, timing, watches, rx, first) => {}
         }
         tracing::debug!("policy watcher stopped");
     })
@@ -104,6 +109,9 @@ pub struct Timing {
     /// How often the chain is walked again without any event. Tests set it to
     /// hours, so that only event handling can make a change live.
     pub recheck: Duration,
+    /// How long a missing `policy.toml` may take to come back before the empty
+    /// policy goes live ([`DELETE_GRACE`]).
+    pub delete_grace: Duration,
 }
 
 impl Default for Timing {
@@ -111,6 +119,7 @@ impl Default for Timing {
         Timing {
             debounce: DEFAULT_DEBOUNCE,
             recheck: RECHECK_INTERVAL,
+            delete_grace: DELETE_GRACE,
         }
     }
 }
@@ -121,10 +130,11 @@ async fn run(
     timing: Timing,
     mut watches: Watches,
     mut rx: mpsc::Receiver<()>,
+    first: ReloadOutcome,
 ) {
-    let debounce = timing.debounce;
-    // Close the gap between the daemon's first load and the watches being in place.
-    reload(&store, &audit).await;
+    if first == ReloadOutcome::Vanished {
+        reload(&store, &audit, &mut rx, &mut watches, timing).await;
+    }
     let mut recheck = tokio::time::interval_at(Instant::now() + timing.recheck, timing.recheck);
     recheck.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -136,16 +146,13 @@ async fn run(
                     poll_forever(&store, &audit, &mut watches).await;
                     return;
                 }
-                settle(&mut rx, debounce).await;
+                settle(&mut rx, timing.debounce).await;
                 watches.reconcile();
-                if !watches.chain().policy_exists && !wait_for_return(&mut rx, &mut watches, debounce).await {
-                    continue;
-                }
-                reload(&store, &audit).await;
+                reload(&store, &audit, &mut rx, &mut watches, timing).await;
             }
             _ = recheck.tick() => {
                 if watches.reconcile() {
-                    reload(&store, &audit).await;
+                    reload(&store, &audit, &mut rx, &mut watches, timing).await;
                 }
             }
         }
@@ -167,31 +174,37 @@ async fn settle(rx: &mut mpsc::Receiver<()>, debounce: Duration) {
     }
 }
 
-/// `policy.toml` is missing after a batch: waits up to [`DELETE_GRACE`] for it to
-/// come back (an editor's rename-away-then-write save). Returns whether to reload
-/// now; `false` when events are still arriving (the caller's loop handles them:
-/// the next batch reloads).
-async fn wait_for_return(
+/// Reloads; when that finds `policy.toml` missing, waits up to `delete_grace` for
+/// it to come back (an editor's rename-away-then-write save), taking further
+/// events in meanwhile, then reloads for good (the empty policy if it is still
+/// missing).
+async fn reload(
+    store: &Arc<PolicyStore>,
+    audit: &Arc<AuditLog>,
     rx: &mut mpsc::Receiver<()>,
     watches: &mut Watches,
-    debounce: Duration,
-) -> bool {
-    let deadline = Instant::now() + DELETE_GRACE;
+    timing: Timing,
+) {
+    if reload_on(store, audit, Trigger::Watch).await != Some(ReloadOutcome::Vanished) {
+        return;
+    }
+    let deadline = Instant::now() + timing.delete_grace;
     loop {
         tokio::select! {
             event = rx.recv() => {
                 if event.is_none() {
-                    return true;
+                    break;
                 }
-                settle(rx, debounce).await;
+                settle(rx, timing.debounce).await;
                 watches.reconcile();
-                if watches.chain().policy_exists {
-                    return true;
+                if reload_on(store, audit, Trigger::Watch).await != Some(ReloadOutcome::Vanished) {
+                    return;
                 }
             }
-            () = sleep_until(deadline) => return true,
+            () = sleep_until(deadline) => break,
         }
     }
+    reload_on(store, audit, Trigger::Request).await;
 }
 
 /// The fallback when the event source is gone: reload on a timer.
@@ -200,18 +213,28 @@ async fn poll_forever(store: &Arc<PolicyStore>, audit: &Arc<AuditLog>, watches: 
     loop {
         tick.tick().await;
         watches.reconcile();
-        reload(store, audit).await;
+        reload_on(store, audit, Trigger::Request).await;
     }
 }
 
-/// Runs [`PolicyStore::reload`] off the async executor (it reads files).
-async fn reload(store: &Arc<PolicyStore>, audit: &Arc<AuditLog>) {
+/// Runs [`PolicyStore::reload_on`] off the async executor (it reads files and
+/// compiles). `None` if it panicked.
+async fn reload_on(
+    store: &Arc<PolicyStore>,
+    audit: &Arc<AuditLog>,
+    trigger: Trigger,
+) -> Option<ReloadOutcome> {
     let (store, audit) = (Arc::clone(store), Arc::clone(audit));
-    match tokio::task::spawn_blocking(move || store.reload(&audit)).await {
-        Ok(ReloadOutcome::Unchanged) => {}
-        Ok(outcome) => tracing::debug!(?outcome, "policy reloaded"),
+    match tokio::task::spawn_blocking(move || store.reload_on(trigger, &audit)).await {
+        Ok(outcome) => {
+            if !matches!(outcome, ReloadOutcome::Unchanged | ReloadOutcome::Vanished) {
+                tracing::debug!(?outcome, "policy reloaded");
+            }
+            Some(outcome)
+        }
         Err(error) => {
-            tracing::error!(%error, "policy reload panicked; the last good policy stays live")
+            tracing::error!(%error, "policy reload panicked; the last good policy stays live");
+            None
         }
     }
 }
@@ -273,11 +296,6 @@ impl Watches {
             chain,
             watched: Vec::new(),
         }
-    }
-
-    /// The chain as last walked.
-    fn chain(&self) -> std::sync::RwLockReadGuard<'_, Chain> {
-        self.chain.read().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Walks the chain again and makes the watched set match it. Returns true
