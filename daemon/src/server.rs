@@ -107,6 +107,12 @@ impl Core {
         }
     }
 
+    /// Which subject fields the live policy's rules read.
+    #[must_use]
+    pub fn needs(&self) -> metalift_policy::Needs {
+        self.policy.current().policy.needs()
+    }
+
     /// Counts a connection as being read or answered, until the guard is dropped.
     #[must_use]
     pub fn count_active(&self) -> Counted {

@@ -91,28 +91,52 @@ async fn serve(
         watcher_stopped,
     ));
 
-    // One shutdown for every transport: the first future to see `shutdown`
-    // resolve records the reason and wakes the others through `stopping`.
+    // One shutdown for every transport: `stopping` carries the reason. The Unix
+    // accept loop runs as a task on the runtime's workers (not in `block_on` on
+    // the main thread), so a check-in is accepted, read, decided and answered
+    // without hopping between the main thread and the workers.
     let (stopping_tx, stopping) = tokio::sync::watch::channel(None::<String>);
-    let stop = {
+    let unix_stop = {
         let mut stopping = stopping.clone();
         async move {
-            tokio::select! {
-                reason = shutdown => {
-                    tracing::info!(%reason, "stopping");
-                    let _ = stopping_tx.send(Some(reason));
+            let _ = stopping.changed().await;
+        }
+    };
+    let unix = tokio::spawn(transport::unix::run(
+        socket.listener,
+        Arc::clone(&core),
+        config.limits,
+        unix_stop,
+    ));
+    let transports = {
+        let (core, stopping, mach_service) = (
+            Arc::clone(&core),
+            stopping.clone(),
+            config.mach_service.clone(),
+        );
+        async move {
+            let unix = async {
+                if let Err(error) = unix.await {
+                    tracing::error!(%error, "the Unix-socket transport task failed");
                 }
-                _ = stopping.changed() => {}
+            };
+            match mach_service {
+                None => unix.await,
+                Some(service) => {
+                    let xpc = serve_xpc(&service, core, config.limits, stopping);
+                    tokio::join!(unix, xpc);
+                }
             }
         }
     };
-    let unix = transport::unix::run(socket.listener, Arc::clone(&core), config.limits, stop);
-    match &config.mach_service {
-        None => unix.await,
-        Some(service) => {
-            let xpc = serve_xpc(service, Arc::clone(&core), config.limits, stopping.clone());
-            tokio::join!(unix, xpc);
+    tokio::pin!(transports);
+    tokio::select! {
+        reason = shutdown => {
+            tracing::info!(%reason, "stopping");
+            let _ = stopping_tx.send(Some(reason));
+            transports.await;
         }
+        () = &mut transports => {}
     }
 
     // No reload may slip in after daemon_stop.

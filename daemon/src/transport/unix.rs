@@ -228,7 +228,12 @@ impl Connection {
         req: metalift_policy::wire::CheckIn,
         active: (OwnedSemaphorePermit, Counted),
     ) -> Result<(), ConnError> {
-        let facts: PeerFacts = match peer::facts_from_unix_stream(&self.frames.stream) {
+        // Only what the live policy's rules need is read (no executable opened
+        // without a sha256 rule, no parent without a parent rule). A reload between
+        // here and the decision can add such a rule: this one check-in is then
+        // decided without that fact, so that rule cannot match it (stock).
+        let wants = peer::Wants::from_needs(self.core.needs());
+        let facts: PeerFacts = match peer::facts_for(&self.frames.stream, wants) {
             Ok(facts) => facts,
             Err(error) => {
                 self.core.note_unidentified(&error);
