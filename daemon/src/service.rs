@@ -25,6 +25,7 @@ use crate::watcher;
 /// the socket is taken, the audit log cannot be opened or written.
 pub async fn run(mut config: Config, shutdown: impl Future<Output = String>) -> anyhow::Result<()> {
     config.limits = fit_descriptor_limit(config.limits);
+    crate::memory::limit_arenas();
     crate::signals::ignore_file_size_signal().context("ignoring SIGXFSZ")?;
     // Before anything else: SIGHUP's default action would kill the daemon.
     let hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
