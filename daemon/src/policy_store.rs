@@ -165,6 +165,9 @@ pub struct PolicyStore {
     /// Serializes reloads, so two concurrent reloads cannot swap out of order or
     /// audit the same change twice. Never taken by check-ins.
     reloading: Mutex<()>,
+    /// When the first load started reading: a file changed after this may not be
+    /// in the live policy.
+    first_read_at: SystemTime,
 }
 
 /// A load that did not produce a policy.
@@ -207,6 +210,7 @@ impl PolicyStore {
         opts: LoadOptions,
         audit: &AuditLog,
     ) -> Result<PolicyStore, AuditError> {
+        let first_read_at = SystemTime::now();
         let (live, refusal) = match attempt(path, &opts) {
             Attempt::Valid { policy, warnings } => (
                 LivePolicy::new(*policy, path, warnings, LoadReason::Start),
@@ -245,6 +249,7 @@ impl PolicyStore {
                 refusal,
             }),
             reloading: Mutex::new(()),
+            first_read_at,
         })
     }
 
@@ -260,6 +265,12 @@ impl PolicyStore {
     #[must_use]
     pub fn published(&self) -> Arc<Published> {
         self.published.load_full()
+    }
+
+    /// When [`PolicyStore::load_initial`] started reading the files.
+    #[must_use]
+    pub fn first_read_at(&self) -> SystemTime {
+        self.first_read_at
     }
 
     /// The main policy file this store loads.

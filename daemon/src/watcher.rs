@@ -63,6 +63,9 @@ pub const DEFAULT_DEBOUNCE: Duration = Duration::from_millis(5);
 /// How long a batch that leaves `policy.toml` missing waits for it to come back
 /// before the empty policy (everything stock) goes live.
 pub const DELETE_GRACE: Duration = Duration::from_millis(150);
+/// How long before the first load a change still makes the watcher read the
+/// policy again at start (file-system timestamps can lag by a clock tick).
+const STARTUP_MARGIN: Duration = Duration::from_secs(2);
 /// The longest a batch of events may keep postponing its reload.
 pub const MAX_BATCH: Duration = Duration::from_secs(1);
 /// How often the set of watched directories is re-checked without any event.
@@ -89,9 +92,22 @@ pub fn spawn(
     let mut watches = Watches::new(store.path(), tx);
     watches.reconcile();
     // Close the gap between the daemon's first load and the watches being in
-    // place, before returning: an edit made after this call is an event.
-    // (Blocking: one load, once, at start.)
-    let first = store.reload_on(Trigger::Watch, &audit);
+    // place, before returning: an edit made after this call is an event. Only
+    // when something on the chain changed since shortly before that load (a
+    // margin for coarse file-system timestamps): at boot nothing has, and a
+    // second compile of a large policy would cost a moment of CPU and memory.
+    let since = store.first_read_at() - STARTUP_MARGIN;
+    let changed = watches
+        .chain
+        .read()
+        .unwrap_or_else(PoisonError::into_inner)
+        .changed_since(since);
+    let first = if changed {
+        // Blocking: one load, once, at start.
+        store.reload_on(Trigger::Watch, &audit)
+    } else {
+        ReloadOutcome::Unchanged
+    };
     tokio::spawn(async move {
         tokio::select! {
             () = shutdown => {}

@@ -70,6 +70,33 @@ impl Chain {
                 && is_dropin_name(path))
     }
 
+    /// Whether any entry of the chain, a watched directory or a drop-in changed
+    /// (its ctime, which every write, rename, link and chmod sets) at or after
+    /// `since`. Unreadable entries count as changed.
+    pub(crate) fn changed_since(&self, since: std::time::SystemTime) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        let changed = |path: &Path| match std::fs::symlink_metadata(path) {
+            Ok(m) => {
+                let ctime = u64::try_from(m.ctime()).ok().map(|secs| {
+                    std::time::UNIX_EPOCH
+                        + std::time::Duration::new(secs, u32::try_from(m.ctime_nsec()).unwrap_or(0))
+                });
+                ctime.is_none_or(|t| t >= since)
+            }
+            Err(e) => e.kind() != std::io::ErrorKind::NotFound,
+        };
+        let dropins = self
+            .dropin_dirs
+            .iter()
+            .filter_map(|d| std::fs::read_dir(d).ok())
+            .flatten()
+            .flatten()
+            .map(|e| e.path());
+        self.relevant.iter().any(|p| changed(p))
+            || self.dirs.iter().any(|p| changed(p))
+            || dropins.into_iter().any(|p| changed(&p))
+    }
+
     /// Resolves `path` entry by entry, recording each entry and its directory.
     /// Returns the final resolved path, or `None` when an entry is missing (the
     /// deepest existing directory is then watched for its creation) or the links
@@ -209,6 +236,19 @@ mod tests {
         assert!(!chain.concerns(&etc.join("policy.d/.10-fleet.toml.swp")));
         assert!(!chain.concerns(&etc.join("policy.d/10-fleet.toml~")));
         assert!(chain.dirs.contains(&etc.join("policy.d")));
+    }
+
+    #[test]
+    fn a_change_is_seen_by_its_ctime_and_nothing_changed_after_now() {
+        let tmp = tempfile::tempdir().unwrap();
+        let etc = std::fs::canonicalize(tmp.path()).unwrap();
+        std::fs::write(etc.join("policy.toml"), "version = 1\n").unwrap();
+        std::fs::create_dir(etc.join("policy.d")).unwrap();
+        let chain = Chain::resolve(&etc.join("policy.toml"));
+        let later = std::time::SystemTime::now() + std::time::Duration::from_secs(60);
+        assert!(!chain.changed_since(later));
+        let before = std::time::SystemTime::now() - std::time::Duration::from_secs(60);
+        assert!(chain.changed_since(before));
     }
 
     #[test]
