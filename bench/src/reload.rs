@@ -5,7 +5,7 @@
 //! saves (temporary file, `rename(2)` over `policy.toml`), then checks in over
 //! and over until a verdict names `gen-<i>`. The clock starts before the
 //! temporary file is written and stops when that verdict is read. Iterations are
-//! spaced so each write is its own reload (metaliftd debounces events for 50 ms).
+//! spaced so each write is its own reload (metaliftd debounces events for 5 ms).
 //!
 //! The in-run baseline is the plain check-in round trip of the polling itself.
 //!
