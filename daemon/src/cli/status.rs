@@ -238,3 +238,39 @@ fn problems(report: &StatusReport, disk: &Disk) -> Vec<Problem> {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(sha: &str) -> StatusReport {
+        serde_json::from_value(serde_json::json!({
+            "version": "0.1.0", "pid": 1, "started_at": "t", "policy_path": "/etc/metalift/policy.toml",
+            "policy_sha256": sha, "policy_loaded_at": "t", "rule_count": 2, "mode": "enforce",
+            "last_reload_error": null, "check_ins": 0, "unlocks": 0, "would_unlock": 0,
+            "outcomes": 0, "audit_failures": 0, "cache_entries": 0
+        }))
+        .expect("a report")
+    }
+
+    #[test]
+    fn a_file_on_disk_the_daemon_has_not_loaded_is_a_problem_that_counts() {
+        let live = "a".repeat(64);
+        let found = problems(&report(&live), &Disk::Hashed("b".repeat(64)));
+        assert_eq!(found.len(), 1);
+        assert!(found[0].counts);
+        assert!(
+            found[0].text.contains("is not the live policy"),
+            "{}",
+            found[0].text
+        );
+        assert!(problems(&report(&live), &Disk::Hashed(live.clone())).is_empty());
+    }
+
+    #[test]
+    fn a_file_this_user_cannot_read_is_noted_but_does_not_fail_the_status() {
+        let found = problems(&report("a"), &Disk::Unreadable("permission denied".into()));
+        assert_eq!(found.len(), 1);
+        assert!(!found[0].counts);
+    }
+}
