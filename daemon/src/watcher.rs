@@ -265,6 +265,8 @@ struct Watches {
     /// Each watched directory with the (device, inode) it had when the watch was
     /// added: a different one now means the directory was replaced and the watch is dead.
     watched: Vec<(PathBuf, (u64, u64))>,
+    /// Directories a watch failed on, already reported.
+    unwatchable: std::collections::HashSet<PathBuf>,
 }
 
 impl Watches {
@@ -311,6 +313,7 @@ impl Watches {
             backend,
             chain,
             watched: Vec::new(),
+            unwatchable: std::collections::HashSet::new(),
         }
     }
 
@@ -344,12 +347,17 @@ impl Watches {
             }
             match self.backend.watch(&dir, RecursiveMode::NonRecursive) {
                 Ok(()) => {
+                    self.unwatchable.remove(&dir);
                     tracing::debug!(dir = %dir.display(), "watching");
                     self.watched.push((dir, id));
                     added = true;
                 }
-                Err(error) => {
+                // One line per directory, not one per re-check.
+                Err(error) if self.unwatchable.insert(dir.clone()) => {
                     tracing::warn!(dir = %dir.display(), %error, "cannot watch; retrying every {RECHECK_INTERVAL:?}")
+                }
+                Err(error) => {
+                    tracing::debug!(dir = %dir.display(), %error, "still cannot watch")
                 }
             }
         }
