@@ -461,7 +461,7 @@ async fn given_policy_d_replaced_by_a_symlinked_directory_then_its_drop_ins_are_
 }
 
 #[tokio::test]
-async fn given_a_file_written_beside_the_policy_then_nothing_reloads() {
+async fn given_files_written_beside_the_policy_then_only_the_policy_edit_is_audited() {
     let fx = Fixture::start(Some(&policy_with_rules(1)));
     let before = fx.audit().len();
     for i in 0..20 {
