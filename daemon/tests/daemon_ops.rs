@@ -32,7 +32,7 @@ impl Env {
     fn new() -> Env {
         let dir = tempfile::Builder::new()
             .prefix("ops-")
-            .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+            .tempdir_in(base_dir())
             .expect("temp dir");
         // Children may run as another user: they must reach bin/ and run/.
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -69,10 +69,14 @@ impl Env {
         std::fs::write(self.policy(), text).unwrap();
     }
 
-    /// This test binary, hard-linked as `bin/<name>`.
+    /// This test binary as `bin/<name>`: hard-linked, or copied when the temporary
+    /// directory is on another file system.
     fn executable_named(&self, name: &str) -> PathBuf {
         let target = self.path("bin").join(name);
-        std::fs::hard_link(std::env::current_exe().unwrap(), &target).unwrap();
+        let me = std::env::current_exe().unwrap();
+        if std::fs::hard_link(&me, &target).is_err() {
+            std::fs::copy(&me, &target).expect("copy the test binary");
+        }
         target
     }
 
@@ -141,6 +145,22 @@ impl Env {
             String::from_utf8_lossy(&out.stdout).into_owned(),
             String::from_utf8_lossy(&out.stderr).into_owned(),
         )
+    }
+}
+
+/// Where the test directories go: cargo's target tmp dir when every directory
+/// above it lets other users through (children run as `nobody` must reach the
+/// socket and their executable), else the system's temporary directory (a
+/// checkout under `/root`, mode 0700, is not reachable by `nobody`).
+fn base_dir() -> PathBuf {
+    let target = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let traversable = target
+        .ancestors()
+        .all(|dir| std::fs::metadata(dir).is_ok_and(|m| m.permissions().mode() & 0o001 != 0));
+    if traversable {
+        target
+    } else {
+        std::env::temp_dir()
     }
 }
 
