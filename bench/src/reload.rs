@@ -5,11 +5,16 @@
 //! saves (temporary file, `rename(2)` over `policy.toml`), then checks in over
 //! and over until a verdict names `gen-<i>`. The clock starts before the
 //! temporary file is written and stops when that verdict is read. Iterations are
-//! spaced so each write is its own reload (metaliftd debounces events for 50 ms).
+//! spaced so each write is its own reload (metaliftd debounces events for 5 ms).
 //!
 //! The in-run baseline is the plain check-in round trip of the polling itself.
+//!
+//! Issue 12 adds the same measurement at 10,000 rules (2,000 path globs, 8,000
+//! exact paths), once per way a file gets replaced ([`Style`]), and the daemon's
+//! resident size after those reloads.
 #![forbid(unsafe_code)]
 
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
@@ -20,7 +25,7 @@ use crate::{Section, Target};
 
 /// metaliftd's debounce (`watcher::DEFAULT_DEBOUNCE`), restated: the benchmark
 /// measures the binary, not the library, so it does not link the daemon crate.
-const DAEMON_DEBOUNCE_MS: u64 = 50;
+const DAEMON_DEBOUNCE_MS: u64 = 5;
 
 /// Pause between iterations: longer than the daemon's debounce, so writes never merge.
 const GAP: Duration = Duration::from_millis(150);
@@ -111,6 +116,7 @@ pub fn run(art: &Artifacts, iterations: usize) -> anyhow::Result<Section> {
          before, {load_after} after.\n\n{table}",
         DAEMON_DEBOUNCE_MS
     );
+    let (styles_body, mut style_targets) = styles_at_10k(art, (iterations / 2).max(5))?;
     let target = Target {
         item: "4. reload: write → first verdict under it".into(),
         target: "p99 ≤ 100 ms".into(),
@@ -123,9 +129,272 @@ pub fn run(art: &Artifacts, iterations: usize) -> anyhow::Result<Section> {
         ),
         met: small.reload.percentile(99.0) <= 100.0,
     };
+    let mut targets = vec![target];
+    targets.append(&mut style_targets);
     Ok(Section {
-        title: "Reload latency (item 4)".into(),
-        body,
-        targets: vec![target],
+        title: "Reload latency (item 4; issue 12 items 2 and 8)".into(),
+        body: format!(
+            "{body}
+{styles_body}"
+        ),
+        targets,
     })
+}
+
+/// Every way a policy file gets replaced (issue 12, item 2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Style {
+    /// `open(O_TRUNC)` + write on the same inode (`echo >`, `cp` over).
+    InPlace,
+    /// Write a temporary file beside it, `rename(2)` over (most editors).
+    Rename,
+    /// vim's `backupcopy=no`: rename the old file away, write a new one, delete the backup.
+    VimBackup,
+    /// `mv` from another directory (only the arrival is seen in etc/).
+    MvFromElsewhere,
+    /// A drop-in added to `policy.d/` and the previous one removed.
+    DropIn,
+    /// `policy.toml` is a symlink, re-pointed with `ln -sfn` (a new link renamed over).
+    SymlinkSwap,
+    /// Kubernetes ConfigMap: `policy.toml -> ..data/policy.toml`, `..data` swapped.
+    DataSwap,
+    /// `etc/` deleted and created again with the new file.
+    DirRecreate,
+}
+
+impl Style {
+    const ALL: [Style; 8] = [
+        Style::InPlace,
+        Style::Rename,
+        Style::VimBackup,
+        Style::MvFromElsewhere,
+        Style::DropIn,
+        Style::SymlinkSwap,
+        Style::DataSwap,
+        Style::DirRecreate,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Style::InPlace => "in-place write / cp over",
+            Style::Rename => "temp file + rename (editors)",
+            Style::VimBackup => "vim backup dance",
+            Style::MvFromElsewhere => "mv from another directory",
+            Style::DropIn => "policy.d drop-in added + old removed",
+            Style::SymlinkSwap => "symlinked policy, ln -sfn",
+            Style::DataSwap => "Kubernetes ..data swap",
+            Style::DirRecreate => "etc/ deleted and re-created",
+        }
+    }
+}
+
+/// The 10,000-rule filler: 8,000 exact paths and 2,000 globs (in 50 directories),
+/// none matching the benchmark binary.
+fn filler_10k() -> String {
+    let mut text = String::with_capacity(1 << 20);
+    for i in 0..8000 {
+        text.push_str(&format!(
+            "\n[[rule]]\nid = \"exact-{i}\"\npath = \"/opt/exact-{i}/bin/tool\"\nunlock = \"apple7\"\n"
+        ));
+    }
+    for i in 0..2000 {
+        text.push_str(&format!(
+            "\n[[rule]]\nid = \"glob-{i}\"\npath = \"/opt/tool-{}/bin/t{i}-*\"\nunlock = \"apple7\"\n",
+            i % 50
+        ));
+    }
+    text
+}
+
+/// Replaces the policy the `style` way so that rule `gen-<generation>` (or, for
+/// drop-ins, the drop-in of that generation) is the one matching the benchmark.
+fn replace(
+    style: Style,
+    root: &Path,
+    art: &Artifacts,
+    filler: &str,
+    generation: usize,
+) -> std::io::Result<()> {
+    use std::os::unix::fs::symlink;
+    let etc = root.join("etc");
+    let policy = etc.join("policy.toml");
+    let gen_rule = |g: usize| {
+        format!(
+            "[[rule]]\nid = \"gen-{g}\"\n{}\nunlock = \"apple7\"\n",
+            harness::path_matcher(&art.bench)
+        )
+    };
+    let full = |g: usize| {
+        let mut t = harness::one_rule_policy(
+            &format!("gen-{g}"),
+            &harness::path_matcher(&art.bench),
+            "unlock = \"apple7\"",
+        );
+        t.push_str(filler);
+        t
+    };
+    match style {
+        Style::InPlace => std::fs::write(&policy, full(generation)),
+        Style::Rename => harness::write_atomically(&policy, &full(generation)),
+        Style::VimBackup => {
+            let backup = etc.join("policy.toml~");
+            std::fs::rename(&policy, &backup)?;
+            std::fs::write(&policy, full(generation))?;
+            std::fs::remove_file(&backup)
+        }
+        Style::MvFromElsewhere => {
+            let staged = root.join("staging.toml");
+            std::fs::write(&staged, full(generation))?;
+            std::fs::rename(&staged, &policy)
+        }
+        Style::DropIn => {
+            let dir = etc.join("policy.d");
+            std::fs::create_dir_all(&dir)?;
+            if generation <= 1 {
+                // The main file: the filler only (the generations live in policy.d).
+                let mut main = harness::one_rule_policy(
+                    "never",
+                    "name = \"never-this\"",
+                    "unlock = \"apple7\"",
+                );
+                main.push_str(filler);
+                harness::write_atomically(&policy, &main)?;
+            }
+            let staged = dir.join(format!(".gen-{generation}.part"));
+            std::fs::write(&staged, gen_rule(generation))?;
+            std::fs::rename(&staged, dir.join(format!("{generation:06}.toml")))?;
+            if generation > 1 {
+                std::fs::remove_file(dir.join(format!("{:06}.toml", generation - 1)))?;
+            }
+            Ok(())
+        }
+        Style::SymlinkSwap => {
+            let versions = root.join("versions");
+            std::fs::create_dir_all(&versions)?;
+            let target = versions.join(format!("v{generation}.toml"));
+            std::fs::write(&target, full(generation))?;
+            let link = etc.join(".policy.toml.new");
+            symlink(&target, &link)?;
+            std::fs::rename(&link, &policy)
+        }
+        Style::DataSwap => {
+            let version = etc.join(format!("..v{generation}"));
+            std::fs::create_dir_all(&version)?;
+            std::fs::write(version.join("policy.toml"), full(generation))?;
+            symlink(format!("..v{generation}"), etc.join("..data_tmp"))?;
+            std::fs::rename(etc.join("..data_tmp"), etc.join("..data"))?;
+            if generation <= 1 {
+                symlink("..data/policy.toml", etc.join(".policy.toml.new"))?;
+                std::fs::rename(etc.join(".policy.toml.new"), &policy)?;
+            } else {
+                // kubelet removes the old version after the swap.
+                std::fs::remove_dir_all(etc.join(format!("..v{}", generation - 1)))?;
+            }
+            Ok(())
+        }
+        Style::DirRecreate => {
+            std::fs::remove_dir_all(&etc)?;
+            std::fs::create_dir(&etc)?;
+            std::fs::write(&policy, full(generation))
+        }
+    }
+}
+
+/// Checks in until the verdict names `gen-<generation>`.
+fn until_live(daemon: &Daemon, generation: usize, polls: &mut Samples) -> anyhow::Result<()> {
+    let frame = harness::check_in_frame();
+    let want = format!("gen-{generation}");
+    let start = Instant::now();
+    let mut n = 0u32;
+    loop {
+        let v = harness::check_in_with(&daemon.socket, &frame)?;
+        n += 1;
+        if v.rule.as_deref() == Some(want.as_str()) {
+            polls.push(f64::from(n));
+            return Ok(());
+        }
+        if start.elapsed() > harness::HANG_GUARD {
+            bail!("generation {generation} never became live");
+        }
+    }
+}
+
+/// Issue 12 items 2 and 8: reload latency per replacement style at 10,000 rules,
+/// and the daemon's RSS after those reloads. Returns the Markdown and the targets.
+fn styles_at_10k(art: &Artifacts, iterations: usize) -> anyhow::Result<(String, Vec<Target>)> {
+    let filler = filler_10k();
+    let mut table = String::from(
+        "| replacement style (10,000 rules: 2,000 globs, 8,000 exact) | reloads | write → first verdict under it, ms: p50 / p99 / max | daemon RSS after them / peak, MiB |\n|---|---|---|---|\n",
+    );
+    let mut worst_p99: f64 = 0.0;
+    let mut worst_rss: f64 = 0.0;
+    let mut start_rss = None;
+    for style in Style::ALL {
+        let dir = tempfile::tempdir()?;
+        let root = dir.path();
+        let mut first = harness::one_rule_policy(
+            "gen-0",
+            &harness::path_matcher(&art.bench),
+            "unlock = \"apple7\"",
+        );
+        first.push_str(&filler);
+        let daemon = Daemon::start(art, root, &first, &[])?;
+        if start_rss.is_none() {
+            start_rss = Some(harness::memory(daemon.pid())?);
+        }
+        let mut polls = Samples::new();
+        // Generation 1 sets the style's layout up (links, policy.d); not measured.
+        std::thread::sleep(GAP);
+        replace(style, root, art, &filler, 1)?;
+        until_live(&daemon, 1, &mut polls)?;
+        let mut reload = Samples::new();
+        for generation in 2..iterations + 2 {
+            std::thread::sleep(GAP);
+            let start = Instant::now();
+            replace(style, root, art, &filler, generation)?;
+            until_live(&daemon, generation, &mut polls)?;
+            reload.push(start.elapsed().as_secs_f64() * 1e3);
+        }
+        std::thread::sleep(GAP);
+        let mem = harness::memory(daemon.pid())?;
+        let p99 = reload.percentile(99.0);
+        worst_p99 = worst_p99.max(p99);
+        worst_rss = worst_rss.max(mem.rss_kib as f64 / 1024.0);
+        table.push_str(&format!(
+            "| {} | {} | {:.1} / {:.1} / {:.1} | {:.1} / {:.1} |\n",
+            style.name(),
+            reload.len(),
+            reload.median(),
+            p99,
+            reload.max(),
+            mem.rss_kib as f64 / 1024.0,
+            mem.hwm_kib as f64 / 1024.0,
+        ));
+    }
+    let start_rss = start_rss.map_or(0.0, |m| m.rss_kib as f64 / 1024.0);
+    let body = format!(
+        "At 10,000 rules, one fresh metaliftd per style; generation 1 sets the layout up, then \
+         {iterations} measured reloads each ({} ms apart). The clock starts before the first \
+         write of a replacement and stops at the first verdict naming the new rule. metaliftd's \
+         RSS right after start with this policy: {start_rss:.1} MiB.\n\n{table}",
+        GAP.as_millis()
+    );
+    let targets = vec![
+        Target {
+            item: "12.2 reload at 10,000 rules, every replacement style".into(),
+            target: "p99 ≤ 100 ms".into(),
+            measured: format!("worst style's p99 {worst_p99:.1} ms"),
+            met: worst_p99 <= 100.0,
+        },
+        Target {
+            item: "12.8 RSS at 10,000 rules (2,000 globs) across reloads".into(),
+            target: "≤ 30 MiB".into(),
+            measured: format!(
+                "{start_rss:.1} MiB after start; at most {worst_rss:.1} MiB after {} reloads",
+                iterations + 1
+            ),
+            met: worst_rss <= 30.0,
+        },
+    ];
+    Ok((body, targets))
 }

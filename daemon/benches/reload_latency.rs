@@ -41,7 +41,7 @@ fn main() {
         let task = watcher::spawn(
             Arc::clone(&store),
             Arc::clone(&audit),
-            watcher::DEFAULT_DEBOUNCE,
+            watcher::Timing::default(),
             async move {
                 let _ = stopped.await;
             },

@@ -225,6 +225,52 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_same_size_rewrite_with_its_mtime_set_back_gets_a_new_hash() {
+        let cache = IdentityCache::new(8);
+        let (tmp, exe) = exe_with(b"version AAA");
+        let mtime = std::fs::metadata(tmp.path()).unwrap().modified().unwrap();
+        assert_eq!(cache.sha256(&exe).await.unwrap(), sha(b"version AAA"));
+
+        // Same size, same mtime (set back, as `cp -p` or a tar extract would):
+        // only the ctime, which no user can set, tells the versions apart.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::fs::write(tmp.path(), b"version BBB").unwrap();
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(tmp.path())
+            .unwrap();
+        f.set_modified(mtime).unwrap();
+        drop(f);
+        let exe2 = ExeFile::new(File::open(tmp.path()).unwrap());
+        assert_eq!(
+            std::fs::metadata(tmp.path()).unwrap().modified().unwrap(),
+            mtime
+        );
+        assert_eq!(cache.sha256(&exe2).await.unwrap(), sha(b"version BBB"));
+        assert_eq!(cache.len(), 2);
+    }
+
+    #[tokio::test]
+    async fn touching_the_file_makes_it_hashed_again() {
+        let cache = IdentityCache::new(8);
+        let (tmp, exe) = exe_with(b"unchanged bytes");
+        assert_eq!(cache.sha256(&exe).await.unwrap(), sha(b"unchanged bytes"));
+        let before = FileKey::of(exe.file()).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        // `touch`: new mtime (and ctime), same bytes.
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(tmp.path())
+            .unwrap();
+        f.set_modified(std::time::SystemTime::now()).unwrap();
+        drop(f);
+        let after = FileKey::of(exe.file()).unwrap();
+        assert_ne!(before, after, "touch changed no part of the key");
+        assert_eq!(cache.sha256(&exe).await.unwrap(), sha(b"unchanged bytes"));
+        assert_eq!(cache.len(), 2, "the touched file was not hashed again");
+    }
+
+    #[tokio::test]
     async fn the_cache_never_holds_more_than_its_capacity() {
         let cache = IdentityCache::new(2);
         let mut keep = Vec::new();

@@ -11,6 +11,7 @@
 //! - [`peer`]: who is asking, from the kernel (`linux.rs`, `macos.rs`).
 //! - [`identity_cache`]: executable sha256 by (dev, ino, size, mtime, ctime).
 //! - [`status`]: the counters `metalift status` shows, and its client.
+//! - [`memory`]: hands memory freed by a reload back to the system (glibc `malloc_trim`).
 //! - [`oslog`]: a `tracing` layer into the system log (the unified log on macOS).
 //! - [`audit`]: the audit log (records, writer with rotation, reader for `metalift audit`).
 //! - [`policy_store`]: the live policy, swapped atomically on reload.
@@ -27,6 +28,7 @@ pub mod host_chip;
 pub mod identity_cache;
 #[cfg(target_os = "macos")]
 pub mod macos;
+pub mod memory;
 pub mod oslog;
 pub mod peer;
 pub mod policy_archive;

@@ -15,6 +15,11 @@
 //! | invalid, unreadable, bad owner   | empty + `policy_rejected`, then `policy_loaded` (`rejected_at_start`) | last good kept, `policy_rejected` |
 //! | the same refusal again           | —                                 | nothing (no record)                    |
 //! | a refused edit reverted          | —                                 | error cleared, `policy_loaded` (`restored`) |
+//! | anything, on SIGHUP              | —                                 | always audited: `policy_loaded` (`sighup`) or `policy_rejected` |
+//!
+//! The live policy and the last refusal are published as one value
+//! ([`Published`]), swapped in one atomic store: a reader sees either the state
+//! before a reload or the one after, never a mix.
 //!
 //! A refused input's `sha256` is recorded when its text was read (syntax and
 //! validation errors); an ownership or I/O refusal records `null`.
@@ -94,6 +99,9 @@ pub enum ReloadOutcome {
     },
     /// The file is gone: the empty policy is live, everything stock.
     Deleted,
+    /// The file is gone, but the trigger ([`Trigger::Watch`]) asked to wait before
+    /// believing it: nothing swapped, nothing audited.
+    Vanished,
     /// The content is what is live already (or the same refusal as last time):
     /// nothing swapped, nothing audited.
     Unchanged,
@@ -104,6 +112,47 @@ pub enum ReloadOutcome {
     },
 }
 
+/// The last refused load: every problem it had, and what was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LastRefusal {
+    /// Every problem, each rendered `file:line:col: error: ...` with its source
+    /// line, in the order the policy crate reports them (causes before knock-ons).
+    pub errors: Vec<String>,
+    /// SHA-256 of the refused input, when its text could be read.
+    pub sha256: Option<String>,
+    /// When it was refused.
+    pub at: SystemTime,
+}
+
+/// Everything the store publishes, as ONE value: the live policy and the last
+/// refusal are swapped together, so no reader (a check-in, `metalift status`) can
+/// ever see a new policy beside an old error, or an old policy without the error
+/// that kept the new one out.
+#[derive(Debug)]
+pub struct Published {
+    /// The live policy.
+    pub live: Arc<LivePolicy>,
+    /// Why the last load was refused, until a load succeeds.
+    pub refusal: Option<LastRefusal>,
+}
+
+/// What started a reload; decides the audited reason of a load it causes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trigger {
+    /// A plain request ([`PolicyStore::reload`]): an unchanged policy is a no-op,
+    /// a missing file makes the empty policy live.
+    Request,
+    /// The watcher saw a change: like `Request`, except that a missing
+    /// `policy.toml` changes nothing yet ([`ReloadOutcome::Vanished`]): an editor
+    /// may be between renaming the old file away and writing the new one. The
+    /// watcher then waits a moment and asks again with `Request`.
+    Watch,
+    /// An admin sent SIGHUP: always audited, even when nothing changed, so the
+    /// admin's request leaves a record (`policy_loaded` with reason `sighup`, or
+    /// `policy_rejected`).
+    Sighup,
+}
+
 /// The live policy and the last reload error.
 #[derive(Debug)]
 pub struct PolicyStore {
@@ -111,14 +160,14 @@ pub struct PolicyStore {
     path: PathBuf,
     /// Ownership checks for every load.
     opts: LoadOptions,
-    /// The live policy: check-ins load it lock-free; a reload stores a complete one.
-    live: ArcSwap<LivePolicy>,
-    /// Why the last load failed, until a load succeeds; shown by `metalift status`.
-    /// A std `Mutex`: held only to copy a string, never across an `.await`.
-    last_error: Mutex<Option<String>>,
+    /// The published state: check-ins load it lock-free; a reload stores a complete one.
+    published: ArcSwap<Published>,
     /// Serializes reloads, so two concurrent reloads cannot swap out of order or
     /// audit the same change twice. Never taken by check-ins.
     reloading: Mutex<()>,
+    /// When the first load started reading: a file changed after this may not be
+    /// in the live policy.
+    first_read_at: SystemTime,
 }
 
 /// A load that did not produce a policy.
@@ -127,6 +176,16 @@ struct Refusal {
     errors: Vec<String>,
     /// SHA-256 of the refused input, when it could be read.
     sha256: Option<String>,
+}
+
+impl Refusal {
+    fn published(&self) -> LastRefusal {
+        LastRefusal {
+            errors: self.errors.clone(),
+            sha256: self.sha256.clone(),
+            at: SystemTime::now(),
+        }
+    }
 }
 
 enum Attempt {
@@ -151,7 +210,8 @@ impl PolicyStore {
         opts: LoadOptions,
         audit: &AuditLog,
     ) -> Result<PolicyStore, AuditError> {
-        let (live, error) = match attempt(path, &opts, audit) {
+        let first_read_at = SystemTime::now();
+        let (live, refusal) = match attempt(path, &opts, audit) {
             Attempt::Valid { policy, warnings } => (
                 LivePolicy::new(*policy, path, warnings, LoadReason::Start),
                 None,
@@ -176,7 +236,7 @@ impl PolicyStore {
                     "policy refused at start: running with no rules, everything stock"
                 );
                 audit.append(&rejected_record(path, &refusal, &empty.sha256))?;
-                (empty, Some(refusal.errors.join("\n")))
+                (empty, Some(refusal.published()))
             }
         };
         audit.append(&live.loaded_record())?;
@@ -184,9 +244,12 @@ impl PolicyStore {
         Ok(PolicyStore {
             path: path.to_owned(),
             opts,
-            live: ArcSwap::from_pointee(live),
-            last_error: Mutex::new(error),
+            published: ArcSwap::from_pointee(Published {
+                live: Arc::new(live),
+                refusal,
+            }),
             reloading: Mutex::new(()),
+            first_read_at,
         })
     }
 
@@ -194,7 +257,20 @@ impl PolicyStore {
     /// check-in is decided and audited against one policy.
     #[must_use]
     pub fn current(&self) -> Arc<LivePolicy> {
-        self.live.load_full()
+        Arc::clone(&self.published.load().live)
+    }
+
+    /// The live policy and the last refusal, as one consistent snapshot: what
+    /// `metalift status` reports.
+    #[must_use]
+    pub fn published(&self) -> Arc<Published> {
+        self.published.load_full()
+    }
+
+    /// When [`PolicyStore::load_initial`] started reading the files.
+    #[must_use]
+    pub fn first_read_at(&self) -> SystemTime {
+        self.first_read_at
     }
 
     /// The main policy file this store loads.
@@ -206,7 +282,11 @@ impl PolicyStore {
     /// Why the last load was refused, until a later load succeeds.
     #[must_use]
     pub fn last_error(&self) -> Option<String> {
-        lock(&self.last_error).clone()
+        self.published
+            .load()
+            .refusal
+            .as_ref()
+            .map(|r| r.errors.join("\n"))
     }
 
     /// Reads the policy again and, when it changed, swaps it in (valid), keeps the
@@ -216,18 +296,35 @@ impl PolicyStore {
     /// A failure to audit does not stop a reload: the new policy is still the
     /// admin's latest word, and the failure is reported through `tracing`.
     pub fn reload(&self, audit: &AuditLog) -> ReloadOutcome {
+        self.reload_on(Trigger::Request, audit)
+    }
+
+    /// [`PolicyStore::reload`], saying what asked for it: a [`Trigger::Sighup`]
+    /// reload audits its result even when nothing changed.
+    pub fn reload_on(&self, trigger: Trigger, audit: &AuditLog) -> ReloadOutcome {
         let _one_at_a_time = lock(&self.reloading);
-        let current = self.current();
+        let outcome = self.reload_locked(trigger, audit);
+        // Whatever happened, a whole policy was compiled and one (new or old) was
+        // freed: give the pages back (glibc keeps them otherwise).
+        crate::memory::release_freed_memory();
+        outcome
+    }
+
+    fn reload_locked(&self, trigger: Trigger, audit: &AuditLog) -> ReloadOutcome {
+        let before = self.published();
+        let current = &before.live;
+        let refused_before = before.refusal.as_ref();
+        let sighup = trigger == Trigger::Sighup;
         match attempt(&self.path, &self.opts, audit) {
             Attempt::Valid { policy, warnings } => {
-                let restored = self.last_error().is_some();
-                if policy.sha256_hex() == current.sha256 && !restored {
+                let same = policy.sha256_hex() == current.sha256;
+                if same && refused_before.is_none() && !sighup {
                     return ReloadOutcome::Unchanged;
                 }
-                let reason = if policy.sha256_hex() == current.sha256 {
-                    LoadReason::Restored
-                } else {
-                    LoadReason::Change
+                let reason = match (sighup, same) {
+                    (true, _) => LoadReason::Sighup,
+                    (false, true) => LoadReason::Restored,
+                    (false, false) => LoadReason::Change,
                 };
                 let live = LivePolicy::new(*policy, &self.path, warnings, reason);
                 let outcome = ReloadOutcome::Loaded {
@@ -235,35 +332,48 @@ impl PolicyStore {
                     rules: live.rule_count,
                     warnings: live.warnings.clone(),
                 };
+                drop(before);
                 self.swap_in(live, audit);
                 outcome
             }
+            Attempt::Missing if trigger == Trigger::Watch => ReloadOutcome::Vanished,
             Attempt::Missing => {
-                let live =
-                    LivePolicy::new(Policy::empty(), &self.path, Vec::new(), LoadReason::Deleted);
-                if live.sha256 == current.sha256 && self.last_error().is_none() {
+                let reason = if sighup {
+                    LoadReason::Sighup
+                } else {
+                    LoadReason::Deleted
+                };
+                let live = LivePolicy::new(Policy::empty(), &self.path, Vec::new(), reason);
+                if live.sha256 == current.sha256 && refused_before.is_none() && !sighup {
                     return ReloadOutcome::Unchanged;
                 }
-                tracing::warn!(path = %self.path.display(), "policy file deleted: no rules, everything stock");
+                tracing::warn!(path = %self.path.display(), "no policy file: no rules, everything stock");
+                drop(before);
                 self.swap_in(live, audit);
                 ReloadOutcome::Deleted
             }
             Attempt::Refused(refusal) => {
-                let joined = refusal.errors.join("\n");
-                if self.last_error().as_deref() == Some(joined.as_str()) {
+                if refused_before.is_some_and(|r| r.errors == refusal.errors) && !sighup {
                     return ReloadOutcome::Unchanged;
                 }
-                tracing::error!(
-                    path = %self.path.display(),
-                    errors = %joined,
-                    kept = %current.sha256,
-                    "policy refused: the last good policy stays live"
-                );
+                // One line per problem, not one per attempt: the same refusal
+                // again (from a SIGHUP) is audited but logged once.
+                if refused_before.is_none_or(|r| r.errors != refusal.errors) {
+                    tracing::error!(
+                        path = %self.path.display(),
+                        errors = %refusal.errors.join("\n"),
+                        kept = %current.sha256,
+                        "policy refused: the last good policy stays live"
+                    );
+                }
                 let record = rejected_record(&self.path, &refusal, &current.sha256);
                 if let Err(error) = audit.append(&record) {
                     tracing::error!(%error, "could not audit the policy refusal");
                 }
-                *lock(&self.last_error) = Some(joined);
+                self.published.store(Arc::new(Published {
+                    live: Arc::clone(current),
+                    refusal: Some(refusal.published()),
+                }));
                 ReloadOutcome::Rejected {
                     errors: refusal.errors,
                 }
@@ -286,8 +396,14 @@ impl PolicyStore {
         if let Err(error) = audit.append(&record) {
             tracing::error!(%error, "could not audit the policy load");
         }
-        self.live.store(Arc::new(live));
-        *lock(&self.last_error) = None;
+        // Policy and error in one store: never a new policy beside an old error.
+        let old = self.published.swap(Arc::new(Published {
+            live: Arc::new(live),
+            refusal: None,
+        }));
+        // The old compiled policy is freed here unless a check-in still holds it;
+        // then it goes with that check-in's snapshot, a few microseconds later.
+        drop(old);
     }
 }
 

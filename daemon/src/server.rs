@@ -81,6 +81,12 @@ struct Counters {
     outcomes: AtomicU64,
     audit_failures: AtomicU64,
     unidentified: AtomicU64,
+    /// Of `unidentified`: peers that exited before they could be identified
+    /// (short-lived processes; counted, not logged one line each).
+    peers_gone: AtomicU64,
+    /// When an unidentified peer other than a departed one was last logged
+    /// (milliseconds since `started_at`, plus one; 0: never).
+    unidentified_logged_at_ms: AtomicU64,
 }
 
 impl Core {
@@ -101,6 +107,12 @@ impl Core {
         }
     }
 
+    /// Which subject fields the live policy's rules read.
+    #[must_use]
+    pub fn needs(&self) -> metalift_policy::Needs {
+        self.policy.current().policy.needs()
+    }
+
     /// Counts a connection as being read or answered, until the guard is dropped.
     #[must_use]
     pub fn count_active(&self) -> Counted {
@@ -115,9 +127,38 @@ impl Core {
 
     /// Notes a check-in closed unanswered because the kernel could not tell who
     /// sent it (the peer exited, another pid namespace, ...).
+    ///
+    /// One log line per problem, not per peer: a peer that exited before it was
+    /// identified is normal (a short-lived process that loaded the shim) and only
+    /// counted (`peers_gone` in status); any other failure is logged at most once
+    /// a minute, with the count so far.
     pub fn note_unidentified(&self, error: &crate::peer::PeerError) {
-        self.counters.unidentified.fetch_add(1, Ordering::Relaxed);
-        tracing::warn!(%error, "check-in from an unidentifiable peer: closed unanswered");
+        let total = self.counters.unidentified.fetch_add(1, Ordering::Relaxed) + 1;
+        if matches!(error, crate::peer::PeerError::Gone { .. }) {
+            self.counters.peers_gone.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(%error, "check-in from a peer that exited: closed unanswered");
+            return;
+        }
+        let now_ms = u64::try_from(self.started_at.elapsed().unwrap_or_default().as_millis())
+            .unwrap_or(u64::MAX)
+            .saturating_add(1);
+        let last = self
+            .counters
+            .unidentified_logged_at_ms
+            .load(Ordering::Relaxed);
+        let due = last == 0 || now_ms.saturating_sub(last) >= UNIDENTIFIED_LOG_EVERY_MS;
+        if due
+            && self
+                .counters
+                .unidentified_logged_at_ms
+                .compare_exchange(last, now_ms, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            tracing::warn!(%error, unidentified_so_far = total,
+                "check-in from an unidentifiable peer: closed unanswered (logged at most once a minute; see `metalift status`)");
+        } else {
+            tracing::debug!(%error, "check-in from an unidentifiable peer: closed unanswered");
+        }
     }
 
     /// Decides `req` from `peer`, records the decision, and returns the verdict to send.
@@ -195,7 +236,10 @@ impl Core {
     /// Counts and policy facts for `metalift status`; nothing about any one process.
     #[must_use]
     pub fn status(&self) -> StatusReport {
-        let live = self.policy.current();
+        // One snapshot: the policy and the refusal shown belong together.
+        let published = self.policy.published();
+        let live = &published.live;
+        let refusal = published.refusal.as_ref();
         let count = |c: &AtomicU64| c.load(Ordering::Relaxed);
         StatusReport {
             version: env!("CARGO_PKG_VERSION").to_owned(),
@@ -206,7 +250,12 @@ impl Core {
             policy_loaded_at: crate::audit::record::rfc3339::format(live.loaded_at),
             rule_count: live.rule_count,
             mode: live.policy.mode().as_str().to_owned(),
-            last_reload_error: self.policy.last_error().as_deref().map(locating_lines),
+            last_reload_error: refusal.map(|r| locating_lines(&r.errors.join("\n"))),
+            last_reload_errors: refusal
+                .map(|r| r.errors.iter().map(|e| locating_lines(e)).collect())
+                .unwrap_or_default(),
+            refused_sha256: refusal.and_then(|r| r.sha256.clone()),
+            peers_gone: count(&self.counters.peers_gone),
             check_ins: count(&self.counters.check_ins),
             unlocks: count(&self.counters.unlocks),
             would_unlock: count(&self.counters.would_unlock),
@@ -288,6 +337,9 @@ impl Core {
         self.audit.append(record)
     }
 }
+
+/// The least time between two log lines about unidentifiable peers.
+const UNIDENTIFIED_LOG_EVERY_MS: u64 = 60_000;
 
 /// Decision ids are unique across restarts without any state on disk: they start
 /// at the daemon's start time in microseconds since the epoch and count up by one.

@@ -2,7 +2,8 @@
 //!
 //! Start: bind the socket (refusing if another daemon answers on it), open the
 //! audit log, record `daemon_start`, load the policy, start the watcher, serve.
-//! Stop (SIGTERM/SIGINT or the caller's future): stop accepting, let in-flight
+//! SIGHUP re-reads the policy (audited with reason `sighup`); it never stops the
+//! daemon. Stop (SIGTERM/SIGINT or the caller's future): stop accepting, let in-flight
 //! check-ins finish, record `daemon_stop`, remove the socket. The audit log needs
 //! no flush: every record is one `write(2)` of its own, already in the file.
 
@@ -24,10 +25,14 @@ use crate::watcher;
 /// the socket is taken, the audit log cannot be opened or written.
 pub async fn run(mut config: Config, shutdown: impl Future<Output = String>) -> anyhow::Result<()> {
     config.limits = fit_descriptor_limit(config.limits);
+    crate::memory::limit_arenas();
     crate::signals::ignore_file_size_signal().context("ignoring SIGXFSZ")?;
+    // Before anything else: SIGHUP's default action would kill the daemon.
+    let hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        .context("installing the SIGHUP handler")?;
     let socket = transport::socket_file::bind(&config.socket)?;
     let (socket_path, socket_id) = (socket.path.clone(), socket.id());
-    let served = serve(config, socket, shutdown).await;
+    let served = serve(config, socket, hangups, shutdown).await;
     BoundSocket::remove(&socket_path, socket_id);
     served
 }
@@ -35,6 +40,7 @@ pub async fn run(mut config: Config, shutdown: impl Future<Output = String>) -> 
 async fn serve(
     config: Config,
     socket: BoundSocket,
+    hangups: tokio::signal::unix::Signal,
     shutdown: impl Future<Output = String>,
 ) -> anyhow::Result<()> {
     let audit = Arc::new(
@@ -67,44 +73,80 @@ async fn serve(
     tracing::info!(socket = %config.socket.display(), policy = %config.policy.display(),
         audit_log = %config.audit_log.display(), "metaliftd serving");
 
-    let (watcher_stop, mut watcher_stopped) = tokio::sync::watch::channel(());
-    let watcher = watcher::spawn(
+    let (watcher_stop, watcher_stopped) = tokio::sync::watch::channel(());
+    let watcher = {
+        let mut stopped = watcher_stopped.clone();
+        watcher::spawn(
+            Arc::clone(&store),
+            Arc::clone(&audit),
+            watcher::Timing::default(),
+            async move {
+                let _ = stopped.changed().await;
+            },
+        )
+    };
+    let sighup = tokio::spawn(reload_on_sighup(
         Arc::clone(&store),
         Arc::clone(&audit),
-        watcher::DEFAULT_DEBOUNCE,
-        async move {
-            let _ = watcher_stopped.changed().await;
-        },
-    );
+        hangups,
+        watcher_stopped,
+    ));
 
-    // One shutdown for every transport: the first future to see `shutdown`
-    // resolve records the reason and wakes the others through `stopping`.
+    // One shutdown for every transport: `stopping` carries the reason. The Unix
+    // accept loop runs as a task on the runtime's workers (not in `block_on` on
+    // the main thread), so a check-in is accepted, read, decided and answered
+    // without hopping between the main thread and the workers.
     let (stopping_tx, stopping) = tokio::sync::watch::channel(None::<String>);
-    let stop = {
+    let unix_stop = {
         let mut stopping = stopping.clone();
         async move {
-            tokio::select! {
-                reason = shutdown => {
-                    tracing::info!(%reason, "stopping");
-                    let _ = stopping_tx.send(Some(reason));
+            let _ = stopping.changed().await;
+        }
+    };
+    let unix = tokio::spawn(transport::unix::run(
+        socket.listener,
+        Arc::clone(&core),
+        config.limits,
+        unix_stop,
+    ));
+    let transports = {
+        let (core, stopping, mach_service) = (
+            Arc::clone(&core),
+            stopping.clone(),
+            config.mach_service.clone(),
+        );
+        async move {
+            let unix = async {
+                if let Err(error) = unix.await {
+                    tracing::error!(%error, "the Unix-socket transport task failed");
                 }
-                _ = stopping.changed() => {}
+            };
+            match mach_service {
+                None => unix.await,
+                Some(service) => {
+                    let xpc = serve_xpc(&service, core, config.limits, stopping);
+                    tokio::join!(unix, xpc);
+                }
             }
         }
     };
-    let unix = transport::unix::run(socket.listener, Arc::clone(&core), config.limits, stop);
-    match &config.mach_service {
-        None => unix.await,
-        Some(service) => {
-            let xpc = serve_xpc(service, Arc::clone(&core), config.limits, stopping.clone());
-            tokio::join!(unix, xpc);
+    tokio::pin!(transports);
+    tokio::select! {
+        reason = shutdown => {
+            tracing::info!(%reason, "stopping");
+            let _ = stopping_tx.send(Some(reason));
+            transports.await;
         }
+        () = &mut transports => {}
     }
 
     // No reload may slip in after daemon_stop.
     drop(watcher_stop);
     if let Err(error) = watcher.await {
         tracing::error!(%error, "policy watcher task failed");
+    }
+    if let Err(error) = sighup.await {
+        tracing::error!(%error, "SIGHUP task failed");
     }
     let reason = stopping
         .borrow()
@@ -115,6 +157,35 @@ async fn serve(
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Reloads the policy on every SIGHUP until `stop` changes (or its sender is
+/// dropped). Signals arriving during a reload coalesce into one more reload.
+async fn reload_on_sighup(
+    store: Arc<PolicyStore>,
+    audit: Arc<AuditLog>,
+    mut hangups: tokio::signal::unix::Signal,
+    mut stop: tokio::sync::watch::Receiver<()>,
+) {
+    loop {
+        tokio::select! {
+            received = hangups.recv() => {
+                if received.is_none() {
+                    return;
+                }
+                tracing::info!("SIGHUP: reloading the policy");
+                let (store, audit) = (Arc::clone(&store), Arc::clone(&audit));
+                let reloaded = tokio::task::spawn_blocking(move || {
+                    store.reload_on(crate::policy_store::Trigger::Sighup, &audit)
+                })
+                .await;
+                if let Err(error) = reloaded {
+                    tracing::error!(%error, "SIGHUP reload panicked; the last good policy stays live");
+                }
+            }
+            _ = stop.changed() => return,
+        }
+    }
 }
 
 /// Resolves with `"SIGTERM"` or `"SIGINT"`, whichever arrives first. The handlers

@@ -30,8 +30,17 @@ pub struct StatusReport {
     pub rule_count: usize,
     /// `enforce` or `monitor`.
     pub mode: String,
-    /// Why the last reload was refused, until a reload succeeds.
+    /// Why the last reload was refused, until a reload succeeds: every problem's
+    /// locating line, joined by newlines (kept for older readers; see
+    /// `last_reload_errors`).
     pub last_reload_error: Option<String>,
+    /// Every problem of the last refused load, one `file:line:col: error: ...`
+    /// line each, in the policy crate's order; empty when the last load succeeded.
+    #[serde(default)]
+    pub last_reload_errors: Vec<String>,
+    /// SHA-256 of the refused input, when its text could be read.
+    #[serde(default)]
+    pub refused_sha256: Option<String>,
     /// Check-ins decided since start.
     pub check_ins: u64,
     /// Unlock verdicts given since start.
@@ -45,6 +54,10 @@ pub struct StatusReport {
     /// Check-ins closed unanswered because the kernel could not identify the peer.
     #[serde(default)]
     pub unidentified: u64,
+    /// Of those, peers that exited before they could be identified (short-lived
+    /// processes; counted here instead of logged one line each).
+    #[serde(default)]
+    pub peers_gone: u64,
     /// Connections being read or answered now.
     #[serde(default)]
     pub connections_active: u64,
@@ -59,13 +72,19 @@ impl StatusReport {
     /// The report as an admin reads it.
     #[must_use]
     pub fn to_text(&self) -> String {
-        let error = match &self.last_reload_error {
+        let errors: Vec<&str> = if self.last_reload_errors.is_empty() {
+            self.last_reload_error
+                .as_deref()
+                .map(|e| e.lines().collect())
+                .unwrap_or_default()
+        } else {
+            self.last_reload_errors.iter().map(String::as_str).collect()
+        };
+        let error = match errors.split_first() {
             None => "none".to_owned(),
-            Some(e) => {
-                let mut lines = e.lines();
-                let first = lines.next().unwrap_or_default().to_owned();
-                lines.fold(first, |acc, l| format!("{acc}\n                  {l}"))
-            }
+            Some((first, rest)) => rest.iter().fold((*first).to_owned(), |acc, l| {
+                format!("{acc}\n                  {l}")
+            }),
         };
         format!(
             "metaliftd {version} (pid {pid}), running since {started}\n\
@@ -80,7 +99,7 @@ impl StatusReport {
              \x20 would unlock    {would}\n\
              outcomes          {outcomes}\n\
              audit failures    {failures}\n\
-             unidentified      {unidentified}\n\
+             unidentified      {unidentified} ({gone} exited before they could be identified)\n\
              connections       {active} active, {waiting} waiting for an outcome\n\
              cache entries     {cache}\n",
             version = self.version,
@@ -97,6 +116,7 @@ impl StatusReport {
             outcomes = self.outcomes,
             failures = self.audit_failures,
             unidentified = self.unidentified,
+            gone = self.peers_gone,
             active = self.connections_active,
             waiting = self.connections_waiting,
             cache = self.cache_entries,
@@ -210,6 +230,9 @@ mod tests {
             outcomes: 9,
             audit_failures: 0,
             unidentified: 0,
+            peers_gone: 0,
+            last_reload_errors: vec!["p.toml:3:1: error: unknown key".into()],
+            refused_sha256: None,
             connections_active: 1,
             connections_waiting: 7,
             cache_entries: 2,

@@ -1,29 +1,38 @@
-//! The policy watcher: notices edits to `policy.toml` and `policy.d/` and reloads.
+//! The policy watcher: notices every way `policy.toml` and `policy.d/` get
+//! replaced, and reloads within milliseconds.
 //!
 //! # What is watched, and why
 //!
-//! Directories, never the file, each non-recursively:
+//! Directories, never files, each non-recursively: the directory of every entry
+//! the kernel walks to reach the policy and `policy.d/` (see [`chain`]). So:
 //!
-//! - the directory holding `policy.toml`: an editor's atomic save (write a temp
-//!   file, rename it over), `ln -sfn` (a new link renamed over), a delete and a
-//!   re-create all replace the file's inode, which a watch on the file itself would
-//!   stop seeing after the first save. The creation of `policy.d/` shows here too.
-//! - `policy.d/`, when it exists: fleet tools drop and remove files there.
-//! - when `policy.toml` is a symlink, the directory of the file it finally points
-//!   to: an edit of the target in place changes no link, so only that directory
-//!   sees it.
+//! - in-place writes, `cp` over: the file's own directory sees the write;
+//! - editors' atomic saves (a temp file renamed over), vim's backup dance
+//!   (rename away, write anew), `mv` over: the rename/create onto the name;
+//! - `policy.d/` drops and removals: `policy.d/` itself is watched;
+//! - a policy that is a symlink, whose target or any link of whose chain is
+//!   swapped atomically (`ln -sfn`, Kubernetes' `..data`): each link's directory;
+//! - a directory on the way deleted and created again: its parent is watched,
+//!   and the new directory is watched as soon as it exists.
 //!
-//! The set is recomputed after every batch of events and every few seconds, so a
-//! `policy.d/` created after start, a re-pointed symlink or a directory deleted and
-//! created again (whose old watch died with its inode) are picked up; when a
-//! directory is (re)watched, the policy is reloaded in case an event was missed.
+//! After every batch of events the chain is walked again (a swapped link points
+//! somewhere new) and the watches follow it; if a directory was newly watched,
+//! the policy is reloaded in case an event was missed. A re-check every
+//! [`RECHECK_INTERVAL`] does the same without events.
 //!
-//! Events are debounced: a reload runs once no event has arrived for `debounce`
-//! (capped at [`MAX_BATCH`] from the first event, so a steady stream of writes cannot
-//! starve reloads). Reading a file produces "opened" events on Linux; those are
-//! ignored, or every reload would trigger the next. Any other event in a watched
-//! directory triggers a reload; [`PolicyStore::reload`] makes an unchanged policy a
-//! no-op, so events about unrelated files cost one load and nothing else.
+//! Only events about entries of the chain (or `*.toml` in `policy.d/`) count, so
+//! an audit log or an editor's swap file beside the policy costs nothing. Reading
+//! a file produces "opened" events on Linux; those are ignored, or every reload
+//! would trigger the next.
+//!
+//! Events are debounced briefly ([`DEFAULT_DEBOUNCE`]): a reload runs once no
+//! relevant event has arrived for that long (capped at [`MAX_BATCH`] from the first
+//! event, so a steady stream of writes cannot starve reloads). When the batch
+//! leaves `policy.toml` missing, the watcher waits up to [`DELETE_GRACE`] for it to
+//! come back before going empty: an editor's save that renames the old file away
+//! before writing the new one must not make everything stock for a moment. Reloads
+//! run on the blocking pool, one at a time; events during a reload coalesce into
+//! one more reload.
 //!
 //! On Linux the backend is inotify, on macOS FSEvents (both via `notify`); if the
 //! native backend cannot start (e.g. the inotify instance limit), polling every
@@ -32,7 +41,7 @@
 use std::future::Future;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use notify::event::{AccessKind, AccessMode};
@@ -41,13 +50,22 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::{sleep_until, Instant};
 
-use crate::audit::AuditLog;
-use crate::policy_store::{PolicyStore, ReloadOutcome};
+mod chain;
 
-/// The debounce metaliftd uses: editors finish an atomic save within a few
-/// milliseconds, and 50 ms of quiet plus a load keeps an edit's way to the first
-/// check-in that sees it under 100 ms.
-pub const DEFAULT_DEBOUNCE: Duration = Duration::from_millis(50);
+use self::chain::Chain;
+use crate::audit::AuditLog;
+use crate::policy_store::{PolicyStore, ReloadOutcome, Trigger};
+
+/// The debounce metaliftd uses: an editor's atomic save is a few events within
+/// a millisecond or two; 5 ms of quiet joins them without adding much to an
+/// edit's way to the first check-in that sees it (the budget is 100 ms).
+pub const DEFAULT_DEBOUNCE: Duration = Duration::from_millis(5);
+/// How long a batch that leaves `policy.toml` missing waits for it to come back
+/// before the empty policy (everything stock) goes live.
+pub const DELETE_GRACE: Duration = Duration::from_millis(150);
+/// How long before the first load a change still makes the watcher read the
+/// policy again at start (file-system timestamps can lag by a clock tick).
+const STARTUP_MARGIN: Duration = Duration::from_secs(2);
 /// The longest a batch of events may keep postponing its reload.
 pub const MAX_BATCH: Duration = Duration::from_secs(1);
 /// How often the set of watched directories is re-checked without any event.
@@ -56,41 +74,84 @@ pub const RECHECK_INTERVAL: Duration = Duration::from_secs(2);
 pub const POLL_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Starts watching the policy of `store` and reloading it on change, auditing to
-/// `audit`, until `shutdown` completes.
+/// `audit`, with the clocks of `timing`, until `shutdown` completes.
 ///
 /// `shutdown` is any future (as in mini-redis's `run(listener, shutdown)`): pass
 /// `async move { let _ = rx.recv().await; }` for a broadcast receiver, or a
-/// `CancellationToken`'s `cancelled_owned()`. The watches are in place when this
-/// returns, so an edit made afterwards is never missed. Must be called inside a
-/// tokio runtime. The task ends when `shutdown` completes.
+/// `CancellationToken`'s `cancelled_owned()`. The watches are in place and the
+/// policy has been read once more when this returns (it blocks for that load),
+/// so an edit made afterwards is never missed and is seen as an event. Must be
+/// called inside a tokio runtime. The task ends when `shutdown` completes.
 pub fn spawn(
     store: Arc<PolicyStore>,
     audit: Arc<AuditLog>,
-    debounce: Duration,
+    timing: Timing,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> JoinHandle<()> {
     let (tx, rx) = mpsc::channel(64);
     let mut watches = Watches::new(store.path(), tx);
     watches.reconcile();
+    // Close the gap between the daemon's first load and the watches being in
+    // place, before returning: an edit made after this call is an event. Only
+    // when something on the chain changed since shortly before that load (a
+    // margin for coarse file-system timestamps): at boot nothing has, and a
+    // second compile of a large policy would cost a moment of CPU and memory.
+    let since = store.first_read_at() - STARTUP_MARGIN;
+    let changed = watches
+        .chain
+        .read()
+        .unwrap_or_else(PoisonError::into_inner)
+        .changed_since(since);
+    let first = if changed {
+        // Blocking: one load, once, at start.
+        store.reload_on(Trigger::Watch, &audit)
+    } else {
+        ReloadOutcome::Unchanged
+    };
     tokio::spawn(async move {
         tokio::select! {
             () = shutdown => {}
-            () = run(store, audit, debounce, watches, rx) => {}
+            () = run(store, audit, timing, watches, rx, first) => {}
         }
         tracing::debug!("policy watcher stopped");
     })
 }
 
+/// The watcher's clocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timing {
+    /// Quiet time after the last relevant event before reloading.
+    pub debounce: Duration,
+    /// How often the chain is walked again without any event. Tests set it to
+    /// hours, so that only event handling can make a change live.
+    pub recheck: Duration,
+    /// How long a missing `policy.toml` may take to come back before the empty
+    /// policy goes live ([`DELETE_GRACE`]).
+    pub delete_grace: Duration,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Timing {
+            debounce: DEFAULT_DEBOUNCE,
+            recheck: RECHECK_INTERVAL,
+            delete_grace: DELETE_GRACE,
+        }
+    }
+}
+
 async fn run(
     store: Arc<PolicyStore>,
     audit: Arc<AuditLog>,
-    debounce: Duration,
+    timing: Timing,
     mut watches: Watches,
     mut rx: mpsc::Receiver<()>,
+    first: ReloadOutcome,
 ) {
-    // Close the gap between the daemon's first load and the watches being in place.
-    reload(&store, &audit).await;
-    let mut recheck = tokio::time::interval(RECHECK_INTERVAL);
+    if first == ReloadOutcome::Vanished {
+        reload(&store, &audit, &mut rx, &mut watches, timing).await;
+    }
+    let mut recheck = tokio::time::interval_at(Instant::now() + timing.recheck, timing.recheck);
     recheck.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
@@ -101,13 +162,13 @@ async fn run(
                     poll_forever(&store, &audit, &mut watches).await;
                     return;
                 }
-                settle(&mut rx, debounce).await;
+                settle(&mut rx, timing.debounce).await;
                 watches.reconcile();
-                reload(&store, &audit).await;
+                reload(&store, &audit, &mut rx, &mut watches, timing).await;
             }
             _ = recheck.tick() => {
                 if watches.reconcile() {
-                    reload(&store, &audit).await;
+                    reload(&store, &audit, &mut rx, &mut watches, timing).await;
                 }
             }
         }
@@ -129,24 +190,67 @@ async fn settle(rx: &mut mpsc::Receiver<()>, debounce: Duration) {
     }
 }
 
+/// Reloads; when that finds `policy.toml` missing, waits up to `delete_grace` for
+/// it to come back (an editor's rename-away-then-write save), taking further
+/// events in meanwhile, then reloads for good (the empty policy if it is still
+/// missing).
+async fn reload(
+    store: &Arc<PolicyStore>,
+    audit: &Arc<AuditLog>,
+    rx: &mut mpsc::Receiver<()>,
+    watches: &mut Watches,
+    timing: Timing,
+) {
+    if reload_on(store, audit, Trigger::Watch).await != Some(ReloadOutcome::Vanished) {
+        return;
+    }
+    let deadline = Instant::now() + timing.delete_grace;
+    loop {
+        tokio::select! {
+            event = rx.recv() => {
+                if event.is_none() {
+                    break;
+                }
+                settle(rx, timing.debounce).await;
+                watches.reconcile();
+                if reload_on(store, audit, Trigger::Watch).await != Some(ReloadOutcome::Vanished) {
+                    return;
+                }
+            }
+            () = sleep_until(deadline) => break,
+        }
+    }
+    reload_on(store, audit, Trigger::Request).await;
+}
+
 /// The fallback when the event source is gone: reload on a timer.
 async fn poll_forever(store: &Arc<PolicyStore>, audit: &Arc<AuditLog>, watches: &mut Watches) {
     let mut tick = tokio::time::interval(RECHECK_INTERVAL);
     loop {
         tick.tick().await;
         watches.reconcile();
-        reload(store, audit).await;
+        reload_on(store, audit, Trigger::Request).await;
     }
 }
 
-/// Runs [`PolicyStore::reload`] off the async executor (it reads files).
-async fn reload(store: &Arc<PolicyStore>, audit: &Arc<AuditLog>) {
+/// Runs [`PolicyStore::reload_on`] off the async executor (it reads files and
+/// compiles). `None` if it panicked.
+async fn reload_on(
+    store: &Arc<PolicyStore>,
+    audit: &Arc<AuditLog>,
+    trigger: Trigger,
+) -> Option<ReloadOutcome> {
     let (store, audit) = (Arc::clone(store), Arc::clone(audit));
-    match tokio::task::spawn_blocking(move || store.reload(&audit)).await {
-        Ok(ReloadOutcome::Unchanged) => {}
-        Ok(outcome) => tracing::debug!(?outcome, "policy reloaded"),
+    match tokio::task::spawn_blocking(move || store.reload_on(trigger, &audit)).await {
+        Ok(outcome) => {
+            if !matches!(outcome, ReloadOutcome::Unchanged | ReloadOutcome::Vanished) {
+                tracing::debug!(?outcome, "policy reloaded");
+            }
+            Some(outcome)
+        }
         Err(error) => {
-            tracing::error!(%error, "policy reload panicked; the last good policy stays live")
+            tracing::error!(%error, "policy reload panicked; the last good policy stays live");
+            None
         }
     }
 }
@@ -156,29 +260,38 @@ struct Watches {
     /// `policy.toml`.
     policy: PathBuf,
     backend: Box<dyn Watcher + Send>,
+    /// The chain as last walked; the event handler reads it to judge relevance.
+    chain: Arc<RwLock<Chain>>,
     /// Each watched directory with the (device, inode) it had when the watch was
     /// added: a different one now means the directory was replaced and the watch is dead.
     watched: Vec<(PathBuf, (u64, u64))>,
+    /// Directories a watch failed on, already reported.
+    unwatchable: std::collections::HashSet<PathBuf>,
 }
 
 impl Watches {
     fn new(policy: &Path, tx: mpsc::Sender<()>) -> Watches {
-        let policy_path = policy.to_owned();
-        let handler = move |event: notify::Result<notify::Event>| {
-            let relevant = match &event {
-                Ok(event) => {
-                    !is_read_only_access(&event.kind)
-                        && (event.paths.is_empty()
-                            || event.paths.iter().any(|p| concerns_policy(&policy_path, p)))
+        let chain = Arc::new(RwLock::new(Chain::resolve(policy)));
+        let handler = {
+            let chain = Arc::clone(&chain);
+            move |event: notify::Result<notify::Event>| {
+                let relevant = match &event {
+                    Ok(event) => {
+                        !is_read_only_access(&event.kind)
+                            && (event.paths.is_empty() || {
+                                let chain = chain.read().unwrap_or_else(PoisonError::into_inner);
+                                event.paths.iter().any(|p| chain.concerns(p))
+                            })
+                    }
+                    Err(error) => {
+                        tracing::warn!(%error, "policy watcher event error; reloading to be safe");
+                        true
+                    }
+                };
+                if relevant {
+                    // A full queue already holds a pending reload: dropping this one loses nothing.
+                    let _ = tx.try_send(());
                 }
-                Err(error) => {
-                    tracing::warn!(%error, "policy watcher event error; reloading to be safe");
-                    true
-                }
-            };
-            if relevant {
-                // A full queue already holds a pending reload: dropping this one loses nothing.
-                let _ = tx.try_send(());
             }
         };
         let backend: Box<dyn Watcher + Send> = match notify::recommended_watcher(handler.clone()) {
@@ -198,17 +311,24 @@ impl Watches {
         Watches {
             policy: policy.to_owned(),
             backend,
+            chain,
             watched: Vec::new(),
+            unwatchable: std::collections::HashSet::new(),
         }
     }
 
-    /// Makes the watched set match [`desired_dirs`]. Returns true when a directory
-    /// was newly watched (events there may have been missed: reload).
+    /// Walks the chain again and makes the watched set match it. Returns true
+    /// when a directory was newly watched (events there may have been missed: reload).
     fn reconcile(&mut self) -> bool {
-        let desired: Vec<(PathBuf, (u64, u64))> = desired_dirs(&self.policy)
-            .into_iter()
-            .filter_map(|dir| dir_id(&dir).map(|id| (dir, id)))
+        let chain = Chain::resolve(&self.policy);
+        let desired: Vec<(PathBuf, (u64, u64))> = chain
+            .dirs
+            .iter()
+            .filter_map(|dir| dir_id(dir).map(|id| (dir.clone(), id)))
             .collect();
+        // Relevance first: an event in a directory about to be watched is judged
+        // against the new chain.
+        *self.chain.write().unwrap_or_else(PoisonError::into_inner) = chain;
         let mut added = false;
         let stale: Vec<PathBuf> = self
             .watched
@@ -227,12 +347,17 @@ impl Watches {
             }
             match self.backend.watch(&dir, RecursiveMode::NonRecursive) {
                 Ok(()) => {
+                    self.unwatchable.remove(&dir);
                     tracing::debug!(dir = %dir.display(), "watching");
                     self.watched.push((dir, id));
                     added = true;
                 }
-                Err(error) => {
+                // One line per directory, not one per re-check.
+                Err(error) if self.unwatchable.insert(dir.clone()) => {
                     tracing::warn!(dir = %dir.display(), %error, "cannot watch; retrying every {RECHECK_INTERVAL:?}")
+                }
+                Err(error) => {
+                    tracing::debug!(dir = %dir.display(), %error, "still cannot watch")
                 }
             }
         }
@@ -243,41 +368,6 @@ impl Watches {
 /// "Opened" and "closed without writing" events: a reload's own reads cause them.
 fn is_read_only_access(kind: &EventKind) -> bool {
     matches!(kind, EventKind::Access(access) if *access != AccessKind::Close(AccessMode::Write))
-}
-
-/// Whether a change at `changed` can change what `policy` loads: the policy file
-/// itself (a write, or a rename or link swap onto its name), its symlink's target,
-/// `policy.d/` or anything in it. Anything else in the watched directories (an
-/// editor's temporary file, an audit log kept beside the policy) is ignored, so
-/// its writes cannot keep postponing a reload.
-fn concerns_policy(policy: &Path, changed: &Path) -> bool {
-    let dropins = policy.with_file_name("policy.d");
-    changed == policy
-        || changed == dropins
-        || changed.parent() == Some(dropins.as_path())
-        || std::fs::canonicalize(policy).is_ok_and(|target| changed == target)
-}
-
-/// The directories to watch for `policy` (see the module doc), existing or not.
-fn desired_dirs(policy: &Path) -> Vec<PathBuf> {
-    let dir = match policy.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_owned(),
-        _ => PathBuf::from("."),
-    };
-    let mut dirs = vec![dir.join("policy.d"), dir.clone()];
-    let is_link = std::fs::symlink_metadata(policy).is_ok_and(|m| m.file_type().is_symlink());
-    if is_link {
-        if let Some(target_dir) = std::fs::canonicalize(policy)
-            .ok()
-            .and_then(|t| t.parent().map(Path::to_path_buf))
-        {
-            let same_as_main = std::fs::canonicalize(&dir).is_ok_and(|d| d == target_dir);
-            if !same_as_main {
-                dirs.push(target_dir);
-            }
-        }
-    }
-    dirs
 }
 
 /// The (device, inode) of `dir` if it is a directory now.
@@ -295,25 +385,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_the_policy_its_target_and_policy_d_concern_the_policy() {
-        let policy = Path::new("/etc/metalift/policy.toml");
-        assert!(concerns_policy(policy, policy));
-        assert!(concerns_policy(policy, Path::new("/etc/metalift/policy.d")));
-        assert!(concerns_policy(
-            policy,
-            Path::new("/etc/metalift/policy.d/10-fleet.toml")
-        ));
-        assert!(!concerns_policy(
-            policy,
-            Path::new("/etc/metalift/audit.jsonl")
-        ));
-        assert!(!concerns_policy(
-            policy,
-            Path::new("/etc/metalift/.policy.toml.swp")
-        ));
-    }
-
-    #[test]
     fn opening_a_file_is_not_a_change_but_closing_after_writing_is() {
         assert!(is_read_only_access(&EventKind::Access(AccessKind::Open(
             AccessMode::Any
@@ -326,20 +397,5 @@ mod tests {
         ))));
         assert!(!is_read_only_access(&EventKind::Create(CreateKind::File)));
         assert!(!is_read_only_access(&EventKind::Modify(ModifyKind::Any)));
-    }
-
-    #[test]
-    fn a_symlinked_policy_adds_its_target_directory() {
-        let tmp = tempfile::tempdir().unwrap();
-        let etc = tmp.path().join("etc");
-        let store = tmp.path().join("store");
-        std::fs::create_dir_all(&etc).unwrap();
-        std::fs::create_dir_all(&store).unwrap();
-        std::fs::write(store.join("p.toml"), "version = 1\n").unwrap();
-        std::os::unix::fs::symlink(store.join("p.toml"), etc.join("policy.toml")).unwrap();
-        let dirs = desired_dirs(&etc.join("policy.toml"));
-        assert!(dirs.contains(&etc));
-        assert!(dirs.contains(&etc.join("policy.d")));
-        assert!(dirs.contains(&std::fs::canonicalize(&store).unwrap()));
     }
 }

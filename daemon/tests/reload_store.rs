@@ -183,3 +183,49 @@ fn given_reloads_under_load_then_every_check_in_sees_one_whole_policy() {
     }
     assert_eq!(store.current().rule_count, 1 + 19 % 7);
 }
+
+/// The flake this guards: the store once published the new policy and cleared the
+/// old error in two steps, so `metalift status` could show a new policy beside
+/// the error that an older edit drew. Each published snapshot must be one state.
+#[test]
+fn given_refusals_and_loads_racing_readers_then_no_snapshot_mixes_a_policy_with_another_ones_error()
+{
+    let s = setup(Some(&policy_with_rules(1)));
+    let store =
+        Arc::new(PolicyStore::load_initial(&s.policy, LoadOptions::default(), &s.audit).unwrap());
+    let done = Arc::new(AtomicBool::new(false));
+    let readers: Vec<_> = (0..2)
+        .map(|_| {
+            let (store, done) = (Arc::clone(&store), Arc::clone(&done));
+            std::thread::spawn(move || {
+                let mut refusals_seen = 0u64;
+                while !done.load(Ordering::Relaxed) {
+                    let published = store.published();
+                    if let Some(refusal) = &published.refusal {
+                        // Each refused text names the rule count of the policy
+                        // that was live when it was refused, which stays live.
+                        let tag = format!("loud-{}", published.live.rule_count);
+                        assert!(
+                            refusal.errors.iter().any(|e| e.contains(&tag)),
+                            "policy with {} rules shown with another state's error: {:?}",
+                            published.live.rule_count,
+                            refusal.errors
+                        );
+                        refusals_seen += 1;
+                    }
+                }
+                refusals_seen
+            })
+        })
+        .collect();
+    for round in 1..=60usize {
+        let rules = 1 + round % 5;
+        std::fs::write(&s.policy, policy_with_rules(rules)).unwrap();
+        let _ = store.reload(&s.audit);
+        std::fs::write(&s.policy, format!("version = 1\nmode = \"loud-{rules}\"\n")).unwrap();
+        let _ = store.reload(&s.audit);
+    }
+    done.store(true, Ordering::Relaxed);
+    let seen: u64 = readers.into_iter().map(|r| r.join().unwrap()).sum();
+    assert!(seen > 0, "the readers never saw a refusal");
+}

@@ -64,7 +64,14 @@ impl Fixture {
         let task = watcher::spawn(
             Arc::clone(&store),
             audit,
-            watcher::DEFAULT_DEBOUNCE,
+            // No periodic re-check: only the handling of file events can make a
+            // change live here, so each test fails if its events are dropped.
+            watcher::Timing {
+                debounce: watcher::DEFAULT_DEBOUNCE,
+                recheck: Duration::from_secs(3600),
+                // Long, so that a slow editor's save below never outlasts it.
+                delete_grace: Duration::from_secs(2),
+            },
             async move {
                 let _ = stopped.await;
             },
@@ -166,6 +173,7 @@ async fn given_in_place_rewrite_then_the_new_policy_is_live() {
 async fn given_delete_then_everything_is_stock_and_recreate_brings_rules_back() {
     let fx = Fixture::start(Some(&policy_with_rules(2)));
     std::fs::remove_file(&fx.policy).unwrap();
+    // After the fixture's (long) grace for the file to come back.
     fx.until("empty policy", |s| s.current().rule_count == 0)
         .await;
     fx.assert_last_load_is_live("deleted");
@@ -306,5 +314,163 @@ async fn given_drop_in_owned_by_another_user_then_it_is_refused_and_last_good_ke
     let error = fx.store.last_error().unwrap();
     assert!(error.contains("50-nobody.toml"), "{error}");
     assert_eq!(fx.audit_of("policy_rejected").len(), 1);
+    fx.stop().await;
+}
+
+// ---------------------------------------------------------------------------
+// One test per way a file gets replaced. The fixture's periodic re-check is off,
+// so each passes only through the handling of its own file events.
+// ---------------------------------------------------------------------------
+
+#[tokio::test]
+async fn given_vims_backup_rename_save_then_the_new_policy_is_live_and_never_deleted() {
+    let fx = Fixture::start(Some(&policy_with_rules(1)));
+    // vim with `backupcopy=no`: rename the original away, write a new file under
+    // the name, delete the backup.
+    let backup = fx.etc.join("policy.toml~");
+    std::fs::rename(&fx.policy, &backup).unwrap();
+    // A slow save (fsync on a busy disk): the gap outlasts the debounce.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    std::fs::write(&fx.policy, policy_with_rules(2)).unwrap();
+    std::fs::remove_file(&backup).unwrap();
+    fx.until("2 rules", |s| s.current().rule_count == 2).await;
+    fx.assert_last_load_is_live("change");
+    // The moment without a policy.toml never made everything stock.
+    let reasons: Vec<Value> = fx
+        .audit_of("policy_loaded")
+        .iter()
+        .map(|r| r["reason"].clone())
+        .collect();
+    assert!(!reasons.contains(&Value::from("deleted")), "{reasons:?}");
+    fx.stop().await;
+}
+
+#[tokio::test]
+async fn given_cp_over_the_policy_then_the_new_policy_is_live() {
+    let fx = Fixture::start(Some(&policy_with_rules(1)));
+    let staging = fx.etc.parent().unwrap().join("staging");
+    std::fs::create_dir(&staging).unwrap();
+    std::fs::write(staging.join("new.toml"), policy_with_rules(3)).unwrap();
+    // cp truncates and writes the existing inode.
+    std::fs::copy(staging.join("new.toml"), &fx.policy).unwrap();
+    fx.until("3 rules", |s| s.current().rule_count == 3).await;
+    fx.assert_last_load_is_live("change");
+    fx.stop().await;
+}
+
+#[tokio::test]
+async fn given_mv_from_another_directory_over_the_policy_then_the_new_policy_is_live() {
+    let fx = Fixture::start(Some(&policy_with_rules(1)));
+    let staging = fx.etc.parent().unwrap().join("staging");
+    std::fs::create_dir(&staging).unwrap();
+    std::fs::write(staging.join("new.toml"), policy_with_rules(4)).unwrap();
+    // Only the arrival under the policy's name is seen in etc/.
+    std::fs::rename(staging.join("new.toml"), &fx.policy).unwrap();
+    fx.until("4 rules", |s| s.current().rule_count == 4).await;
+    fx.assert_last_load_is_live("change");
+    fx.stop().await;
+}
+
+#[tokio::test]
+async fn given_a_kubernetes_configmap_data_swap_then_the_new_version_is_live() {
+    // etc/policy.toml -> ..data/policy.toml, ..data -> ..v1 (what kubelet writes).
+    let fx = Fixture::start(None);
+    let v1 = fx.etc.join("..v1");
+    std::fs::create_dir(&v1).unwrap();
+    std::fs::write(v1.join("policy.toml"), policy_with_rules(1)).unwrap();
+    std::os::unix::fs::symlink("..v1", fx.etc.join("..data")).unwrap();
+    std::os::unix::fs::symlink("..data/policy.toml", &fx.policy).unwrap();
+    fx.until("..v1 live", |s| s.current().rule_count == 1).await;
+
+    // A new version directory and a new `..data` link renamed over the old one:
+    // policy.toml itself is never touched.
+    let v2 = fx.etc.join("..v2");
+    std::fs::create_dir(&v2).unwrap();
+    std::fs::write(v2.join("policy.toml"), policy_with_rules(5)).unwrap();
+    std::os::unix::fs::symlink("..v2", fx.etc.join("..data_tmp")).unwrap();
+    std::fs::rename(fx.etc.join("..data_tmp"), fx.etc.join("..data")).unwrap();
+    // The swap alone must do it (kubelet removes the old version only later).
+    fx.until("..v2 live", |s| s.current().rule_count == 5).await;
+    fx.assert_last_load_is_live("change");
+    std::fs::remove_dir_all(&v1).unwrap();
+    fx.stop().await;
+}
+
+#[tokio::test]
+async fn given_a_link_in_the_middle_of_the_chain_swapped_elsewhere_then_the_new_target_is_live() {
+    // etc/policy.toml -> <tmp>/app/current/policy.toml, current -> releases/1:
+    // a deploy re-points `current`, in a directory etc/ knows nothing about.
+    let fx = Fixture::start(None);
+    let app = fx.etc.parent().unwrap().join("app");
+    for release in ["1", "2"] {
+        let dir = app.join("releases").join(release);
+        std::fs::create_dir_all(&dir).unwrap();
+        let rules = if release == "1" { 1 } else { 6 };
+        std::fs::write(dir.join("policy.toml"), policy_with_rules(rules)).unwrap();
+    }
+    std::os::unix::fs::symlink("releases/1", app.join("current")).unwrap();
+    std::os::unix::fs::symlink(app.join("current/policy.toml"), &fx.policy).unwrap();
+    fx.until("release 1 live", |s| s.current().rule_count == 1)
+        .await;
+
+    std::os::unix::fs::symlink("releases/2", app.join("current.new")).unwrap();
+    std::fs::rename(app.join("current.new"), app.join("current")).unwrap();
+    fx.until("release 2 live", |s| s.current().rule_count == 6)
+        .await;
+    fx.assert_last_load_is_live("change");
+
+    // And an in-place edit of the new target, in yet another directory.
+    std::fs::write(app.join("releases/2/policy.toml"), policy_with_rules(7)).unwrap();
+    fx.until("edited release 2 live", |s| s.current().rule_count == 7)
+        .await;
+    fx.stop().await;
+}
+
+#[tokio::test]
+async fn given_the_policy_directory_deleted_and_created_again_then_the_new_policy_is_live() {
+    let fx = Fixture::start(Some(&policy_with_rules(2)));
+    std::fs::remove_dir_all(&fx.etc).unwrap();
+    fx.until("empty policy", |s| s.current().rule_count == 0)
+        .await;
+    // The old directory's watch died with it: only its parent sees the new one.
+    std::fs::create_dir(&fx.etc).unwrap();
+    std::fs::write(&fx.policy, policy_with_rules(3)).unwrap();
+    fx.until("3 rules", |s| s.current().rule_count == 3).await;
+    fx.assert_last_load_is_live("change");
+
+    // And an edit in the re-created directory is seen too.
+    write_atomically(&fx.policy, &policy_with_rules(4));
+    fx.until("4 rules", |s| s.current().rule_count == 4).await;
+    fx.stop().await;
+}
+
+#[tokio::test]
+async fn given_policy_d_replaced_by_a_symlinked_directory_then_its_drop_ins_are_live() {
+    let fx = Fixture::start(Some(&policy_with_rules(1)));
+    let fleet = fx.etc.parent().unwrap().join("fleet");
+    std::fs::create_dir(&fleet).unwrap();
+    std::fs::write(fleet.join("10-a.toml"), dropin_rule("a")).unwrap();
+    std::os::unix::fs::symlink(&fleet, fx.etc.join("policy.d")).unwrap();
+    fx.until("drop-in through the link", |s| s.current().rule_count == 2)
+        .await;
+    // A drop-in added in the link's target directory.
+    std::fs::write(fleet.join("20-b.toml"), dropin_rule("b")).unwrap();
+    fx.until("second drop-in", |s| s.current().rule_count == 3)
+        .await;
+    fx.stop().await;
+}
+
+#[tokio::test]
+async fn given_files_written_beside_the_policy_then_only_the_policy_edit_is_audited() {
+    let fx = Fixture::start(Some(&policy_with_rules(1)));
+    let before = fx.audit().len();
+    for i in 0..20 {
+        std::fs::write(fx.etc.join("notes.txt"), format!("{i}")).unwrap();
+        std::fs::write(fx.etc.join(".policy.toml.swp"), format!("{i}")).unwrap();
+    }
+    // Then a real edit, which must be the only thing audited.
+    write_atomically(&fx.policy, &policy_with_rules(2));
+    fx.until("2 rules", |s| s.current().rule_count == 2).await;
+    assert_eq!(fx.audit().len(), before + 1, "{:?}", fx.audit());
     fx.stop().await;
 }

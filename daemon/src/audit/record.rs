@@ -95,6 +95,8 @@ pub enum LoadReason {
     Deleted,
     /// The policy was refused at start: the daemon runs with no rules, everything stock.
     RejectedAtStart,
+    /// An admin sent SIGHUP (`launchctl kill HUP ...`, `kill -HUP`): re-read on request.
+    Sighup,
 }
 
 impl LoadReason {
@@ -108,6 +110,7 @@ impl LoadReason {
             LoadReason::Missing => "missing",
             LoadReason::Deleted => "deleted",
             LoadReason::RejectedAtStart => "rejected_at_start",
+            LoadReason::Sighup => "sighup",
         }
     }
 }

@@ -24,8 +24,7 @@ fn main() -> ExitCode {
 /// when asked or on macOS, to the system log. `RUST_LOG` filters; default `info`.
 fn init_logging(args: &DaemonArgs) {
     use tracing_subscriber::prelude::*;
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let filter = metalift_daemon::config::log_filter(std::env::var("RUST_LOG").ok().as_deref());
     let stderr = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         // Colour only for a person at a terminal, not in launchd's or journald's log files.

@@ -6,8 +6,9 @@
 //!
 //! 1. `SO_PEERCRED` → pid, uid (recorded by the kernel at `connect`).
 //! 2. `SO_PEERPIDFD` (Linux ≥ 6.5) → a pidfd for the process that connected.
-//! 3. Read `/proc/<pid>/stat`, `/proc/<pid>/exe` (readlink for the path, open for
-//!    the inode) and the parent's `exe`.
+//! 3. Read `/proc/<pid>/stat` (one `read(2)` into a stack buffer), `/proc/<pid>/exe`
+//!    (readlink for the path; opened for the inode only when a `sha256` rule needs
+//!    it) and, only when a `parent` rule needs it, the parent's `exe`.
 //! 4. Check the pidfd's process has not exited. While it lives its pid cannot be
 //!    reused, so everything read in step 3 was about the asker.
 //!
@@ -31,11 +32,18 @@ use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
 
-use super::{ExeFile, PeerError, PeerFacts};
+use super::{ExeFile, PeerError, PeerFacts, Wants};
 
-/// Identifies the process on the other end of `stream` (see the module doc for the order).
+/// Identifies the process on the other end of `stream` (see the module doc for the
+/// order), with every optional fact.
 pub fn facts_from_unix_stream(stream: &tokio::net::UnixStream) -> Result<PeerFacts, PeerError> {
-    identify(stream.as_fd(), PidfdSource::Socket)
+    facts_for(stream, Wants::ALL)
+}
+
+/// Identifies the process on the other end of `stream`, reading only the optional
+/// facts `wants` asks for.
+pub fn facts_for(stream: &tokio::net::UnixStream, wants: Wants) -> Result<PeerFacts, PeerError> {
+    identify(stream.as_fd(), PidfdSource::Socket, wants, &|_| {})
 }
 
 /// Where the pidfd that pins the asker comes from.
@@ -48,7 +56,15 @@ enum PidfdSource {
     Open,
 }
 
-fn identify(sock: BorrowedFd<'_>, source: PidfdSource) -> Result<PeerFacts, PeerError> {
+/// `after_reads` runs once everything about the pid has been read, just before
+/// the check that the process did not exit meanwhile: the seam through which the
+/// tests make a peer exit (and its pid become free for reuse) at the worst moment.
+fn identify(
+    sock: BorrowedFd<'_>,
+    source: PidfdSource,
+    wants: Wants,
+    after_reads: &dyn Fn(u32),
+) -> Result<PeerFacts, PeerError> {
     let cred = peer_cred(sock).map_err(PeerError::Credentials)?;
     let pid = u32::try_from(cred.pid)
         .ok()
@@ -76,14 +92,23 @@ fn identify(sock: BorrowedFd<'_>, source: PidfdSource) -> Result<PeerFacts, Peer
     let exe = std::fs::read_link(&exe_link).map_err(proc_err("exe"))?;
     // Opening may fail where readlink did not (e.g. no read permission on the
     // binary): then only `sha256` rules cannot match.
-    let exe_file = match File::open(&exe_link) {
-        Ok(f) => Some(ExeFile::new(f)),
-        Err(e) => {
-            tracing::debug!(pid, error = %e, "cannot open the peer's executable for hashing");
-            None
+    let exe_file = if wants.exe_file {
+        match File::open(&exe_link) {
+            Ok(f) => Some(ExeFile::new(f)),
+            Err(e) => {
+                tracing::debug!(pid, error = %e, "cannot open the peer's executable for hashing");
+                None
+            }
         }
+    } else {
+        None
     };
-    let parent_exe = parent_exe(pid, stat.ppid);
+    let parent_exe = if wants.parent {
+        parent_exe(pid, stat.ppid)
+    } else {
+        None
+    };
+    after_reads(pid);
 
     if has_exited(pidfd.as_fd()).map_err(proc_err("pidfd"))? {
         return Err(PeerError::Gone { pid });
@@ -121,25 +146,45 @@ struct ProcStat {
     start_time: u64,
 }
 
+/// Room for `/proc/<pid>/stat`: 52 numeric fields and a 16-byte command name fit
+/// in well under 1 KiB; only fields up to 22 are used, so a longer line would
+/// still parse.
+const STAT_BUF: usize = 1024;
+
 impl ProcStat {
+    /// One `open`, one `read(2)` into a stack buffer, no allocation: procfs
+    /// generates the whole line on the first read.
     fn read(pid: u32) -> io::Result<Self> {
-        let text = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-        Self::parse(&text).ok_or_else(|| {
+        use std::io::Read;
+        let mut file = File::open(format!("/proc/{pid}/stat"))?;
+        let mut buf = [0u8; STAT_BUF];
+        let n = file.read(&mut buf)?;
+        Self::parse(buf.get(..n).unwrap_or_default()).ok_or_else(|| {
             io::Error::new(io::ErrorKind::InvalidData, "unexpected /proc/<pid>/stat")
         })
     }
 
     /// The command name (field 2) may hold spaces and parentheses: fields are
     /// counted after its last `)`.
-    fn parse(text: &str) -> Option<Self> {
-        let rest = &text[text.rfind(')')? + 1..];
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        // `rest` starts at field 3 (state).
+    fn parse(line: &[u8]) -> Option<Self> {
+        let close = line.iter().rposition(|b| *b == b')')?;
+        let mut fields = line
+            .get(close + 1..)?
+            .split(|b| b.is_ascii_whitespace())
+            .filter(|f| !f.is_empty());
+        // The fields after `)` start at field 3 (state).
+        let ppid = number(fields.nth(4 - 3)?)?;
+        let start_time = number(fields.nth(22 - 4 - 1)?)?;
         Some(ProcStat {
-            ppid: fields.get(4 - 3)?.parse().ok()?,
-            start_time: fields.get(22 - 3)?.parse().ok()?,
+            ppid: u32::try_from(ppid).ok()?,
+            start_time,
         })
     }
+}
+
+/// A decimal field of `/proc/<pid>/stat`.
+fn number(field: &[u8]) -> Option<u64> {
+    std::str::from_utf8(field).ok()?.parse().ok()
 }
 
 fn peer_cred(sock: BorrowedFd<'_>) -> io::Result<libc::ucred> {
@@ -237,7 +282,7 @@ mod tests {
     #[test]
     fn stat_fields_are_counted_after_the_last_parenthesis() {
         let line = "4242 (evil) 1 2 (x) S 17 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 10";
-        let stat = ProcStat::parse(line).expect("parses");
+        let stat = ProcStat::parse(line.as_bytes()).expect("parses");
         assert_eq!(stat.ppid, 17);
         assert_eq!(stat.start_time, 987654);
     }
@@ -263,8 +308,10 @@ mod tests {
     #[test]
     fn the_pidfd_open_fallback_identifies_the_same_process() {
         let (a, _b) = std::os::unix::net::UnixStream::pair().expect("pair");
-        let by_socket = identify(a.as_fd(), PidfdSource::Socket).expect("SO_PEERPIDFD path");
-        let by_open = identify(a.as_fd(), PidfdSource::Open).expect("fallback path");
+        let by_socket =
+            identify(a.as_fd(), PidfdSource::Socket, Wants::ALL, &|_| {}).expect("SO_PEERPIDFD");
+        let by_open =
+            identify(a.as_fd(), PidfdSource::Open, Wants::ALL, &|_| {}).expect("fallback path");
         assert_eq!(by_open.pid, by_socket.pid);
         assert_eq!(by_open.exe, by_socket.exe);
         assert_eq!(by_open.pid_version, by_socket.pid_version);
@@ -275,8 +322,66 @@ mod tests {
         let (a, b) = std::os::unix::net::UnixStream::pair().expect("pair");
         drop(b);
         assert!(matches!(
-            identify(a.as_fd(), PidfdSource::Open),
+            identify(a.as_fd(), PidfdSource::Open, Wants::ALL, &|_| {}),
             Err(PeerError::Gone { .. })
         ));
+    }
+
+    /// Not a test: a peer process for the test below (run with `--ignored --exact`).
+    #[test]
+    #[ignore = "child-process helper, run by other tests"]
+    fn peer_child_connects_and_waits() {
+        let socket = std::env::var_os("METALIFT_PEER_SOCKET").expect("METALIFT_PEER_SOCKET");
+        let _stream = std::os::unix::net::UnixStream::connect(socket).expect("connect");
+        // Until the test kills it.
+        std::thread::sleep(std::time::Duration::from_secs(120));
+    }
+
+    /// A peer that exits after its pid was read, before the check: its pid may
+    /// already name another process, so nothing read about it may be used.
+    #[test]
+    fn a_peer_that_exits_between_connect_and_identification_is_gone_not_misidentified() {
+        for source in [PidfdSource::Socket, PidfdSource::Open] {
+            let dir = tempfile::tempdir().expect("temp dir");
+            let path = dir.path().join("peer.sock");
+            let listener = std::os::unix::net::UnixListener::bind(&path).expect("bind");
+            let child = std::process::Command::new(std::env::current_exe().expect("exe"))
+                .args([
+                    "--ignored",
+                    "--exact",
+                    "peer::linux::tests::peer_child_connects_and_waits",
+                ])
+                .env("METALIFT_PEER_SOCKET", &path)
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .expect("spawn peer");
+            let child = std::sync::Mutex::new(child);
+            let (stream, _) = listener.accept().expect("accept");
+            let exit_now = |pid: u32| {
+                let mut child = child.lock().expect("child");
+                assert_eq!(child.id(), pid, "identified the wrong process");
+                child.kill().expect("kill the peer");
+                // Reaped: from here on the kernel may hand its pid to anyone.
+                child.wait().expect("reap the peer");
+            };
+            let result = identify(stream.as_fd(), source, Wants::ALL, &exit_now);
+            assert!(
+                matches!(result, Err(PeerError::Gone { .. })),
+                "{source:?}: {result:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn only_the_facts_a_policy_needs_are_read() {
+        let (a, _b) = std::os::unix::net::UnixStream::pair().expect("pair");
+        let none = Wants {
+            exe_file: false,
+            parent: false,
+        };
+        let facts = identify(a.as_fd(), PidfdSource::Socket, none, &|_| {}).expect("facts");
+        assert!(facts.exe_file.is_none());
+        assert!(facts.parent_exe.is_none());
+        assert_eq!(facts.exe, std::env::current_exe().expect("exe"));
     }
 }

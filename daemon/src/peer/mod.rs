@@ -12,6 +12,8 @@
 //! server core:
 //!
 //! - `facts_from_unix_stream(&tokio::net::UnixStream) -> Result<PeerFacts, PeerError>`
+//! - `facts_for(&tokio::net::UnixStream, Wants)`: the same, reading the optional
+//!   facts (the open executable, the parent) only when [`Wants`] asks for them.
 //!
 //! and on macOS `facts_from_audit_token(AuditToken)` for the XPC transport.
 
@@ -25,17 +27,44 @@ pub use user::user_name;
 #[cfg(target_os = "linux")]
 mod linux;
 #[cfg(target_os = "linux")]
-pub use linux::facts_from_unix_stream;
+pub use linux::{facts_for, facts_from_unix_stream};
 
 #[cfg(target_os = "macos")]
 mod macos;
 #[cfg(target_os = "macos")]
-pub use macos::{facts_from_audit_token, facts_from_unix_stream};
+pub use macos::{facts_for, facts_from_audit_token, facts_from_unix_stream};
 
 #[cfg(not(any(target_os = "linux", target_os = "macos")))]
 mod unsupported;
 #[cfg(not(any(target_os = "linux", target_os = "macos")))]
-pub use unsupported::facts_from_unix_stream;
+pub use unsupported::{facts_for, facts_from_unix_stream};
+
+/// Which costly, optional facts a check-in needs: the live policy's
+/// [`metalift_policy::Needs`], narrowed to what identification reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Wants {
+    /// Open the executable (for `sha256` rules).
+    pub exe_file: bool,
+    /// Read the parent's executable (for `parent` rules; it is then also audited).
+    pub parent: bool,
+}
+
+impl Wants {
+    /// Every optional fact.
+    pub const ALL: Wants = Wants {
+        exe_file: true,
+        parent: true,
+    };
+
+    /// What a policy with these needs reads.
+    #[must_use]
+    pub fn from_needs(needs: metalift_policy::Needs) -> Wants {
+        Wants {
+            exe_file: needs.sha256,
+            parent: needs.parent,
+        }
+    }
+}
 
 /// A code signature as the OS verified it (macOS fills this; Linux has none).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

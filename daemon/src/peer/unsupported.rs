@@ -10,3 +10,11 @@ use super::{PeerError, PeerFacts};
 pub fn facts_from_unix_stream(_stream: &tokio::net::UnixStream) -> Result<PeerFacts, PeerError> {
     Err(PeerError::Unsupported)
 }
+
+/// Always [`PeerError::Unsupported`].
+pub fn facts_for(
+    _stream: &tokio::net::UnixStream,
+    _wants: super::Wants,
+) -> Result<PeerFacts, PeerError> {
+    Err(PeerError::Unsupported)
+}

@@ -136,9 +136,11 @@ impl Listener {
             tokio::spawn(async move {
                 match connection.serve(permit).await {
                     Ok(()) => {}
-                    // A shim that never reports is normal; an unidentified
-                    // peer was already reported by the core.
-                    Err(error @ (ConnError::Idle | ConnError::Peer(_))) => {
+                    // A shim that never reports is normal; an unidentified peer
+                    // was already counted by the core; a peer that exits or hangs
+                    // up mid-exchange (a short-lived process) is normal too: one
+                    // line per peer would bury real problems.
+                    Err(error) if error.is_peer_leaving() => {
                         tracing::debug!(%error, "connection closed")
                     }
                     Err(error) => tracing::warn!(%error, "connection closed"),
@@ -180,6 +182,22 @@ enum ConnError {
     WrongDecision { got: u64, given: u64 },
     #[error("cannot identify the peer: {0}")]
     Peer(#[from] peer::PeerError),
+}
+
+impl ConnError {
+    /// The peer went away (or idled out): expected of short-lived processes.
+    fn is_peer_leaving(&self) -> bool {
+        match self {
+            ConnError::Idle | ConnError::Peer(_) | ConnError::Truncated => true,
+            ConnError::Io(e) => matches!(
+                e.kind(),
+                io::ErrorKind::BrokenPipe
+                    | io::ErrorKind::ConnectionReset
+                    | io::ErrorKind::ConnectionAborted
+            ),
+            _ => false,
+        }
+    }
 }
 
 /// How long [`Frames::read`] may wait.
@@ -228,7 +246,12 @@ impl Connection {
         req: metalift_policy::wire::CheckIn,
         active: (OwnedSemaphorePermit, Counted),
     ) -> Result<(), ConnError> {
-        let facts: PeerFacts = match peer::facts_from_unix_stream(&self.frames.stream) {
+        // Only what the live policy's rules need is read (no executable opened
+        // without a sha256 rule, no parent without a parent rule). A reload between
+        // here and the decision can add such a rule: this one check-in is then
+        // decided without that fact, so that rule cannot match it (stock).
+        let wants = peer::Wants::from_needs(self.core.needs());
+        let facts: PeerFacts = match peer::facts_for(&self.frames.stream, wants) {
             Ok(facts) => facts,
             Err(error) => {
                 self.core.note_unidentified(&error);

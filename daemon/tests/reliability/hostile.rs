@@ -35,9 +35,10 @@ fn raise_fd_limit() -> u64 {
 /// One hostile exchange of kind `k`: sends something that is not a valid
 /// conversation, then waits for the daemon to close the connection.
 fn attack(socket: &std::path::Path, k: u64, jitter: &mut Jitter) {
-    let Ok(mut s) = UnixStream::connect(socket) else {
-        return;
-    };
+    // A blocking connect waits for room in the listen backlog: failing is a
+    // failure of the daemon (gone, or its socket removed), never a pass.
+    let mut s = UnixStream::connect(socket)
+        .unwrap_or_else(|e| panic!("hostile client {k}: cannot connect: {e}"));
     s.set_read_timeout(Some(HANG_GUARD)).expect("timeout");
     let bytes: Vec<u8> = match k % 6 {
         // Random bytes.
@@ -75,20 +76,39 @@ fn attack(socket: &std::path::Path, k: u64, jitter: &mut Jitter) {
             f
         }
     };
-    if s.write_all(&bytes).is_err() {
-        return;
+    match s.write_all(&bytes) {
+        Ok(()) => {}
+        // The daemon may close a bad connection before reading all of it.
+        Err(e) if closed_by_peer(&e) => return,
+        Err(e) => panic!("hostile client {k}: write failed: {e}"),
     }
     if k % 6 == 3 {
         let _ = s.shutdown(std::net::Shutdown::Write);
     }
-    // Drain until the daemon closes; it must not leave us hanging.
+    // Drain until the daemon closes; it must not leave us hanging: a read that
+    // times out (HANG_GUARD) fails the test.
     let mut sink = [0u8; 4096];
     loop {
         match s.read(&mut sink) {
-            Ok(0) | Err(_) => return,
+            Ok(0) => return,
             Ok(_) => {}
+            Err(e) if closed_by_peer(&e) => return,
+            Err(e) => panic!(
+                "hostile client {k} (kind {}): the daemon left it hanging for {HANG_GUARD:?}: {e}",
+                k % 6
+            ),
         }
     }
+}
+
+/// The daemon closed the connection (reset or broken pipe): the expected end.
+fn closed_by_peer(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::ConnectionReset
+            | std::io::ErrorKind::BrokenPipe
+            | std::io::ErrorKind::ConnectionAborted
+    )
 }
 
 #[test]

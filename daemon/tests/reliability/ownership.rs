@@ -20,10 +20,9 @@ const NOBODY: u32 = 65534;
 #[test]
 fn given_badly_owned_or_writable_policy_files_under_load_then_each_is_refused_audited_and_the_good_policy_stays(
 ) {
-    if !rustix::process::geteuid().is_root() {
-        // A non-root process cannot create a root-owned policy, so no policy would
-        // ever be accepted: the test needs root (CI has it).
-        eprintln!("SKIPPED: the ownership test needs root");
+    // A non-root process cannot create a root-owned policy, so no policy would
+    // ever be accepted: the test needs root (CI has it).
+    if !support::require_root("ownership") {
         return;
     }
     let env = Env::new("rel-owner-");

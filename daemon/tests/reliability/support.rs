@@ -396,3 +396,23 @@ impl Drop for StopOnDrop<'_> {
         self.0.store(false, std::sync::atomic::Ordering::SeqCst);
     }
 }
+
+/// Whether `METALIFT_TEST_SKIP_ROOT=1` asks to skip (visibly) the tests that need root.
+pub fn skip_root_allowed() -> bool {
+    std::env::var_os("METALIFT_TEST_SKIP_ROOT").is_some_and(|v| v == "1")
+}
+
+/// Fails the calling test when not root, unless [`skip_root_allowed`]; then says
+/// `SKIPPED` and returns false. CI runs as root and does not set the variable.
+pub fn require_root(test: &str) -> bool {
+    if rustix::process::geteuid().is_root() {
+        return true;
+    }
+    assert!(
+        skip_root_allowed(),
+        "{test} needs root: run the tests as root, as CI does, or set \
+         METALIFT_TEST_SKIP_ROOT=1 to skip it"
+    );
+    eprintln!("SKIPPED {test}: not root (METALIFT_TEST_SKIP_ROOT=1)");
+    false
+}
