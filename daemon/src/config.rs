@@ -29,7 +29,7 @@ pub struct DaemonArgs {
 
     /// The Unix socket to listen on [default: /run/metalift/metalift.sock as root,
     /// else $XDG_RUNTIME_DIR/metalift.sock; on macOS /var/run/metalift/metalift.sock
-    /// as root, else /Users/Shared/metalift/metalift.sock].
+    /// as root, else /Users/Shared/metalift/<uid>/metalift.sock].
     #[arg(long, value_name = "PATH")]
     pub socket: Option<PathBuf>,
 
@@ -140,7 +140,7 @@ impl DaemonArgs {
         let socket = match self.socket {
             Some(s) => s,
             None => default_socket(
-                rustix::process::geteuid().is_root(),
+                rustix::process::geteuid().as_raw(),
                 std::env::var_os("XDG_RUNTIME_DIR"),
             )?,
         };
@@ -184,12 +184,14 @@ impl DaemonArgs {
     }
 }
 
-/// The socket path when `--socket` is not given. Used by `metalift` too.
+/// The socket path when `--socket` is not given, for a daemon running as `uid`
+/// (root: the system socket; a user: that user's own, per `socket_path`). Used by
+/// `metalift` too.
 pub fn default_socket(
-    is_root: bool,
+    uid: u32,
     runtime_dir: Option<std::ffi::OsString>,
 ) -> Result<PathBuf, ConfigError> {
-    socket_path::daemon_socket(is_root, runtime_dir.as_deref()).ok_or(ConfigError::NoRuntimeDir)
+    socket_path::daemon_socket_for(uid, runtime_dir.as_deref()).ok_or(ConfigError::NoRuntimeDir)
 }
 
 /// The socket a `metalift` command talks to without `--socket`: the system
@@ -197,20 +199,20 @@ pub fn default_socket(
 pub fn default_client_socket() -> Result<PathBuf, ConfigError> {
     client_socket(
         Path::new(DEFAULT_ROOT_SOCKET).exists(),
-        rustix::process::geteuid().is_root(),
+        rustix::process::geteuid().as_raw(),
         std::env::var_os("XDG_RUNTIME_DIR"),
     )
 }
 
 fn client_socket(
     system_exists: bool,
-    is_root: bool,
+    uid: u32,
     runtime_dir: Option<std::ffi::OsString>,
 ) -> Result<PathBuf, ConfigError> {
     if system_exists {
         return Ok(PathBuf::from(DEFAULT_ROOT_SOCKET));
     }
-    default_socket(is_root, runtime_dir)
+    default_socket(uid, runtime_dir)
 }
 
 /// metaliftd's log filter from `RUST_LOG`: `level` and `target=level` directives,
@@ -243,15 +245,15 @@ mod tests {
     #[test]
     fn root_listens_in_run_and_users_in_their_runtime_dir() {
         assert_eq!(
-            default_socket(true, None).unwrap(),
+            default_socket(0, None).unwrap(),
             PathBuf::from(DEFAULT_ROOT_SOCKET)
         );
         assert_eq!(
-            default_socket(false, Some("/run/user/501".into())).unwrap(),
+            default_socket(501, Some("/run/user/501".into())).unwrap(),
             PathBuf::from("/run/user/501/metalift.sock")
         );
         assert!(matches!(
-            default_socket(false, None),
+            default_socket(501, None),
             Err(ConfigError::NoRuntimeDir)
         ));
     }
@@ -260,11 +262,11 @@ mod tests {
     fn commands_talk_to_the_system_daemon_when_it_listens() {
         let user = || Some("/run/user/501".into());
         assert_eq!(
-            client_socket(true, false, user()).unwrap(),
+            client_socket(true, 501, user()).unwrap(),
             PathBuf::from(DEFAULT_ROOT_SOCKET)
         );
         assert_eq!(
-            client_socket(false, false, user()).unwrap(),
+            client_socket(false, 501, user()).unwrap(),
             PathBuf::from("/run/user/501/metalift.sock")
         );
     }

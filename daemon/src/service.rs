@@ -30,11 +30,43 @@ pub async fn run(mut config: Config, shutdown: impl Future<Output = String>) -> 
     // Before anything else: SIGHUP's default action would kill the daemon.
     let hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
         .context("installing the SIGHUP handler")?;
-    let socket = transport::socket_file::bind(&config.socket)?;
+    let socket = transport::socket_file::bind(&config.socket)
+        .map_err(|e| anyhow::Error::new(e).context(StartFailure::Socket))?;
     let (socket_path, socket_id) = (socket.path.clone(), socket.id());
     let served = serve(config, socket, hangups, shutdown).await;
     BoundSocket::remove(&socket_path, socket_id);
     served
+}
+
+/// What metaliftd could not set up at start. Each has its own exit status
+/// (sysexits.h), so launchd's log and an admin's script tell them apart; the
+/// message names the path (the error's cause).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StartFailure {
+    /// The Unix socket could not be created (directory, permissions, in use).
+    Socket,
+    /// The audit log could not be opened for appending.
+    AuditLog,
+}
+
+impl StartFailure {
+    /// The exit status: 73 (`EX_CANTCREAT`) for the socket, 74 (`EX_IOERR`) for the log.
+    #[must_use]
+    pub fn exit_code(self) -> u8 {
+        match self {
+            StartFailure::Socket => 73,
+            StartFailure::AuditLog => 74,
+        }
+    }
+}
+
+impl std::fmt::Display for StartFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            StartFailure::Socket => "cannot listen on the socket",
+            StartFailure::AuditLog => "cannot open the audit log",
+        })
+    }
 }
 
 async fn serve(
@@ -44,7 +76,7 @@ async fn serve(
     shutdown: impl Future<Output = String>,
 ) -> anyhow::Result<()> {
     let audit = Arc::new(
-        AuditLog::open(&config.audit_log, config.rotation).context("opening the audit log")?,
+        AuditLog::open(&config.audit_log, config.rotation).context(StartFailure::AuditLog)?,
     );
     audit
         .append(&Record::DaemonStart {

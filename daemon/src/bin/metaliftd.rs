@@ -8,15 +8,35 @@ use clap::Parser;
 use metalift_daemon::config::DaemonArgs;
 use metalift_daemon::service;
 
+/// Exit status 78 (`EX_CONFIG`): the flags and environment give no usable configuration.
+const EXIT_CONFIG: u8 = 78;
+
 fn main() -> ExitCode {
     let args = DaemonArgs::parse();
     init_logging(&args);
     match run(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("metaliftd: error: {err:#}");
-            ExitCode::from(1)
+            // Through tracing, not eprintln: under launchd stderr goes nowhere, the
+            // unified log layer is where an admin reads why the job keeps exiting.
+            // The stderr layer prints the same single line for a person at a terminal.
+            tracing::error!("metaliftd: error: {err:#}");
+            ExitCode::from(exit_code(&err))
         }
+    }
+}
+
+/// 73 socket, 74 audit log, 78 configuration, 1 anything else (documented in metaliftd(8)).
+fn exit_code(err: &anyhow::Error) -> u8 {
+    if let Some(failure) = err.downcast_ref::<service::StartFailure>() {
+        failure.exit_code()
+    } else if err
+        .downcast_ref::<metalift_daemon::config::ConfigError>()
+        .is_some()
+    {
+        EXIT_CONFIG
+    } else {
+        1
     }
 }
 

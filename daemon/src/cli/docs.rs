@@ -15,7 +15,10 @@ use clap_complete::Shell;
 const METALIFTD_EXIT: &str = "\
 Exit status:
   0  stopped on SIGTERM or SIGINT after finishing the requests in flight
-  1  could not start (bad flags, socket in use, audit log not writable)
+  1  could not start for another reason (bad flags: 2, from the argument parser)
+  73 could not create or listen on the Unix socket (directory, permissions, in use)
+  74 could not open the audit log for appending
+  78 no usable configuration (e.g. no --socket and no $XDG_RUNTIME_DIR for a user's daemon)
 NO_COLOR (any non-empty value) turns colour off on stderr; colour is used only at a terminal.";
 
 /// The completion files and the shells they are for.

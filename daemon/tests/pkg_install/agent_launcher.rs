@@ -151,8 +151,9 @@ fn agent_launcher_without_home_says_one_line_and_exits_78() {
     assert!(line.contains("HOME"), "{line}");
 }
 
-/// metaliftd itself (today's behaviour, `service.rs`/`metaliftd.rs`): one line
-/// naming the path, status 1. Both failures share status 1 (see the report).
+/// metaliftd itself: one line naming what failed and the path, and a status of its
+/// own for each (73 the socket, 74 the audit log), so launchd's throttled restarts
+/// are not a mystery.
 #[test]
 fn metaliftd_that_cannot_open_its_socket_or_audit_log_says_one_line_and_exits_non_zero() {
     let dir = tempfile::tempdir().unwrap();
@@ -160,13 +161,19 @@ fn metaliftd_that_cannot_open_its_socket_or_audit_log_says_one_line_and_exits_no
     fs::write(&blocker, "").unwrap();
     let policy = dir.path().join("policy.toml");
     fs::write(&policy, "version = 1\n").unwrap();
-    for (socket, log, names) in [
+    for (socket, log, names, status) in [
         (
             dir.path().join("s.sock"),
             blocker.join("audit.jsonl"),
-            "audit log",
+            "cannot open the audit log",
+            74,
         ),
-        (blocker.join("s.sock"), dir.path().join("a.jsonl"), "file"),
+        (
+            blocker.join("s.sock"),
+            dir.path().join("a.jsonl"),
+            "cannot listen on the socket",
+            73,
+        ),
     ] {
         let out = Command::new(env!("CARGO_BIN_EXE_metaliftd"))
             .arg("--policy")
@@ -180,8 +187,7 @@ fn metaliftd_that_cannot_open_its_socket_or_audit_log_says_one_line_and_exits_no
             .output()
             .unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "{stderr}");
-        assert_ne!(out.status.code(), None, "exited, not killed: {stderr}");
+        assert_eq!(out.status.code(), Some(status), "{stderr}");
         let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
         assert_eq!(lines.len(), 1, "one line: {stderr}");
         assert!(
