@@ -3,6 +3,7 @@
 //!
 //! # Layout
 //!
+//! - [`report`]: BENCHMARKS.md as one generated document (commit, machine, summary).
 //! - [`stats`]: samples and their order statistics (median, p10–p90, tails).
 //! - [`harness`] (Linux): the built artifacts, a metaliftd on a temporary socket,
 //!   a raw-protocol client, `/proc` readings (RSS, CPU time), machine facts.
@@ -17,6 +18,7 @@
 //! harness asserts nothing about time: a missed target is printed as missed.
 #![forbid(unsafe_code)]
 
+pub mod report;
 pub mod stats;
 
 #[cfg(target_os = "linux")]

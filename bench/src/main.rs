@@ -21,6 +21,10 @@ struct Args {
     /// Fewer iterations and shorter rounds: a smoke run, not a figure to publish.
     #[arg(long, global = true)]
     quick: bool,
+    /// With `all`: also write the whole document to this file (BENCHMARKS.md),
+    /// naming the commit it was measured from.
+    #[arg(long, global = true)]
+    write: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -68,6 +72,7 @@ fn main() -> ExitCode {
 fn run(args: Args) -> anyhow::Result<()> {
     use std::time::Duration;
 
+    use anyhow::Context as _;
     use metalift_bench::harness::{self, Artifacts};
     use metalift_bench::{
         big_exe, probe_cost, reload, startup, summary_table, throughput, Section,
@@ -97,17 +102,22 @@ fn run(args: Args) -> anyhow::Result<()> {
         Cmd::CheckInOnce { socket } => return big_exe::check_in_once(&socket),
         cmd => {
             let art = Artifacts::locate()?;
-            println!("## Machine\n");
-            println!("| | |\n|---|---|");
-            for (k, v) in harness::machine_facts() {
-                println!("| {k} | {v} |");
-            }
-            println!(
-                "| binaries | `{}`, `{}`, `{}` |\n",
+            let provenance = metalift_bench::report::Provenance::of_this_tree(q);
+            let machine = harness::machine_facts();
+            let binaries = format!(
+                "`{}`, `{}`, `{}`",
                 art.daemon.display(),
                 art.probe.display(),
                 art.shim.display()
             );
+            if !matches!(cmd, Cmd::All) {
+                println!("## Machine\n");
+                println!("| | |\n|---|---|");
+                for (k, v) in &machine {
+                    println!("| {k} | {v} |");
+                }
+                println!("| binaries | {binaries} |\n");
+            }
             match cmd {
                 Cmd::Startup => vec![start_up(&art)?],
                 Cmd::Probe => vec![probe(&art)?],
@@ -127,12 +137,19 @@ fn run(args: Args) -> anyhow::Result<()> {
                         ("big-exe", &big),
                     ] {
                         eprintln!("metalift-bench: running {name}…");
-                        let section = bench(&art)?;
-                        println!("{}", section.to_markdown());
-                        all.push(section);
+                        all.push(bench(&art)?);
                     }
-                    let targets: Vec<_> = all.iter().flat_map(|s| s.targets.clone()).collect();
-                    println!("## Summary\n\n{}", summary_table(&targets));
+                    let doc =
+                        metalift_bench::report::document(&provenance, &machine, &binaries, &all);
+                    print!("{doc}");
+                    if let Some(path) = &args.write {
+                        let tmp = path.with_extension("md.tmp");
+                        std::fs::write(&tmp, &doc)
+                            .with_context(|| format!("writing {}", tmp.display()))?;
+                        std::fs::rename(&tmp, path)
+                            .with_context(|| format!("replacing {}", path.display()))?;
+                        eprintln!("metalift-bench: wrote {}", path.display());
+                    }
                     return Ok(());
                 }
             }
