@@ -1,5 +1,5 @@
-//! metaliftd, the policy service, as a library its thin binary calls (and the
-//! `metalift` CLI in `cli/` reads: defaults, the status client, the audit records).
+//! metaliftd, the policy service, as a library: its thin binary runs it, and the
+//! `metalift` CLI (`cli/`) reads through it (defaults, the status client, the audit log).
 //!
 //! # Layout
 //!
