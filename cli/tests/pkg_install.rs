@@ -27,7 +27,7 @@ const POLICY_SERVICE: &str = "com.metalift.policy";
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
-        .expect("daemon/ sits in the workspace root")
+        .expect("cli/ sits in the workspace root")
         .to_path_buf()
 }
 
