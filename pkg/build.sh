@@ -64,7 +64,7 @@ step() { printf '\n==> %s\n' "$*"; }
 
 step "release builds (aarch64-apple-darwin)"
 MACOSX_DEPLOYMENT_TARGET=13.0 cargo build --release --locked --target aarch64-apple-darwin \
-  -p metalift-daemon -p metalift-probe
+  -p metalift-daemon -p metalift-cli -p metalift-probe
 
 rm -rf "$out"
 mkdir -p "$out/slices"

@@ -12,7 +12,7 @@ if [ "${METALIFT_TEST_SKIP_ROOT:-}" = "1" ]; then
 fi
 
 echo "ignored tests (not run by 'cargo test'), with their reasons:"
-grep -rn --include='*.rs' -A2 '#\[ignore' policy daemon shim probe bench xpc \
+grep -rn --include='*.rs' -A2 '#\[ignore' policy daemon cli shim probe bench xpc \
   | grep -E '#\[ignore|fn ' | paste - - | sed -E 's/[[:space:]]+/ /g' || true
 count=$(cargo test --workspace --all-targets -- --ignored --list 2>/dev/null | grep -c ': test$' || true)
 echo "ignored tests: ${count}"

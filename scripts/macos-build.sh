@@ -70,7 +70,7 @@ profile_flag=()
   CARGO_TARGET_DIR="$repo/target/macos" \
   CARGO_TARGET_AARCH64_APPLE_DARWIN_RUSTFLAGS="-L framework=$tbd/Frameworks -L native=$tbd/lib" \
     cargo zigbuild --locked "${profile_flag[@]}" --target aarch64-apple-darwin \
-    -p metalift-daemon -p metalift-probe --bin metaliftd --bin metalift --bin metalift-probe
+    -p metalift-daemon -p metalift-cli -p metalift-probe --bin metaliftd --bin metalift --bin metalift-probe
 )
 built="$repo/target/macos/aarch64-apple-darwin/$([ "$profile" = release ] && echo release || echo debug)"
 for bin in metaliftd metalift metalift-probe; do

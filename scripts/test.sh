@@ -9,8 +9,8 @@ cargo build --workspace --all-targets
 # generates now (regenerate: metalift __generate-docs . && metalift schema > schema/...).
 docs=$(mktemp -d)
 trap 'rm -rf "$docs"' EXIT
-cargo run -q -p metalift-daemon --bin metalift -- __generate-docs "$docs"
+cargo run -q -p metalift-cli --bin metalift -- __generate-docs "$docs"
 diff -ru --exclude=metalift-policy.5 man "$docs/man"
 diff -ru completions "$docs/completions"
-cargo run -q -p metalift-daemon --bin metalift -- schema | diff -u schema/metalift-policy.schema.json -
+cargo run -q -p metalift-cli --bin metalift -- schema | diff -u schema/metalift-policy.schema.json -
 cargo test --workspace --all-targets "$@"

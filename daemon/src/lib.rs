@@ -1,8 +1,8 @@
-//! metaliftd and the metalift admin CLI, as a library the thin binaries call.
+//! metaliftd, the policy service, as a library: its thin binary runs it, and the
+//! `metalift` CLI (`cli/`) reads through it (defaults, the status client, the audit log).
 //!
 //! # Layout
 //!
-//! - [`cli`]: one module per `metalift` subcommand.
 //! - [`config`]: metaliftd's flags and defaults, resolved into a `Config`.
 //! - [`service`]: metaliftd's lifecycle: audit log, policy, socket, serve, stop cleanly.
 //! - [`signals`]: signal dispositions (SIGXFSZ ignored: a full log means stock, not death).
@@ -22,7 +22,6 @@
 #![deny(unsafe_code)]
 
 pub mod audit;
-pub mod cli;
 pub mod config;
 pub mod host_chip;
 pub mod identity_cache;

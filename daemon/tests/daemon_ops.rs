@@ -1,6 +1,6 @@
-//! Daily operations against the real metaliftd: SIGHUP, `metalift status` exit
-//! codes and JSON, and qualifier rules (`uid`, `user`, `parent`) decided for real
-//! child processes.
+//! Daily operations against the real metaliftd: SIGHUP, and qualifier rules
+//! (`uid`, `user`, `parent`) decided for real child processes. (`metalift status`
+//! against it: `cli/tests/cli_status.rs`.)
 //!
 //! Children are this test binary, hard-linked as `bin/<name>` and re-executed with
 //! `--ignored --exact child_check_in`: the daemon sees the executable, uid and
@@ -131,20 +131,6 @@ impl Env {
             );
             std::thread::sleep(Duration::from_millis(20));
         }
-    }
-
-    fn status(&self, json: bool) -> (Option<i32>, String, String) {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_metalift"));
-        cmd.arg("status").arg("--socket").arg(self.socket());
-        if json {
-            cmd.arg("--json");
-        }
-        let out = cmd.output().expect("metalift status");
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
     }
 }
 
@@ -335,85 +321,6 @@ fn given_sighup_then_the_daemon_keeps_running_reloads_and_audits_the_reason() {
     assert_eq!(status.policy_sha256, new_sha);
     assert!(daemon.still_running(), "SIGHUP stopped metaliftd");
     assert!(env.records_of("daemon_stop").is_empty());
-}
-
-// ---------------------------------------------------------------------------
-// metalift status
-// ---------------------------------------------------------------------------
-
-#[test]
-fn given_a_healthy_daemon_then_status_exits_0_and_the_disk_hash_is_the_live_one() {
-    let env = Env::new();
-    env.write_rule("one", "name = \"one\"");
-    let _daemon = env.start();
-    let (code, out, err) = env.status(false);
-    assert_eq!(code, Some(0), "{out}{err}");
-    assert!(!out.contains("problems"), "{out}");
-
-    let (code, out, _) = env.status(true);
-    assert_eq!(code, Some(0));
-    let v: Value = serde_json::from_str(&out).expect("json");
-    assert_eq!(v["ok"], true);
-    assert!(v["error"].is_null());
-    assert_eq!(v["problems"], serde_json::json!([]));
-    assert_eq!(v["disk_sha256"], v["policy_sha256"]);
-    assert_eq!(v["rule_count"], 1);
-}
-
-#[test]
-fn given_a_refused_file_on_disk_then_status_exits_3_listing_every_error_cause_first() {
-    let env = Env::new();
-    env.write_rule("good", "name = \"good\"");
-    let _daemon = env.start();
-    let good_sha = metalift_daemon::status::request(&env.socket(), HANG_GUARD)
-        .expect("status")
-        .policy_sha256;
-
-    // Two errors: an unknown key (line 2), a rule naming an unknown profile (line 6).
-    std::fs::write(
-        env.policy(),
-        "version = 1\nbogus = 1\n\n[[rule]]\nid = \"x\"\nunlock = \"nope\"\nname = \"x\"\n",
-    )
-    .unwrap();
-    env.wait_for("policy_rejected", "the refusal", |r| !r.is_empty());
-
-    let (code, out, _) = env.status(false);
-    assert_eq!(code, Some(3), "{out}");
-    let problems = out.split("problems (cause first):").nth(1).expect(&out);
-    let refused = problems.find("the daemon refused").expect(problems);
-    let knock_on = problems.find("so the live policy").expect(problems);
-    assert!(refused < knock_on, "cause first:\n{problems}");
-    assert!(problems.contains("2 errors"), "{problems}");
-    assert!(problems.contains("policy.toml:2:"), "{problems}");
-    assert!(problems.contains("policy.toml:6:"), "{problems}");
-    assert!(problems.contains(&good_sha), "{problems}");
-
-    let (code, out, _) = env.status(true);
-    assert_eq!(code, Some(3));
-    let v: Value = serde_json::from_str(&out).expect("json");
-    assert_eq!(v["ok"], false);
-    assert_eq!(v["last_reload_errors"].as_array().map(Vec::len), Some(2));
-    assert_eq!(v["policy_sha256"], good_sha.as_str());
-    assert_ne!(v["disk_sha256"], good_sha.as_str());
-    assert_eq!(v["disk_sha256"], v["refused_sha256"]);
-}
-
-#[test]
-fn given_no_daemon_then_status_exits_1_and_json_still_prints_one_object() {
-    let env = Env::new();
-    let (code, out, err) = env.status(true);
-    assert_eq!(code, Some(1), "{out}{err}");
-    let v: Value = serde_json::from_str(&out).expect("json on failure");
-    assert_eq!(v["ok"], false);
-    assert!(v["error"]
-        .as_str()
-        .is_some_and(|e| e.contains("is metaliftd running?")));
-    assert_eq!(v["socket"], env.socket().display().to_string());
-
-    let (code, out, err) = env.status(false);
-    assert_eq!(code, Some(1));
-    assert!(out.is_empty(), "{out}");
-    assert!(err.contains("is metaliftd running?"), "{err}");
 }
 
 // ---------------------------------------------------------------------------

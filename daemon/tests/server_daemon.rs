@@ -647,67 +647,6 @@ fn a_stale_socket_is_replaced_a_live_daemon_is_refused_and_sigterm_removes_the_s
     assert!(!env.socket().exists(), "socket left behind");
 }
 
-#[test]
-fn metalift_status_shows_the_policy_and_counts() {
-    let env = Env::new();
-    env.write_llama_policy();
-    let llama = env.executable_named("llama-server");
-    let _daemon = env.start(&[]);
-    verdict_of_child(&llama, &env.socket(), "x");
-    check_in_once(&env.socket(), None);
-
-    let out = Command::new(env!("CARGO_BIN_EXE_metalift"))
-        .arg("status")
-        .arg("--socket")
-        .arg(env.socket())
-        .output()
-        .expect("metalift status");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{text}");
-    let sha = env.records_of("policy_loaded")[0]["sha256"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    for needle in [
-        env.path("policy.toml").display().to_string(),
-        sha,
-        "rules           1".into(),
-        "mode            enforce".into(),
-        "check-ins         2".into(),
-        "unlocks         1".into(),
-        "last error      none".into(),
-    ] {
-        assert!(text.contains(&needle), "{needle:?} missing from\n{text}");
-    }
-
-    let json = Command::new(env!("CARGO_BIN_EXE_metalift"))
-        .args(["status", "--json", "--socket"])
-        .arg(env.socket())
-        .output()
-        .expect("metalift status --json");
-    let v: Value = serde_json::from_slice(&json.stdout).expect("json");
-    assert_eq!(v["check_ins"], 2);
-    assert_eq!(v["unlocks"], 1);
-}
-
-#[test]
-fn metalift_status_without_a_daemon_exits_1_and_names_the_socket() {
-    let env = Env::new();
-    let out = Command::new(env!("CARGO_BIN_EXE_metalift"))
-        .arg("status")
-        .arg("--socket")
-        .arg(env.socket())
-        .output()
-        .expect("metalift status");
-    assert_eq!(out.status.code(), Some(1));
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("is metaliftd running?"), "{stderr}");
-    assert!(
-        stderr.contains(&env.socket().display().to_string()),
-        "{stderr}"
-    );
-}
-
 // ---------------------------------------------------------------------------
 // The core, in process: an unrecorded unlock is never given
 // ---------------------------------------------------------------------------

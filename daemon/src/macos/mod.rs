@@ -31,7 +31,7 @@
 //! - **The panic boundary** ([`panic_boundary`]): unit-tested on Linux (a panicking
 //!   callback yields its fallback and is logged); both XPC handlers are wrapped
 //!   (compiled for `aarch64-apple-darwin`).
-//! - **launchd and the pkg scripts** (`daemon/tests/pkg_install.rs`): both plists
+//! - **launchd and the pkg scripts** (`cli/tests/pkg_install.rs`): both plists
 //!   parse, name only installed paths and flags metaliftd has, restart only after a
 //!   failure (`KeepAlive`/`SuccessfulExit = false`) with `ThrottleInterval` ≥ 10 s,
 //!   and keep no stdout/stderr file; pre/postinstall and uninstall run against a

@@ -1,0 +1,340 @@
+//! The joined view of the audit log: each decision with the outcome the shim
+//! reported for it (by decision id), as one line per process.
+//!
+//! Streaming in bounded memory: only decisions still waiting for their outcome are
+//! kept, at most [`Join::capacity`] of them, and none longer than the window of log
+//! time. A decision that falls out (or is still waiting at the end) is reported
+//! with the result "no outcome". Outcomes arrive within seconds of their decision
+//! (the shim reports when Metal's device is first created), so five minutes of window
+//! loses no join in practice.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::time::{Duration, SystemTime};
+
+use metalift_daemon::audit::{DecisionRecord, OutcomeRecord, Record};
+
+/// Decisions kept waiting for their outcome, at most.
+pub const DEFAULT_CAPACITY: usize = 10_000;
+
+/// How long (in log time) a decision waits for its outcome before it is reported
+/// as "no outcome".
+pub const DEFAULT_WINDOW: Duration = Duration::from_secs(300);
+
+/// What became of a verdict, as the joined view reports it.
+pub const NO_OUTCOME: &str = "no outcome";
+
+/// One process: its decision and what the shim did with it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Process {
+    /// When the decision was made (the outcome's time when the decision is not in the log read).
+    #[serde(with = "metalift_daemon::audit::record::rfc3339")]
+    pub time: SystemTime,
+    /// Joins the two records.
+    pub decision_id: u64,
+    /// The process, from the kernel.
+    pub pid: i32,
+    /// Its real uid (unknown without the decision).
+    pub uid: Option<u32>,
+    /// Its executable.
+    pub exe: String,
+    /// The winning rule; `None` when no rule matched (or the decision is not in the log read).
+    pub rule: Option<String>,
+    /// `unlock`, `stock`, `would-unlock` (monitor mode), or `?` when the decision is not in the log read.
+    pub action: String,
+    /// The profile unlocked.
+    pub profile: Option<String>,
+    /// `applied`, `stock`, `failed` (the shim's report), or `no outcome`.
+    pub result: String,
+    /// Why stock or failed, as the shim said.
+    pub reason: String,
+    /// The policy that decided (unknown without the decision).
+    pub policy_sha256: Option<String>,
+    /// The device's concrete class, from the outcome.
+    pub device_class: Option<String>,
+}
+
+impl Process {
+    fn decided(d: DecisionRecord) -> Process {
+        let action = if d.would_unlock && d.action == "stock" {
+            "would-unlock".to_owned()
+        } else {
+            d.action
+        };
+        Process {
+            time: d.time,
+            decision_id: d.decision_id,
+            pid: d.pid,
+            uid: Some(d.uid),
+            exe: d.exe,
+            rule: d.rule,
+            action,
+            profile: d.profile,
+            result: NO_OUTCOME.to_owned(),
+            reason: String::new(),
+            policy_sha256: Some(d.policy_sha256),
+            device_class: None,
+        }
+    }
+
+    fn answered(mut self, o: OutcomeRecord) -> Process {
+        self.result = o.result;
+        self.reason = o.reason;
+        self.device_class = Some(o.device_class);
+        self
+    }
+
+    /// An outcome whose decision is not in what was read (rotated away, before a
+    /// `-n` start, or id 0: no verdict reached the shim).
+    fn orphan(o: OutcomeRecord) -> Process {
+        Process {
+            time: o.time,
+            decision_id: o.decision_id,
+            pid: o.pid,
+            uid: None,
+            exe: o.exe.clone(),
+            rule: None,
+            action: "?".to_owned(),
+            profile: None,
+            result: String::new(),
+            reason: String::new(),
+            policy_sha256: None,
+            device_class: None,
+        }
+        .answered(o)
+    }
+}
+
+/// Joins decisions to outcomes as records stream by.
+#[derive(Debug)]
+pub struct Join {
+    /// Decisions waiting for their outcome, by id. Ids grow with time (a daemon
+    /// counts up from a start derived from its start time), so the first is the oldest.
+    pending: BTreeMap<u64, Process>,
+    capacity: usize,
+    window: Duration,
+}
+
+impl Default for Join {
+    fn default() -> Self {
+        Join::new(DEFAULT_CAPACITY, DEFAULT_WINDOW)
+    }
+}
+
+/// Where joined lines go.
+pub type Out<'a> = &'a mut dyn FnMut(Process) -> io::Result<()>;
+
+impl Join {
+    /// A join keeping at most `capacity` decisions, each at most `window` of log time.
+    #[must_use]
+    pub fn new(capacity: usize, window: Duration) -> Join {
+        Join {
+            pending: BTreeMap::new(),
+            capacity: capacity.max(1),
+            window,
+        }
+    }
+
+    /// The most decisions ever kept waiting.
+    #[must_use]
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Decisions waiting now.
+    #[must_use]
+    pub fn pending(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Takes the next record of the log; lines that are complete go to `out`.
+    pub fn push(&mut self, record: Record, out: Out<'_>) -> io::Result<()> {
+        self.expire(record.time(), out)?;
+        match record {
+            Record::Decision(d) => {
+                let id = d.decision_id;
+                if let Some(replaced) = self.pending.insert(id, Process::decided(d)) {
+                    // The same id twice: the first will never be joined now.
+                    out(replaced)?;
+                }
+                while self.pending.len() > self.capacity {
+                    if let Some((_, oldest)) = self.pending.pop_first() {
+                        out(oldest)?;
+                    }
+                }
+                Ok(())
+            }
+            Record::Outcome(o) => match self.pending.remove(&o.decision_id) {
+                Some(decided) => out(decided.answered(o)),
+                None => out(Process::orphan(o)),
+            },
+            // A new daemon: the connections that would carry the old one's
+            // outcomes are gone.
+            Record::DaemonStart { .. } => self.finish(out),
+            _ => Ok(()),
+        }
+    }
+
+    /// Reports the decisions that waited longer than the window before `now` (log
+    /// time, or the wall clock while following an idle log) as "no outcome".
+    pub fn expire(&mut self, now: SystemTime, out: Out<'_>) -> io::Result<()> {
+        let Some(limit) = now.checked_sub(self.window) else {
+            return Ok(());
+        };
+        // Oldest first (ids grow with time), so only the front is looked at.
+        while self
+            .pending
+            .first_key_value()
+            .is_some_and(|(_, p)| p.time < limit)
+        {
+            if let Some((_, p)) = self.pending.pop_first() {
+                out(p)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The end of the log read: every decision still waiting is "no outcome".
+    pub fn finish(&mut self, out: Out<'_>) -> io::Result<()> {
+        while let Some((_, p)) = self.pending.pop_first() {
+            out(p)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use metalift_policy::wire::{Answers, Outcome, OutcomeResult};
+
+    use super::*;
+    use metalift_daemon::audit::Advisory;
+
+    fn at(secs: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000 + secs)
+    }
+
+    fn decision(id: u64, secs: u64) -> Record {
+        Record::Decision(DecisionRecord {
+            time: at(secs),
+            decision_id: id,
+            pid: id as i32,
+            uid: 501,
+            exe: format!("/bin/p{id}"),
+            sha256: None,
+            team_id: None,
+            signing_id: None,
+            cdhash: None,
+            parent_exe: None,
+            rule: Some("r".into()),
+            action: "unlock".into(),
+            profile: Some("apple7".into()),
+            mode: "enforce".into(),
+            apple_family_max: None,
+            would_unlock: false,
+            policy_sha256: "ab".repeat(32),
+            latency_us: 1,
+            transport: "unix".into(),
+            advisory: Advisory::default(),
+        })
+    }
+
+    fn outcome(id: u64, secs: u64) -> Record {
+        Record::Outcome(OutcomeRecord::new(
+            at(secs),
+            id as i32,
+            format!("/bin/p{id}"),
+            &Outcome {
+                decision_id: id,
+                result: OutcomeResult::Applied,
+                reason: String::new(),
+                device_class: "AppleParavirtDevice".into(),
+                stock: Answers::default(),
+                effective: Answers::default(),
+            },
+        ))
+    }
+
+    fn run(join: &mut Join, records: Vec<Record>) -> Vec<(u64, String)> {
+        let mut lines = Vec::new();
+        let mut out = |p: Process| {
+            lines.push((p.decision_id, p.result));
+            Ok(())
+        };
+        for r in records {
+            join.push(r, &mut out).unwrap();
+        }
+        join.finish(&mut out).unwrap();
+        lines
+    }
+
+    #[test]
+    fn a_decision_and_its_outcome_are_one_line_and_a_lonely_decision_has_no_outcome() {
+        let lines = run(
+            &mut Join::default(),
+            vec![decision(1, 0), decision(2, 1), outcome(1, 2)],
+        );
+        assert_eq!(
+            lines,
+            [(1, "applied".to_owned()), (2, NO_OUTCOME.to_owned())]
+        );
+    }
+
+    #[test]
+    fn the_pending_decisions_stay_bounded_by_capacity_on_a_long_log() {
+        let mut join = Join::new(100, Duration::from_secs(3600));
+        let mut most = 0;
+        let mut lines = 0usize;
+        let mut out = |_p: Process| {
+            lines += 1;
+            Ok(())
+        };
+        // Every other decision never gets an outcome.
+        for id in 0..200_000u64 {
+            join.push(decision(id, id / 1000), &mut out).unwrap();
+            if id % 2 == 0 {
+                join.push(outcome(id, id / 1000), &mut out).unwrap();
+            }
+            most = most.max(join.pending());
+        }
+        join.finish(&mut out).unwrap();
+        assert!(most <= 100, "{most} decisions kept");
+        assert_eq!(lines, 200_000, "every decision is reported exactly once");
+    }
+
+    #[test]
+    fn a_decision_older_than_the_window_is_reported_when_log_time_passes_it() {
+        let mut join = Join::new(100, Duration::from_secs(60));
+        let mut lines = Vec::new();
+        let mut out = |p: Process| {
+            lines.push((p.decision_id, p.result));
+            Ok(())
+        };
+        join.push(decision(1, 0), &mut out).unwrap();
+        join.push(decision(2, 61), &mut out).unwrap();
+        assert_eq!(lines, [(1, NO_OUTCOME.to_owned())]);
+        assert_eq!(join.pending(), 1);
+    }
+
+    #[test]
+    fn a_daemon_restart_ends_the_wait_of_the_old_daemons_decisions() {
+        let lines = run(
+            &mut Join::default(),
+            vec![
+                decision(1, 0),
+                Record::DaemonStart {
+                    time: at(1),
+                    version: "0".into(),
+                    pid: 1,
+                    policy: "p".into(),
+                    listen: "s".into(),
+                },
+                outcome(1, 2),
+            ],
+        );
+        assert_eq!(
+            lines,
+            [(1, NO_OUTCOME.to_owned()), (1, "applied".to_owned())]
+        );
+    }
+}

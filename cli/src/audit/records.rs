@@ -1,0 +1,157 @@
+//! `metalift audit --records`: the raw records, one table row each (or, with
+//! `--json`, each line exactly as written), streamed with fixed column widths.
+
+use std::collections::BTreeMap;
+use std::io::{self, Write};
+
+use metalift_daemon::audit::Record;
+
+/// Decisions remembered so `--rule`/`--action` also select the outcomes answering them.
+const REMEMBERED_DECISIONS: usize = 10_000;
+
+/// Fixed widths of the columns before DETAIL (EXE grows when a path is longer).
+const WIDTHS: [usize; 6] = [20, 15, 7, 40, 16, 12];
+const HEADERS: [&str; 7] = ["TIME", "KIND", "PID", "EXE", "RULE", "ACTION", "DETAIL"];
+
+/// The rule and action of recent decisions, by id (bounded: the oldest go first).
+#[derive(Debug, Default)]
+pub struct Decided(BTreeMap<u64, (Option<String>, String)>);
+
+impl Decided {
+    /// Remembers a decision; returns the (rule, action) `record` has or answers.
+    pub fn see(&mut self, record: &Record) -> Option<(Option<String>, String)> {
+        match record {
+            Record::Decision(d) => {
+                if self.0.len() >= REMEMBERED_DECISIONS {
+                    self.0.pop_first();
+                }
+                self.0
+                    .insert(d.decision_id, (d.rule.clone(), action_of(d).to_owned()));
+                Some((d.rule.clone(), action_of(d).to_owned()))
+            }
+            Record::Outcome(o) => self.0.get(&o.decision_id).cloned(),
+            _ => None,
+        }
+    }
+}
+
+fn action_of(d: &metalift_daemon::audit::DecisionRecord) -> &str {
+    if d.would_unlock && d.action == "stock" {
+        "would-unlock"
+    } else {
+        &d.action
+    }
+}
+
+/// Writes the header line.
+pub fn header(out: &mut dyn Write) -> io::Result<()> {
+    write_cells(out, &HEADERS.map(str::to_owned))
+}
+
+/// Writes one record as a row; `rule` is the rule of the decision it is or answers.
+pub fn row(out: &mut dyn Write, r: &Record, rule: Option<&str>) -> io::Result<()> {
+    let dash = || "-".to_owned();
+    let short = |s: &str| s.chars().take(12).collect::<String>();
+    let (pid, exe, action, detail): (Option<i32>, Option<&str>, String, String) = match r {
+        Record::Decision(d) => {
+            let mut detail = format!("id={}", d.decision_id);
+            if let Some(profile) = &d.profile {
+                detail.push_str(&format!(" profile={profile}"));
+            }
+            detail.push_str(&format!(" mode={} latency={}us", d.mode, d.latency_us));
+            let mut action = d.action.clone();
+            if d.would_unlock {
+                action.push_str(" (would unlock)");
+            }
+            (Some(d.pid), Some(&d.exe), action, detail)
+        }
+        Record::Outcome(o) => {
+            let mut detail = format!("id={} device={}", o.decision_id, o.device_class);
+            if !o.reason.is_empty() {
+                detail.push_str(&format!(" reason={:?}", o.reason));
+            }
+            (Some(o.pid), Some(&o.exe), o.result.clone(), detail)
+        }
+        Record::PolicyLoaded {
+            path,
+            sha256,
+            rules,
+            mode,
+            warnings,
+            reason,
+            ..
+        } => {
+            let mut detail = format!(
+                "reason={} rules={rules} mode={mode} sha256={}",
+                reason.as_str(),
+                short(sha256)
+            );
+            if !warnings.is_empty() {
+                detail.push_str(&format!(" warnings={}", warnings.len()));
+            }
+            (None, Some(path), dash(), detail)
+        }
+        Record::PolicyRejected {
+            path,
+            errors,
+            kept_sha256,
+            ..
+        } => {
+            let mut detail = format!("kept={}", short(kept_sha256));
+            if let Some(first) = errors.first() {
+                detail.push_str(&format!(" {first}"));
+            }
+            if errors.len() > 1 {
+                detail.push_str(&format!(" (+{} more)", errors.len() - 1));
+            }
+            (None, Some(path), dash(), detail)
+        }
+        Record::DaemonStart {
+            version,
+            pid,
+            policy,
+            listen,
+            ..
+        } => (
+            i32::try_from(*pid).ok(),
+            Some(policy),
+            dash(),
+            format!("version={version} listen={listen}"),
+        ),
+        Record::DaemonStop {
+            reason,
+            checkins,
+            unlocks,
+            ..
+        } => (
+            None,
+            None,
+            dash(),
+            format!("reason={reason} checkins={checkins} unlocks={unlocks}"),
+        ),
+    };
+    write_cells(
+        out,
+        &[
+            humantime::format_rfc3339_seconds(r.time()).to_string(),
+            r.kind().to_owned(),
+            pid.map_or_else(dash, |p| p.to_string()),
+            exe.map_or_else(dash, str::to_owned),
+            rule.map_or_else(dash, str::to_owned),
+            action,
+            detail,
+        ],
+    )
+}
+
+fn write_cells(out: &mut dyn Write, cells: &[String; 7]) -> io::Result<()> {
+    let mut line = String::new();
+    for (i, cell) in cells.iter().enumerate() {
+        line.push_str(cell);
+        if let Some(width) = WIDTHS.get(i) {
+            let pad = width.saturating_sub(cell.chars().count()) + 2;
+            line.extend(std::iter::repeat_n(' ', pad));
+        }
+    }
+    writeln!(out, "{}", line.trim_end())
+}

@@ -1,0 +1,188 @@
+//! The daemon side of `metalift doctor`: is metaliftd reachable, is the policy on
+//! disk readable, secure and valid, and is it the one live.
+
+use std::path::Path;
+use std::time::Duration;
+
+use metalift_policy::{load, LoadError, LoadOptions, Loaded};
+
+use super::check::{Check, Status};
+use metalift_daemon::status::{self, StatusError, StatusReport};
+
+/// How long the daemon has to answer.
+const TIMEOUT: Duration = Duration::from_secs(2);
+
+fn start_fix() -> &'static str {
+    if cfg!(target_os = "macos") {
+        "start it: sudo launchctl bootstrap system /Library/LaunchDaemons/com.metalift.metaliftd.plist"
+    } else {
+        "start metaliftd (as root it listens on /run/metalift/metalift.sock)"
+    }
+}
+
+/// Is a daemon answering on `socket`?
+pub fn reachable(socket: &Path) -> (Check, Option<StatusReport>) {
+    match status::request(socket, TIMEOUT) {
+        Ok(report) => (
+            Check::new(
+                "daemon",
+                Status::Ok,
+                format!(
+                    "metaliftd {} (pid {}) answers on {} (Unix socket, as the shim asks)",
+                    report.version,
+                    report.pid,
+                    socket.display()
+                ),
+            ),
+            Some(report),
+        ),
+        Err(StatusError::NotRunning { source, .. }) if !socket.exists() => (
+            Check::new(
+                "daemon",
+                Status::Fail,
+                format!(
+                    "no socket at {} ({source}): every process runs stock",
+                    socket.display()
+                ),
+            )
+            .fix(start_fix()),
+            None,
+        ),
+        Err(e) => (
+            Check::new(
+                "daemon",
+                Status::Fail,
+                format!("{e}: every process runs stock"),
+            )
+            .fix(format!(
+                "a stale socket or a hung daemon: restart it; {}",
+                start_fix()
+            )),
+            None,
+        ),
+    }
+}
+
+/// Is the policy readable, secure and valid?
+pub fn policy(path: &Path, allow_insecure_owner: bool) -> (Check, Option<Loaded>) {
+    let opts = LoadOptions {
+        allow_insecure_owner,
+    };
+    let shown = path.display();
+    match load(path, &opts) {
+        Ok(loaded) if loaded.warnings.is_empty() => (
+            Check::new(
+                "policy",
+                Status::Ok,
+                format!(
+                    "{shown}: valid, {} rules, mode {}, sha256 {}",
+                    loaded.policy.rule_count(),
+                    loaded.policy.mode().as_str(),
+                    &loaded.policy.sha256_hex()[..12]
+                ),
+            ),
+            Some(loaded),
+        ),
+        Ok(loaded) => (
+            Check::new(
+                "policy",
+                Status::Warn,
+                format!(
+                    "{shown}: valid with {} warnings, first: {}",
+                    loaded.warnings.len(),
+                    loaded.warnings[0]
+                ),
+            )
+            .fix(format!("metalift validate {shown}")),
+            Some(loaded),
+        ),
+        Err(LoadError::NotFound { .. }) => (
+            Check::new(
+                "policy",
+                Status::Warn,
+                format!("{shown} does not exist: no rules, every process stays stock"),
+            )
+            .fix(format!("sudo metalift edit --policy {shown}")),
+            None,
+        ),
+        Err(e @ LoadError::Permission { .. }) => (
+            Check::new("policy", Status::Fail, e.to_string()).fix(format!(
+                "sudo chown root:{} {shown} && sudo chmod 644 {shown} (metaliftd refuses it until then)",
+                if cfg!(target_os = "macos") { "wheel" } else { "root" }
+            )),
+            None,
+        ),
+        Err(e @ LoadError::Invalid { .. }) => (
+            Check::new(
+                "policy",
+                Status::Fail,
+                format!("{shown}: invalid: {e} (metaliftd keeps the last good policy)"),
+            )
+            .fix(format!("metalift validate {shown}, then sudo metalift edit")),
+            None,
+        ),
+        Err(e) => (
+            Check::new("policy", Status::Fail, e.to_string())
+                .fix("run doctor as root, or check the file's permissions"),
+            None,
+        ),
+    }
+}
+
+/// Is the policy on disk the one live?
+pub fn live_matches(path: &Path, report: Option<&StatusReport>, loaded: Option<&Loaded>) -> Check {
+    let Some(report) = report else {
+        return Check::new(
+            "live policy",
+            Status::Warn,
+            "cannot compare: no daemon answers",
+        );
+    };
+    if Path::new(&report.policy_path) != path {
+        return Check::new(
+            "live policy",
+            Status::Warn,
+            format!(
+                "metaliftd serves {}, not {}",
+                report.policy_path,
+                path.display()
+            ),
+        )
+        .fix("pass doctor the daemon's --policy, or fix the daemon's flags");
+    }
+    let live = &report.policy_sha256;
+    match loaded {
+        Some(l) if l.policy.sha256_hex() == live => Check::new(
+            "live policy",
+            Status::Ok,
+            format!(
+                "the live policy is the file on disk (sha256 {})",
+                &live[..12.min(live.len())]
+            ),
+        ),
+        Some(l) => Check::new(
+            "live policy",
+            Status::Fail,
+            format!(
+                "metaliftd serves sha256 {}, the disk has {}{}",
+                &live[..12.min(live.len())],
+                &l.policy.sha256_hex()[..12],
+                report
+                    .last_reload_error
+                    .as_deref()
+                    .map(|e| format!("; last reload error: {}", e.lines().next().unwrap_or("")))
+                    .unwrap_or_default()
+            ),
+        )
+        .fix("metalift status shows why; touching the file makes metaliftd reload it"),
+        None => Check::new(
+            "live policy",
+            Status::Fail,
+            format!(
+                "the file on disk is not loadable; metaliftd serves sha256 {}",
+                &live[..12.min(live.len())]
+            ),
+        )
+        .fix("fix the policy (see the policy check)"),
+    }
+}

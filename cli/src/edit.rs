@@ -1,0 +1,373 @@
+//! `metalift edit`: visudo for the policy. Takes the edit lock, copies the policy
+//! (or one drop-in) to a temporary file beside it, runs `$VISUAL`/`$EDITOR`,
+//! validates the result together with the installed drop-ins exactly as metaliftd
+//! will (the policy crate's loader and compiler, as `metalift validate` uses),
+//! and only then installs it atomically with the owner and mode metaliftd
+//! requires. A broken edit is shown (`file:line:col`) and can be edited again or
+//! discarded; the installed file is never half-written, never insecure, and never
+//! invalid. Then it prints the new policy hash and, when metaliftd answers, waits
+//! until that hash is live (or reports why the daemon refused it).
+
+mod editor;
+pub mod install;
+mod live;
+pub mod lock;
+
+use std::fs::{self, OpenOptions};
+use std::io::{self, BufRead, IsTerminal, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{bail, Context as _};
+use metalift_policy::{
+    compile_sources_with, load, CompileOptions, Diagnostic, HostFamily, LoadError, LoadOptions,
+    Loaded, Source,
+};
+use serde_json::json;
+
+use self::live::Live;
+use self::lock::EditLock;
+use metalift_daemon::config::DEFAULT_POLICY;
+
+/// Exit status: installed (or nothing to install).
+const DONE: u8 = 0;
+/// Exit status: the edit was invalid and discarded.
+const DISCARDED: u8 = 1;
+/// Exit status: installed, but the daemon refused it or did not make it live in time.
+const NOT_LIVE: u8 = 3;
+
+/// What a new main policy file starts as.
+const NEW_POLICY: &str = "version = 1\nmode = \"enforce\"\n";
+
+/// What a new drop-in starts as (no `version` or `mode`: those belong to the main file).
+const NEW_DROPIN: &str = "# A policy.d/ drop-in: [profile.NAME] and [[rule]] tables, merged after\n# the main policy in file-name order (no `version` or `mode` here).\n";
+
+/// Arguments of `metalift edit`.
+#[derive(Debug, clap::Args)]
+#[command(after_help = "\
+The editor is $VISUAL, else $EDITOR, else vi (split like a shell: VISUAL='code --wait').
+Only one edit runs at a time (a lock file .policy.toml.lock beside the policy).
+
+Exit status:
+  0  installed (and live when a daemon answers), or no changes
+  1  the edit was invalid and discarded (non-interactive stdin discards at once)
+  2  error: lock busy, editor failed, cannot read or install
+  3  installed, but metaliftd refused it or did not make it live in time")]
+pub struct Args {
+    /// The main policy file; its policy.d/ drop-ins are validated with it.
+    #[arg(long, value_name = "PATH", default_value = DEFAULT_POLICY)]
+    pub policy: PathBuf,
+    /// Edit the drop-in policy.d/NAME (NAME.toml) instead of the main file.
+    #[arg(long, value_name = "NAME")]
+    pub dropin: Option<String>,
+    /// The daemon to wait for [default: as `metalift status`].
+    #[arg(long, value_name = "PATH")]
+    pub socket: Option<PathBuf>,
+    /// How long to wait for the daemon to make the new policy live.
+    #[arg(long, value_name = "SECONDS", default_value_t = 5)]
+    pub wait: u64,
+    /// Accept and install files not owned by root (development only, as metaliftd's flag).
+    #[arg(long)]
+    pub allow_insecure_owner: bool,
+    /// Print the result as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The temporary copy the editor works on; removed however the edit ends.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn create(target: &Path, contents: &[u8]) -> anyhow::Result<Scratch> {
+        let dir = target.parent().unwrap_or_else(|| Path::new("."));
+        let name = target
+            .file_name()
+            .map_or_else(|| "policy".into(), |n| n.to_string_lossy());
+        let stem = name.strip_suffix(".toml").unwrap_or(&name);
+        // A leading dot: metaliftd's loader and watcher skip it in policy.d/.
+        let path = dir.join(format!(".{stem}.edit-{}.toml", std::process::id()));
+        let _ = fs::remove_file(&path);
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+            .with_context(|| format!("cannot create {}", path.display()))?;
+        let scratch = Scratch(path);
+        file.write_all(contents)
+            .and_then(|()| file.sync_all())
+            .with_context(|| format!("cannot write {}", scratch.0.display()))?;
+        Ok(scratch)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = fs::remove_file(&self.0);
+    }
+}
+
+/// The file being edited: the policy, or `policy.d/NAME.toml` beside it.
+fn target_path(args: &Args) -> anyhow::Result<PathBuf> {
+    let Some(name) = &args.dropin else {
+        return Ok(args.policy.clone());
+    };
+    if name.is_empty() || name.contains('/') || name.starts_with('.') {
+        bail!(
+            "--dropin {name:?}: a file name in policy.d/, not a path (and not starting with '.')"
+        );
+    }
+    let name = if name.ends_with(".toml") {
+        name.clone()
+    } else {
+        format!("{name}.toml")
+    };
+    Ok(args
+        .policy
+        .parent()
+        .unwrap_or_else(|| Path::new("."))
+        .join("policy.d")
+        .join(name))
+}
+
+/// Runs `metalift edit`.
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let target = target_path(&args)?;
+    let interactive = io::stdin().is_terminal();
+    let _lock = EditLock::take(&args.policy, interactive)?;
+    let existing = match fs::metadata(&target) {
+        Ok(meta) if meta.is_file() => Some(meta),
+        Ok(_) => bail!("{} is not a regular file", target.display()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+        Err(e) => return Err(e).with_context(|| format!("cannot read {}", target.display())),
+    };
+    if args.dropin.is_some() {
+        if !args.policy.exists() {
+            bail!(
+                "{} does not exist: metaliftd reads policy.d/ only beside it; edit it first",
+                args.policy.display()
+            );
+        }
+        if let Some(dir) = target.parent().filter(|d| !d.exists()) {
+            use std::os::unix::fs::DirBuilderExt;
+            fs::DirBuilder::new()
+                .mode(0o755)
+                .create(dir)
+                .with_context(|| format!("cannot create {}", dir.display()))?;
+        }
+    }
+    // Before the editor starts: an edit that could not be installed is not offered.
+    let placement = install::placement(
+        existing.as_ref(),
+        args.allow_insecure_owner,
+        rustix::process::geteuid().as_raw(),
+        rustix::process::getegid().as_raw(),
+    )?;
+    let original = match &existing {
+        Some(_) => {
+            fs::read(&target).with_context(|| format!("cannot read {}", target.display()))?
+        }
+        None if args.dropin.is_some() => NEW_DROPIN.as_bytes().to_vec(),
+        None => NEW_POLICY.as_bytes().to_vec(),
+    };
+    let scratch = Scratch::create(&target, &original)?;
+    let editor = editor::command_line()?;
+    loop {
+        let status = editor::edit(&editor, &scratch.0)?;
+        if !status.success() {
+            bail!(
+                "the editor ({}) ended with {status}: nothing installed, {} unchanged",
+                editor.join(" "),
+                target.display()
+            );
+        }
+        let edited = fs::read(&scratch.0)
+            .with_context(|| format!("cannot read the edited copy {}", scratch.0.display()))?;
+        if edited == original {
+            return finish(&args, &target, None, None);
+        }
+        match check(&args, &target, &scratch.0, &edited)? {
+            Ok(loaded) => {
+                for warning in &loaded.warnings {
+                    eprintln!("{}\n", warning.render(&loaded.sources));
+                }
+                let before = live::snapshot(args.socket.as_deref());
+                install::install(&target, &edited, placement, args.allow_insecure_owner)?;
+                let hash = loaded.policy.sha256_hex().to_owned();
+                let live = live::wait(before, &args.policy, &hash, Duration::from_secs(args.wait));
+                return finish(&args, &target, Some(hash), Some(live));
+            }
+            Err(problems) => {
+                eprint!("{}", problems.text);
+                if interactive && ask_edit_again()? {
+                    continue;
+                }
+                let message = format!(
+                    "invalid edit discarded: {} unchanged ({})",
+                    target.display(),
+                    problems.summary
+                );
+                if args.json {
+                    println!(
+                        "{}",
+                        json!({"ok": false, "error": message, "code": DISCARDED,
+                               "diagnostics": problems.lines})
+                    );
+                } else {
+                    eprintln!("metalift: {message}");
+                }
+                return Ok(ExitCode::from(DISCARDED));
+            }
+        }
+    }
+}
+
+/// What was wrong with an edit, rendered.
+struct Problems {
+    /// Every diagnostic with its source line and underline.
+    text: String,
+    /// `file:line:col: severity: message`, one per diagnostic.
+    lines: Vec<String>,
+    /// "2 errors".
+    summary: String,
+}
+
+/// Validates `edited` as the new contents of `target`, with the drop-ins installed
+/// now, named as metaliftd names them (so the hash is the one it will report).
+fn check(
+    args: &Args,
+    target: &Path,
+    scratch: &Path,
+    edited: &[u8],
+) -> anyhow::Result<Result<Loaded, Problems>> {
+    let name = target.display().to_string();
+    let Ok(text) = std::str::from_utf8(edited) else {
+        let at = std::str::from_utf8(edited)
+            .err()
+            .map_or(0, |e| e.valid_up_to());
+        let line = format!("{name}: error: not valid UTF-8 (byte {at})");
+        return Ok(Err(Problems {
+            text: format!("{line}\n"),
+            lines: vec![line],
+            summary: "1 error".into(),
+        }));
+    };
+    let opts = LoadOptions {
+        allow_insecure_owner: args.allow_insecure_owner,
+    };
+    let read = |path: &Path| match load(path, &opts) {
+        Ok(loaded) => Ok(loaded.sources),
+        Err(LoadError::Invalid { sources, .. }) => Ok(sources),
+        Err(e) => {
+            Err(anyhow::Error::new(e).context("cannot read the installed policy to validate with"))
+        }
+    };
+    let mut sources: Vec<Source> = if args.dropin.is_none() {
+        // The copy sits beside the policy, so the loader reads the same policy.d/.
+        let mut sources = read(scratch)?;
+        if let Some(main) = sources.first_mut() {
+            *main = Source::new(name.clone(), text);
+        }
+        sources
+    } else {
+        read(&args.policy)?
+    };
+    if args.dropin.is_some() {
+        match sources.iter_mut().find(|s| s.name == name) {
+            Some(source) => source.text = text.to_owned(),
+            None => {
+                let file = |s: &Source| Path::new(&s.name).file_name().map(|n| n.to_owned());
+                let new_name = target.file_name().map(|n| n.to_owned());
+                let at = sources
+                    .iter()
+                    .skip(1)
+                    .position(|s| file(s) > new_name)
+                    .map_or(sources.len(), |i| i + 1);
+                sources.insert(at, Source::new(name.clone(), text));
+            }
+        }
+    }
+    // `apple_family_max = "host"` resolves for this machine, as `metalift validate` does.
+    let options = CompileOptions {
+        host: HostFamily {
+            brand: metalift_daemon::host_chip::machine_brand(),
+        },
+    };
+    match compile_sources_with(sources, &options) {
+        Ok(loaded) => Ok(Ok(loaded)),
+        Err(LoadError::Invalid {
+            diagnostics,
+            sources,
+        }) => Ok(Err(problems(&diagnostics, &sources))),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn problems(diagnostics: &[Diagnostic], sources: &[Source]) -> Problems {
+    let errors = diagnostics.iter().filter(|d| d.is_error()).count();
+    Problems {
+        text: diagnostics
+            .iter()
+            .map(|d| format!("{}\n\n", d.render(sources)))
+            .collect(),
+        lines: diagnostics.iter().map(ToString::to_string).collect(),
+        summary: format!("{errors} error{}", if errors == 1 { "" } else { "s" }),
+    }
+}
+
+/// Asks what to do with an invalid edit; `true`: edit again.
+fn ask_edit_again() -> anyhow::Result<bool> {
+    let stdin = io::stdin();
+    loop {
+        eprint!("What now? [e]dit again, [d]iscard: ");
+        io::stderr().flush()?;
+        let mut answer = String::new();
+        if stdin.lock().read_line(&mut answer)? == 0 {
+            return Ok(false);
+        }
+        match answer.trim() {
+            "e" | "E" | "edit" => return Ok(true),
+            "d" | "D" | "discard" => return Ok(false),
+            _ => {}
+        }
+    }
+}
+
+/// Reports the result; `hash`/`live` are `None` when nothing changed.
+fn finish(
+    args: &Args,
+    target: &Path,
+    hash: Option<String>,
+    live: Option<Live>,
+) -> anyhow::Result<ExitCode> {
+    let code = match &live {
+        None | Some(Live::Serving { .. } | Live::NoDaemon(_)) => DONE,
+        Some(Live::Refused(_) | Live::Timeout { .. }) => NOT_LIVE,
+    };
+    if args.json {
+        let daemon = live.as_ref().map(Live::to_json);
+        println!(
+            "{}",
+            json!({
+                "ok": code == DONE,
+                "path": target.display().to_string(),
+                "changed": hash.is_some(),
+                "sha256": hash,
+                "daemon": daemon,
+                "code": code,
+            })
+        );
+        return Ok(ExitCode::from(code));
+    }
+    match (&hash, &live) {
+        (Some(hash), Some(live)) => {
+            println!("installed {} (policy sha256 {hash})", target.display());
+            println!("{}", live.describe());
+        }
+        _ if target.exists() => println!("no changes: {} unchanged", target.display()),
+        _ => println!("no changes: {} not created", target.display()),
+    }
+    Ok(ExitCode::from(code))
+}

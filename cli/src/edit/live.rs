@@ -1,0 +1,134 @@
+//! After an install: did metaliftd make the new policy live? Polls the daemon's
+//! status (bounded) until its live hash is the new one, or its last reload error
+//! changes (a refusal), or time runs out (then a reload error still standing is
+//! the refusal).
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use metalift_daemon::status::{self, StatusReport};
+
+/// How long one status request may take.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// What the daemon did with the new policy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Live {
+    /// No daemon answers: the policy goes live when it starts.
+    NoDaemon(String),
+    /// The daemon serves the new hash.
+    Serving {
+        /// The daemon's pid.
+        pid: u32,
+    },
+    /// The daemon refused it (its last reload error).
+    Refused(String),
+    /// The daemon still serves another hash.
+    Timeout {
+        /// The hash it serves.
+        serving: String,
+        /// Its policy file, when it is not the one edited.
+        policy_path: String,
+    },
+}
+
+/// The daemon's state before the install, to tell a new refusal from an old one.
+#[derive(Debug)]
+pub struct Before {
+    socket: Result<std::path::PathBuf, String>,
+    report: Option<StatusReport>,
+}
+
+/// Looks at the daemon before installing.
+#[must_use]
+pub fn snapshot(socket: Option<&Path>) -> Before {
+    let socket = match socket {
+        Some(s) => Ok(s.to_owned()),
+        None => metalift_daemon::config::default_client_socket().map_err(|e| e.to_string()),
+    };
+    let report = socket
+        .as_ref()
+        .ok()
+        .and_then(|s| status::request(s, REQUEST_TIMEOUT).ok());
+    Before { socket, report }
+}
+
+/// Waits up to `timeout` for `hash` to be live.
+#[must_use]
+pub fn wait(before: Before, policy: &Path, hash: &str, timeout: Duration) -> Live {
+    let socket = match before.socket {
+        Ok(s) => s,
+        Err(e) => return Live::NoDaemon(e),
+    };
+    let old_error = before.report.and_then(|r| r.last_reload_error);
+    let deadline = Instant::now() + timeout;
+    loop {
+        let report = match status::request(&socket, REQUEST_TIMEOUT) {
+            Ok(r) => r,
+            Err(e) => return Live::NoDaemon(e.to_string()),
+        };
+        if report.policy_sha256 == hash {
+            return Live::Serving { pid: report.pid };
+        }
+        if let Some(err) = &report.last_reload_error {
+            if Some(err) != old_error.as_ref() {
+                return Live::Refused(err.clone());
+            }
+        }
+        if Instant::now() >= deadline {
+            // The same refusal as before the install (e.g. a drop-in the daemon
+            // already refused): the new file did not make it live either.
+            if let Some(err) = report.last_reload_error {
+                return Live::Refused(err);
+            }
+            let policy_path = if Path::new(&report.policy_path) == policy {
+                String::new()
+            } else {
+                report.policy_path
+            };
+            return Live::Timeout {
+                serving: report.policy_sha256,
+                policy_path,
+            };
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+impl Live {
+    /// One line for the admin.
+    #[must_use]
+    pub fn describe(&self) -> String {
+        match self {
+            Live::NoDaemon(why) => {
+                format!("no daemon answers ({why}): the policy goes live when metaliftd starts")
+            }
+            Live::Serving { pid } => format!("live in metaliftd (pid {pid})"),
+            Live::Refused(err) => {
+                format!("metaliftd refused it; the previous policy stays live:\n{err}")
+            }
+            Live::Timeout {
+                serving,
+                policy_path,
+            } if !policy_path.is_empty() => {
+                format!("metaliftd serves {policy_path} (sha256 {serving}), not the file edited")
+            }
+            Live::Timeout { serving, .. } => {
+                format!("metaliftd still serves sha256 {serving}: see `metalift status`")
+            }
+        }
+    }
+
+    /// The `daemon` member of `--json` output.
+    #[must_use]
+    pub fn to_json(&self) -> Value {
+        match self {
+            Live::NoDaemon(why) => json!({"state": "no_daemon", "detail": why}),
+            Live::Serving { pid } => json!({"state": "live", "pid": pid}),
+            Live::Refused(err) => json!({"state": "refused", "detail": err}),
+            Live::Timeout { serving, .. } => json!({"state": "timeout", "serving": serving}),
+        }
+    }
+}

@@ -1,0 +1,360 @@
+//! `metalift validate`: checks a policy (and its `policy.d/`) the way metaliftd would
+//! load it, plus what only the machine can tell (rule paths that are symlinks or do
+//! not exist, a `uid` that is not the rule's `user`), and prints every problem with
+//! its location.
+//!
+//! Like `visudo -c -f`, it checks any file: a candidate in a checkout is judged on
+//! its contents; its owner and mode are reported as warnings (metaliftd refuses a
+//! policy file not owned by root or writable by group/other where it is installed).
+//! `--main /etc/metalift/policy.toml DROPIN.toml` checks a drop-in in the context of
+//! the installed main policy and its other drop-ins (replacing an installed drop-in
+//! of the same file name), and prints the hash the policy will have once installed.
+//!
+//! Exit codes: 0 valid (warnings allowed), 1 invalid (or, with `--strict`, any
+//! warning about the policy's contents), 2 unreadable (missing file, I/O error).
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use metalift_policy::{
+    compile_sources_with, host_lints, read_file, read_policy, CompileOptions, Diagnostic,
+    HostFamily, LoadError, PermissionProblem, Severity, Source,
+};
+use serde_json::{json, Value};
+
+use metalift_daemon::config::DEFAULT_POLICY;
+use metalift_daemon::policy_host::RealHost;
+
+/// Arguments of `metalift validate`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The policy file to check: the main policy (`policy.d/*.toml` beside it is read
+    /// too), or with `--main` a drop-in candidate.
+    #[arg(default_value = DEFAULT_POLICY)]
+    pub path: PathBuf,
+    /// Check PATH as a `policy.d/` drop-in of this installed main policy: with the
+    /// main file and its other drop-ins, replacing one of the same file name.
+    #[arg(long, value_name = "MAIN")]
+    pub main: Option<PathBuf>,
+    /// Treat warnings about the policy's contents (lints included) as errors: exit 1.
+    /// Owner and mode problems stay warnings.
+    #[arg(long)]
+    pub strict: bool,
+    /// Print one JSON document instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Skip the checks against this machine (rule paths that are symlinks or missing,
+    /// uid vs user): for checking a policy somewhere other than where it will run.
+    #[arg(long)]
+    pub skip_host_checks: bool,
+    /// Do not report files not owned by root or writable by group/other.
+    #[arg(long)]
+    pub allow_insecure_owner: bool,
+    /// What `apple_family_max = "host"` resolves to: this chip brand (default: this
+    /// machine's `machdep.cpu.brand_string` on macOS).
+    #[arg(long, value_name = "BRAND")]
+    pub host_chip_brand: Option<String>,
+}
+
+/// Exit code for a valid policy.
+const VALID: u8 = 0;
+/// Exit code for a policy with errors (or warnings under `--strict`).
+const INVALID: u8 = 1;
+/// Exit code when the policy could not be read at all.
+const UNREADABLE: u8 = 2;
+
+/// What was checked and what was found.
+struct Report {
+    /// The sources in load order (a `--main` candidate in its place).
+    sources: Vec<Source>,
+    /// Every problem, errors and warnings, in file order.
+    diagnostics: Vec<Diagnostic>,
+    /// Owner/mode problems: warnings here, a refusal by metaliftd.
+    ownership: Vec<PermissionProblem>,
+    /// The compiled policy's facts, when it compiled.
+    policy: Option<Facts>,
+    /// With `--main`: where the candidate goes.
+    placement: Option<String>,
+}
+
+struct Facts {
+    sha256: String,
+    mode: &'static str,
+    rules: usize,
+    profiles: Vec<String>,
+}
+
+/// Runs `metalift validate`.
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let report = match check(&args) {
+        Ok(r) => r,
+        Err(e) => {
+            let message = match &e {
+                LoadError::NotFound { .. } => {
+                    format!("{e} (metaliftd would run with no rules: everything stock)")
+                }
+                _ => e.to_string(),
+            };
+            if args.json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&json!({
+                        "path": args.path.display().to_string(),
+                        "status": "unreadable",
+                        "strict": args.strict,
+                        "errors": 0,
+                        "warnings": 0,
+                        "diagnostics": [],
+                        "ownership": [],
+                        "files": [],
+                        "policy": null,
+                        "error": message,
+                    }))?
+                );
+            } else {
+                println!("{message}");
+            }
+            return Ok(ExitCode::from(UNREADABLE));
+        }
+    };
+    let errors = report.diagnostics.iter().filter(|d| d.is_error()).count();
+    let warnings = report.diagnostics.len() - errors;
+    let refused_by_strict = args.strict && warnings > 0;
+    let code = if errors > 0 || refused_by_strict {
+        INVALID
+    } else {
+        VALID
+    };
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report_json(&args, &report, code))?
+        );
+    } else {
+        print!("{}", report_text(&args, &report, errors, warnings));
+    }
+    Ok(ExitCode::from(code))
+}
+
+/// Reads, compiles and lints; `Err` only when nothing could be read.
+fn check(args: &Args) -> Result<Report, LoadError> {
+    let (mut sources, mut ownership, mut diagnostics, placement) = match &args.main {
+        None => {
+            let read = read_policy(&args.path)?;
+            (
+                read.sources,
+                read.permission_problems,
+                read.encoding_errors,
+                None,
+            )
+        }
+        Some(main) => {
+            let read = read_policy(main)?;
+            let (candidate, problem, encoding) = read_file(&args.path)?;
+            let mut ownership = read.permission_problems;
+            ownership.extend(problem);
+            let mut diagnostics = read.encoding_errors;
+            diagnostics.extend(encoding);
+            let (sources, placement) = place_drop_in(read.sources, candidate, main);
+            (sources, ownership, diagnostics, Some(placement))
+        }
+    };
+    if args.allow_insecure_owner {
+        ownership.clear();
+    }
+    let host = HostFamily {
+        brand: args
+            .host_chip_brand
+            .clone()
+            .or_else(metalift_daemon::host_chip::machine_brand),
+    };
+    let host_warnings = if args.skip_host_checks {
+        Vec::new()
+    } else {
+        host_lints(&sources, &RealHost)
+    };
+    let policy = if diagnostics.is_empty() {
+        match compile_sources_with(sources.clone(), &CompileOptions { host }) {
+            Ok(loaded) => {
+                diagnostics.extend(loaded.warnings);
+                let p = &loaded.policy;
+                Some(Facts {
+                    sha256: p.sha256_hex().to_owned(),
+                    mode: p.mode().as_str(),
+                    rules: p.rule_count(),
+                    profiles: p.profiles().keys().cloned().collect(),
+                })
+            }
+            Err(LoadError::Invalid {
+                diagnostics: found,
+                sources: back,
+            }) => {
+                diagnostics.extend(found);
+                sources = back;
+                None
+            }
+            Err(other) => return Err(other),
+        }
+    } else {
+        None
+    };
+    diagnostics.extend(host_warnings);
+    let rank = |name: &str| sources.iter().position(|s| s.name == name);
+    diagnostics.sort_by_key(|d| (rank(&d.file), d.line, d.col, d.severity));
+    Ok(Report {
+        sources,
+        diagnostics,
+        ownership,
+        policy,
+        placement,
+    })
+}
+
+/// Puts `candidate` among the installed sources as metaliftd would read it from
+/// `policy.d/`: in place of an installed file of the same name, or in name order.
+fn place_drop_in(
+    mut sources: Vec<Source>,
+    candidate: Source,
+    main: &Path,
+) -> (Vec<Source>, String) {
+    let name = metalift_policy::file_name(&candidate.name).to_owned();
+    let dir = main
+        .parent()
+        .unwrap_or_else(|| Path::new("."))
+        .join("policy.d");
+    let installed_as = dir.join(&name).display().to_string();
+    let drop_ins = sources.get(1..).unwrap_or_default();
+    let same = drop_ins
+        .iter()
+        .position(|s| metalift_policy::file_name(&s.name) == name);
+    let placement = match same {
+        Some(i) => {
+            if let Some(slot) = sources.get_mut(i + 1) {
+                *slot = candidate;
+            }
+            format!("replacing the installed {installed_as}")
+        }
+        None => {
+            let at = drop_ins
+                .iter()
+                .position(|s| metalift_policy::file_name(&s.name) > name.as_str())
+                .map_or(sources.len(), |i| i + 1);
+            sources.insert(at.max(1), candidate);
+            format!("as a new {installed_as}")
+        }
+    };
+    let placement = if name.starts_with('.') || !name.ends_with(".toml") {
+        format!(
+            "{placement}; note: metaliftd reads only policy.d/*.toml files not starting with `.`, so it would ignore `{name}`"
+        )
+    } else {
+        placement
+    };
+    (sources, placement)
+}
+
+fn plural(n: usize, word: &str) -> String {
+    if n == 1 {
+        format!("{n} {word}")
+    } else {
+        format!("{n} {word}s")
+    }
+}
+
+fn ownership_line(p: &PermissionProblem) -> String {
+    format!(
+        "{}: warning: {}: metaliftd refuses a policy file that is not owned by root or is writable by group or other; install it with `sudo install -o root -m 0644` (a directory: `sudo chown root` and `sudo chmod go-w`)",
+        p.path.display(),
+        p.reason
+    )
+}
+
+/// Every diagnostic rendered with its line and underline, then a one-line summary.
+fn report_text(args: &Args, r: &Report, errors: usize, warnings: usize) -> String {
+    let path = args.path.display();
+    let mut out = String::new();
+    for d in &r.diagnostics {
+        let rendered = d.render(&r.sources);
+        if args.strict && d.severity == Severity::Warning {
+            out.push_str(&rendered.replacen(": warning: ", ": error (--strict): ", 1));
+        } else {
+            out.push_str(&rendered);
+        }
+        out.push_str("\n\n");
+    }
+    for p in &r.ownership {
+        out.push_str(&ownership_line(p));
+        out.push_str("\n\n");
+    }
+    if let Some(placement) = &r.placement {
+        out.push_str(&format!(
+            "{path}: checked as a drop-in of {} ({placement})\n",
+            args.main.as_deref().unwrap_or(Path::new("?")).display()
+        ));
+    }
+    let all_warnings = warnings + r.ownership.len();
+    match (&r.policy, errors) {
+        (Some(p), 0) if !(args.strict && warnings > 0) => {
+            let extra = r.sources.len().saturating_sub(1);
+            out.push_str(&format!(
+                "{path}: valid: {} and {} in {}{}, mode {}, {}; sha256 {}\n",
+                plural(p.rules, "rule"),
+                plural(p.profiles.len(), "profile"),
+                plural(1 + extra, "file"),
+                if extra > 0 { " (with policy.d/)" } else { "" },
+                p.mode,
+                plural(all_warnings, "warning"),
+                p.sha256,
+            ));
+        }
+        (Some(_), 0) => out.push_str(&format!(
+            "{path}: invalid (--strict): 0 errors, {}\n",
+            plural(all_warnings, "warning")
+        )),
+        _ => out.push_str(&format!(
+            "{path}: invalid: {}, {}\n",
+            plural(errors, "error"),
+            plural(all_warnings, "warning")
+        )),
+    }
+    out
+}
+
+fn diagnostic_json(d: &Diagnostic) -> Value {
+    json!({
+        "severity": d.severity.as_str(),
+        "file": d.file,
+        "line": d.line,
+        "col": d.col,
+        "len": d.len,
+        "message": d.message,
+    })
+}
+
+/// `{"path", "status": "valid"|"invalid"|"unreadable", "strict", "errors", "warnings",
+/// "diagnostics": [...], "ownership": [{"path", "reason"}], "files": [...],
+/// "placement": str|null, "policy": {...}|null, "error": str|null}`.
+fn report_json(args: &Args, r: &Report, code: u8) -> Value {
+    let errors = r.diagnostics.iter().filter(|d| d.is_error()).count();
+    json!({
+        "path": args.path.display().to_string(),
+        "status": if code == VALID { "valid" } else { "invalid" },
+        "strict": args.strict,
+        "errors": errors,
+        "warnings": r.diagnostics.len() - errors + r.ownership.len(),
+        "diagnostics": r.diagnostics.iter().map(diagnostic_json).collect::<Vec<_>>(),
+        "ownership": r.ownership.iter().map(|p| json!({
+            "path": p.path.display().to_string(),
+            "reason": p.reason,
+        })).collect::<Vec<_>>(),
+        "files": r.sources.iter().map(|s| s.name.clone()).collect::<Vec<_>>(),
+        "placement": r.placement,
+        "policy": r.policy.as_ref().map(|p| json!({
+            "sha256": p.sha256,
+            "mode": p.mode,
+            "rules": p.rules,
+            "profiles": p.profiles,
+        })),
+        "error": null,
+    })
+}

@@ -1,0 +1,237 @@
+//! `metalift doctor --root DIR` on a healthy and on a broken temporary installation,
+//! against the real binaries (metaliftd serving the healthy one).
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+mod support;
+
+fn bin_dir() -> PathBuf {
+    Path::new(env!("CARGO_BIN_EXE_metalift"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+/// A job plist that inserts `library`.
+fn job_plist(label: &str, library: &str) -> String {
+    format!(
+        r#"<?xml version="1.0" encoding="UTF-8"?>
+<!DOCTYPE plist PUBLIC "-//Apple//DTD PLIST 1.0//EN" "http://www.apple.com/DTDs/PropertyList-1.0.dtd">
+<plist version="1.0"><dict>
+  <key>Label</key><string>{label}</string>
+  <key>ProgramArguments</key><array><string>/opt/ci/agent</string></array>
+  <key>EnvironmentVariables</key><dict>
+    <key>DYLD_INSERT_LIBRARIES</key><string>{library}</string>
+  </dict>
+</dict></plist>
+"#
+    )
+}
+
+struct Root {
+    dir: tempfile::TempDir,
+}
+
+impl Root {
+    fn new() -> Root {
+        let dir = tempfile::tempdir().unwrap();
+        for d in [
+            "etc/metalift",
+            "var/log/metalift",
+            "usr/local/metalift/lib",
+            "run/metalift",
+            "Library/LaunchDaemons",
+        ] {
+            fs::create_dir_all(dir.path().join(d)).unwrap();
+        }
+        Root { dir }
+    }
+
+    fn path(&self, p: &str) -> PathBuf {
+        self.dir.path().join(p)
+    }
+
+    fn policy(&self, text: &str, mode: u32) {
+        fs::write(self.path("etc/metalift/policy.toml"), text).unwrap();
+        fs::set_permissions(
+            self.path("etc/metalift/policy.toml"),
+            fs::Permissions::from_mode(mode),
+        )
+        .unwrap();
+    }
+
+    fn doctor(&self) -> (Output, Value) {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_metalift"));
+        cmd.args(["doctor", "--json", "--root"])
+            .arg(self.dir.path());
+        if !rustix::process::geteuid().is_root() {
+            cmd.arg("--allow-insecure-owner");
+        }
+        let out = cmd.output().unwrap();
+        let v: Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+        (out, v)
+    }
+}
+
+fn statuses(report: &Value) -> Vec<(String, String)> {
+    report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["name"].as_str().unwrap().to_owned(),
+                c["status"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+fn status_of<'a>(checks: &'a [(String, String)], name: &str) -> Vec<&'a str> {
+    checks
+        .iter()
+        .filter(|(n, _)| n == name)
+        .map(|(_, s)| s.as_str())
+        .collect()
+}
+
+struct Daemon(Child);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start_daemon(root: &Root) -> Daemon {
+    let socket = root.path("run/metalift/metalift.sock");
+    let child = Command::new(support::workspace_binary("metaliftd"))
+        .arg("--policy")
+        .arg(root.path("etc/metalift/policy.toml"))
+        .arg("--socket")
+        .arg(&socket)
+        .arg("--audit-log")
+        .arg(root.path("var/log/metalift/audit.jsonl"))
+        .arg("--allow-insecure-owner")
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !socket.exists() {
+        assert!(Instant::now() < deadline, "metaliftd did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Daemon(child)
+}
+
+fn healthy() -> Root {
+    let root = Root::new();
+    let probe = bin_dir().join("metalift-probe").canonicalize().unwrap();
+    root.policy(
+        &format!(
+            "version = 1\n[profile.apple7]\napple_family_max = 7\n\n[[rule]]\nid = \"probe\"\npath = \"{}\"\nunlock = \"apple7\"\n",
+            probe.display()
+        ),
+        0o644,
+    );
+    fs::copy(
+        bin_dir().join("libmetalift.so"),
+        root.path("usr/local/metalift/lib/libmetalift.so"),
+    )
+    .unwrap();
+    fs::write(
+        root.path("Library/LaunchDaemons/com.example.ci.plist"),
+        job_plist("com.example.ci", "/usr/local/metalift/lib/libmetalift.so"),
+    )
+    .unwrap();
+    root
+}
+
+#[test]
+fn a_healthy_installation_is_all_ok_and_exits_0() {
+    let root = healthy();
+    let _daemon = start_daemon(&root);
+    let (out, report) = root.doctor();
+    let checks = statuses(&report);
+    assert_eq!(out.status.code(), Some(0), "{report:#}");
+    assert_eq!(report["ok"], true);
+    for name in [
+        "daemon",
+        "policy",
+        "live policy",
+        "audit log",
+        "shim",
+        "injection",
+        "rules",
+    ] {
+        assert_eq!(status_of(&checks, name), ["ok"], "{name}: {report:#}");
+    }
+    assert_eq!(status_of(&checks, "SIP"), ["n/a"], "Linux has no SIP");
+}
+
+#[test]
+fn a_broken_installation_fails_each_broken_part_with_a_fix_and_exits_2() {
+    let root = Root::new();
+    // Group/other-writable policy, a 32-bit shim, a job naming a missing library, no daemon.
+    root.policy("version = 1\n", 0o666);
+    let mut header = b"\x7fELF\x01\x01\x01".to_vec();
+    header.resize(20, 0);
+    header[18] = 0x28;
+    fs::write(root.path("usr/local/metalift/lib/libmetalift.so"), header).unwrap();
+    fs::write(
+        root.path("Library/LaunchDaemons/com.example.old.plist"),
+        job_plist("com.example.old", "/usr/local/lib/old-unlocker.dylib"),
+    )
+    .unwrap();
+    let (out, report) = root.doctor();
+    let checks = statuses(&report);
+    assert_eq!(out.status.code(), Some(2), "{report:#}");
+    assert_eq!(report["ok"], false);
+    for name in ["daemon", "shim", "injection"] {
+        assert_eq!(status_of(&checks, name), ["fail"], "{name}: {report:#}");
+    }
+    if rustix::process::geteuid().is_root() {
+        assert_eq!(status_of(&checks, "policy"), ["fail"], "{report:#}");
+    }
+    for check in report["checks"].as_array().unwrap() {
+        if check["status"] == "fail" {
+            assert!(
+                check["fix"].as_str().is_some_and(|f| !f.is_empty()),
+                "no fix: {check}"
+            );
+        }
+    }
+    let text = Command::new(env!("CARGO_BIN_EXE_metalift"))
+        .args(["doctor", "--root"])
+        .arg(root.dir.path())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.lines().any(|l| l.starts_with("fail  shim")),
+        "one line per check, status first: {text}"
+    );
+    assert!(text.contains("fix: "), "{text}");
+}
+
+#[test]
+fn warnings_alone_exit_1() {
+    let root = healthy();
+    root.policy(
+        "version = 1\n[profile.apple7]\napple_family_max = 7\n\n[[rule]]\nid = \"gone\"\npath = \"/opt/not-installed/llama-server\"\nunlock = \"apple7\"\n",
+        0o644,
+    );
+    let _daemon = start_daemon(&root);
+    let (out, report) = root.doctor();
+    let checks = statuses(&report);
+    assert_eq!(status_of(&checks, "rules"), ["warn"], "{report:#}");
+    assert_eq!(out.status.code(), Some(1), "{report:#}");
+}

@@ -1,0 +1,439 @@
+//! `metalift explain --live` and `--decision`, the policy archive behind them, one
+//! policy hash across every tool, and `apple_family_max = "host"` — against the real
+//! metaliftd binary on a temporary socket, started with the development flag.
+//!
+//! This test process is the client: it checks in over the raw wire protocol, so the
+//! daemon decides for this test binary's own (resolved) executable.
+#![cfg(target_os = "linux")]
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use metalift_policy::wire::{self, CheckIn, Message, VerdictMsg, WireAction, LENGTH_PREFIX};
+use serde_json::Value;
+
+mod support;
+
+/// The longest any single wait may take before the test calls it a hang.
+const HANG_GUARD: Duration = Duration::from_secs(60);
+
+struct Env {
+    dir: tempfile::TempDir,
+}
+
+impl Env {
+    fn new() -> Env {
+        let dir = tempfile::Builder::new()
+            .prefix("explain-")
+            .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+            .expect("temp dir");
+        Env { dir }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn socket(&self) -> PathBuf {
+        self.path("run/metalift.sock")
+    }
+
+    fn audit_log(&self) -> PathBuf {
+        self.path("log/audit.jsonl")
+    }
+
+    fn policy(&self) -> PathBuf {
+        self.path("policy.toml")
+    }
+
+    /// A policy whose rule `me` decides `verdict` for this test binary.
+    fn write_policy(&self, profile_family: &str, verdict: &str) {
+        let text = format!(
+            "version = 1\n[profile.native]\napple_family_max = {profile_family}\n\n[[rule]]\nid = \"me\"\npath = \"{}\"\n{verdict}\n",
+            me().display()
+        );
+        std::fs::write(self.policy(), text).expect("write policy");
+    }
+
+    fn start(&self, extra: &[&str], env: &[(&str, &str)]) -> Daemon {
+        let mut cmd = Command::new(support::workspace_binary("metaliftd"));
+        cmd.arg("--policy")
+            .arg(self.policy())
+            .arg("--socket")
+            .arg(self.socket())
+            .arg("--audit-log")
+            .arg(self.audit_log())
+            .arg("--allow-insecure-owner")
+            .args(extra)
+            .env_remove("METALIFT_HOST_CHIP_BRAND")
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(self.path("daemon.log")).expect("daemon log"));
+        let daemon = Daemon {
+            child: cmd.spawn().expect("spawn metaliftd"),
+            socket: self.socket(),
+        };
+        let start = Instant::now();
+        while metalift_daemon::status::request(&daemon.socket, Duration::from_secs(5)).is_err() {
+            assert!(start.elapsed() < HANG_GUARD, "metaliftd did not come up");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        daemon
+    }
+
+    fn records_of(&self, kind: &str) -> Vec<Value> {
+        let text = std::fs::read_to_string(self.audit_log()).unwrap_or_default();
+        text.lines()
+            .map(|l| serde_json::from_str::<Value>(l).expect("a JSON line"))
+            .filter(|r| r["kind"] == kind)
+            .collect()
+    }
+
+    fn explain(&self, args: &[&str]) -> Output {
+        let log = self.audit_log();
+        let socket = self.socket();
+        let mut all = vec!["explain", "--log", s(&log)];
+        all.extend_from_slice(args);
+        if args.contains(&"--live") {
+            all.extend(["--socket", s(&socket)]);
+        }
+        metalift(&all)
+    }
+}
+
+/// A running metaliftd; killed on drop.
+struct Daemon {
+    child: Child,
+    socket: PathBuf,
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Daemon {
+    fn live_sha256(&self) -> String {
+        metalift_daemon::status::request(&self.socket, Duration::from_secs(5))
+            .expect("status")
+            .policy_sha256
+    }
+
+    /// Waits until the live policy's hash is `sha256`.
+    fn wait_live(&self, sha256: &str) {
+        let start = Instant::now();
+        while self.live_sha256() != sha256 {
+            assert!(start.elapsed() < HANG_GUARD, "the edit never went live");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Checks in as this process and returns the verdict.
+    fn check_in(&self) -> VerdictMsg {
+        let mut stream = UnixStream::connect(&self.socket).expect("connect");
+        stream.set_read_timeout(Some(HANG_GUARD)).expect("timeout");
+        let msg = Message::CheckIn(CheckIn {
+            shim_version: "test".into(),
+            arch: std::env::consts::ARCH.into(),
+            claimed_executable: None,
+        });
+        stream.write_all(&wire::encode_frame(&msg)).expect("send");
+        let mut prefix = [0u8; LENGTH_PREFIX];
+        stream.read_exact(&mut prefix).expect("verdict prefix");
+        let mut body = vec![0u8; wire::frame_length(prefix).expect("sane length")];
+        stream.read_exact(&mut body).expect("verdict body");
+        match wire::decode_body(&body).expect("decodes") {
+            Message::Verdict(v) => v,
+            other => panic!("expected a verdict, got {other:?}"),
+        }
+    }
+}
+
+/// This test binary, resolved, as the kernel reports it to the daemon.
+fn me() -> PathBuf {
+    std::fs::canonicalize(std::env::current_exe().expect("current exe")).expect("resolve")
+}
+
+fn metalift(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_metalift"))
+        .args(args)
+        .env_remove("METALIFT_HOST_CHIP_BRAND")
+        .output()
+        .expect("run metalift")
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().expect("utf-8 temp path")
+}
+
+fn out(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// The sha256 `metalift validate --json` prints for the policy at `path`.
+fn validate_sha256(path: &str) -> String {
+    let o = metalift(&["validate", path, "--json", "--skip-host-checks"]);
+    let doc: Value = serde_json::from_slice(&o.stdout).expect("validate --json");
+    doc["policy"]["sha256"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no hash: {doc}"))
+        .to_owned()
+}
+
+/// The contents-only hash of the policy at `path`, valid or not.
+fn validate_sha256_any(path: &Path) -> String {
+    let read = metalift_policy::read_policy(path).expect("readable");
+    metalift_policy::sources_sha256(&read.sources)
+}
+
+#[test]
+fn given_the_override_brand_apple_m3_max_the_daemon_unlocks_with_ceiling_9() {
+    let env = Env::new();
+    env.write_policy("\"host\"", "unlock = \"native\"");
+    let daemon = env.start(
+        &[],
+        &[("METALIFT_HOST_CHIP_BRAND", "Apple M3 Max (Virtual)")],
+    );
+    let v = daemon.check_in();
+    assert_eq!(v.action, WireAction::Unlock, "{v:?}");
+    assert_eq!(v.capabilities.map(|c| c.apple_family_max), Some(9), "{v:?}");
+    // The audit's decision record shows the resolved ceiling, not "host".
+    let decisions = env.records_of("decision");
+    assert_eq!(
+        decisions.last().map(|d| d["apple_family_max"].clone()),
+        Some(serde_json::json!(9)),
+        "{decisions:?}"
+    );
+    // A known chip: the load drew no "unknown chip" warning.
+    let loaded = env.records_of("policy_loaded");
+    assert_eq!(loaded[0]["warnings"], serde_json::json!([]), "{loaded:?}");
+    // explain, told the same brand, shows the resolved value and where it came from.
+    let o = env.explain(&[
+        "--live",
+        "--path",
+        s(&me()),
+        "--host-chip-brand",
+        "Apple M3 Max (Virtual)",
+    ]);
+    assert!(
+        out(&o).contains(
+            "apple_family_max         9 (\"host\": host: Apple M3 Max (Virtual)) (supportsFamily: YES for Apple1..Apple9"
+        ),
+        "{}",
+        out(&o)
+    );
+}
+
+#[test]
+fn without_a_brand_the_daemon_resolves_host_to_7_and_warns() {
+    let env = Env::new();
+    env.write_policy("\"host\"", "unlock = \"native\"");
+    let daemon = env.start(&[], &[]);
+    let v = daemon.check_in();
+    assert_eq!(v.capabilities.map(|c| c.apple_family_max), Some(7), "{v:?}");
+    let loaded = env.records_of("policy_loaded");
+    assert!(
+        loaded[0]["warnings"][0]
+            .as_str()
+            .is_some_and(|w| w.contains("the host chip could not be read here: the ceiling is 7")),
+        "{loaded:?}"
+    );
+}
+
+#[test]
+fn one_policy_hash_in_status_the_audit_log_validate_explain_and_sha256sum() {
+    let env = Env::new();
+    env.write_policy("7", "unlock = \"native\"");
+    std::fs::create_dir_all(env.path("policy.d")).expect("policy.d");
+    std::fs::write(env.path("policy.d/10-extra.toml"), "version = 1\n# fleet\n").expect("write");
+    let daemon = env.start(&[], &[]);
+    let live = daemon.live_sha256();
+    let loaded = env.records_of("policy_loaded");
+    assert_eq!(loaded[0]["sha256"], live.as_str());
+    assert_eq!(validate_sha256(s(&env.policy())), live);
+    let o = metalift(&["explain", "--policy", s(&env.policy()), "--path", s(&me())]);
+    assert!(out(&o).contains(&format!("sha256 {live}")), "{}", out(&o));
+    let sh = Command::new("sh")
+        .arg("-c")
+        .arg(readme_drop_in_one_liner().replace("/etc/metalift", s(env.dir.path())))
+        .output()
+        .expect("sh");
+    assert_eq!(
+        String::from_utf8_lossy(&sh.stdout)
+            .split_whitespace()
+            .next(),
+        Some(live.as_str())
+    );
+}
+
+/// The README's command for a policy with drop-ins, as documented.
+fn readme_drop_in_one_liner() -> String {
+    let readme = Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md");
+    std::fs::read_to_string(readme)
+        .expect("README.md")
+        .lines()
+        .find(|l| l.starts_with("(cd /etc/metalift && "))
+        .expect("the README documents the drop-in one-liner")
+        .to_owned()
+}
+
+#[test]
+fn explain_live_uses_the_daemons_policy_when_the_file_on_disk_is_refused() {
+    let env = Env::new();
+    env.write_policy("7", "unlock = \"native\"");
+    let daemon = env.start(&[], &[]);
+    let good = daemon.live_sha256();
+    // A broken edit: the daemon keeps the last good policy, the file explains nothing.
+    std::fs::write(env.policy(), "version = 1\nmode = \"loud\"\n").expect("break policy");
+    let start = Instant::now();
+    while env.records_of("policy_rejected").is_empty() {
+        assert!(start.elapsed() < HANG_GUARD, "the refusal never came");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(daemon.live_sha256(), good);
+    let from_file = metalift(&["explain", "--policy", s(&env.policy()), "--path", s(&me())]);
+    assert_eq!(from_file.status.code(), Some(1), "{}", out(&from_file));
+
+    let o = env.explain(&["--live", "--path", s(&me())]);
+    let text = out(&o);
+    assert_eq!(o.status.code(), Some(0), "{text}");
+    assert!(text.contains("policy   live in metaliftd (pid "), "{text}");
+    assert!(
+        text.contains(&format!(
+            "has sha256 {}, not the live {good}",
+            validate_sha256_any(&env.policy())
+        )),
+        "{text}"
+    );
+    assert!(text.contains(&format!("sha256 {good}")), "{text}");
+    assert!(text.contains("WINS  me ("), "{text}");
+    assert!(
+        text.contains("unlock with profile `native` (rule `me`"),
+        "{text}"
+    );
+}
+
+#[test]
+fn explain_live_says_so_when_the_archive_lacks_the_live_policy() {
+    let env = Env::new();
+    env.write_policy("7", "unlock = \"native\"");
+    let daemon = env.start(&[], &[]);
+    let live = daemon.live_sha256();
+    let archived = env.path(&format!("log/policies/{live}.json"));
+    assert!(
+        archived.exists(),
+        "the daemon archived its policy at {}",
+        archived.display()
+    );
+    std::fs::remove_file(&archived).expect("remove");
+    let o = env.explain(&["--live", "--path", s(&me())]);
+    assert_eq!(o.status.code(), Some(2), "{}", out(&o));
+    assert!(
+        out(&o).contains(&format!(
+            "the policy {live} live in metaliftd is no longer archived"
+        )),
+        "{}",
+        out(&o)
+    );
+}
+
+#[test]
+fn explain_decision_reexplains_with_the_policy_that_was_live_then() {
+    let env = Env::new();
+    env.write_policy("7", "unlock = \"native\"");
+    let daemon = env.start(&[], &[]);
+    let then = daemon.live_sha256();
+    let v = daemon.check_in();
+    assert_eq!(v.action, WireAction::Unlock);
+    // The policy changes: this executable is now stock.
+    env.write_policy("7", "stock = true");
+    let now = validate_sha256(s(&env.policy()));
+    assert_ne!(now, then);
+    daemon.wait_live(&now);
+
+    let id = v.decision_id.to_string();
+    let o = env.explain(&["--decision", &id]);
+    let text = out(&o);
+    assert_eq!(o.status.code(), Some(0), "{text}");
+    assert!(text.contains(&format!("decision {id} at ")), "{text}");
+    assert!(text.contains(&format!("ran {}", me().display())), "{text}");
+    assert!(
+        text.contains("decided: unlock (rule `me`, profile `native`"),
+        "{text}"
+    );
+    assert!(text.contains(&format!("policy sha256 {then}")), "{text}");
+    assert!(
+        text.contains("unlock with profile `native` (rule `me`"),
+        "{text}"
+    );
+    assert!(text.contains("same decision as recorded"), "{text}");
+    // Today's file would say stock: explain without --decision does.
+    let today = metalift(&["explain", "--policy", s(&env.policy()), "--path", s(&me())]);
+    assert!(
+        out(&today).contains("stock: rule `me` says stock"),
+        "{}",
+        out(&today)
+    );
+}
+
+#[test]
+fn explain_decision_says_so_when_the_policy_live_then_is_no_longer_archived() {
+    let env = Env::new();
+    env.write_policy("7", "unlock = \"native\"");
+    let daemon = env.start(&[], &[]);
+    let then = daemon.live_sha256();
+    let v = daemon.check_in();
+    std::fs::remove_dir_all(env.path("log/policies")).expect("remove archive");
+    let o = env.explain(&["--decision", &v.decision_id.to_string()]);
+    let text = out(&o);
+    assert_eq!(o.status.code(), Some(2), "{text}");
+    // What was decided is still shown, from the log alone.
+    assert!(text.contains("decided: unlock (rule `me`"), "{text}");
+    assert!(
+        text.contains(&format!(
+            "the policy {then} that was live then is no longer archived"
+        )),
+        "{text}"
+    );
+    let missing = env.explain(&["--decision", "1"]);
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(
+        out(&missing).contains("no decision 1 in "),
+        "{}",
+        out(&missing)
+    );
+}
+
+#[test]
+fn explain_decision_finds_a_decision_in_a_rotated_log_file() {
+    let env = Env::new();
+    env.write_policy("7", "unlock = \"native\"");
+    let daemon = env.start(&["--audit-max-bytes", "2000", "--audit-keep", "20"], &[]);
+    let first = daemon.check_in();
+    let start = Instant::now();
+    while !env.path("log/audit.jsonl.1").exists() {
+        assert!(start.elapsed() < HANG_GUARD, "the log never rotated");
+        let _ = daemon.check_in();
+    }
+    let first_in_live = env
+        .records_of("decision")
+        .iter()
+        .any(|r| r["decision_id"] == first.decision_id);
+    assert!(
+        !first_in_live,
+        "the first decision should have rotated out of the live file"
+    );
+    let o = env.explain(&["--decision", &first.decision_id.to_string()]);
+    assert_eq!(o.status.code(), Some(0), "{}", out(&o));
+    assert!(out(&o).contains("same decision as recorded"), "{}", out(&o));
+}

@@ -1,0 +1,305 @@
+//! `metalift status` against the real metaliftd: what it shows, its exit codes
+//! (0 healthy, 1 no daemon, 3 the file on disk is refused) and its JSON.
+//!
+//! The daemon is the real binary on a temporary socket; check-ins come from this
+//! process in the raw wire protocol and from the probe run through `metalift exec`.
+#![cfg(target_os = "linux")]
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use metalift_policy::wire::{self, CheckIn, Message, VerdictMsg, LENGTH_PREFIX};
+use serde_json::Value;
+
+mod support;
+
+/// The longest any single step may take before the test calls it a hang.
+const HANG_GUARD: Duration = Duration::from_secs(60);
+
+/// An isolated directory with a policy, a socket path and an audit log.
+struct Env {
+    dir: tempfile::TempDir,
+}
+
+impl Env {
+    fn new() -> Env {
+        let dir = tempfile::Builder::new()
+            .prefix("status-")
+            .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+            .expect("temp dir");
+        for sub in ["run", "log"] {
+            std::fs::create_dir(dir.path().join(sub)).unwrap();
+        }
+        Env { dir }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn policy(&self) -> PathBuf {
+        self.path("policy.toml")
+    }
+
+    fn socket(&self) -> PathBuf {
+        self.path("run/metalift.sock")
+    }
+
+    fn audit_log(&self) -> PathBuf {
+        self.path("log/audit.jsonl")
+    }
+
+    /// An enforcing policy with one unlock rule `id` made of `matchers` (TOML lines).
+    fn write_rule(&self, id: &str, matchers: &str) {
+        let text = format!(
+            "version = 1\nmode = \"enforce\"\n\n[profile.apple7]\napple_family_max = 7\nmax_threadgroup_memory = 32768\n\n\
+             [[rule]]\nid = \"{id}\"\n{matchers}\nunlock = \"apple7\"\n"
+        );
+        std::fs::write(self.policy(), text).unwrap();
+    }
+
+    fn start(&self) -> Daemon {
+        let child = Command::new(support::workspace_binary("metaliftd"))
+            .arg("--policy")
+            .arg(self.policy())
+            .arg("--socket")
+            .arg(self.socket())
+            .arg("--audit-log")
+            .arg(self.audit_log())
+            .arg("--allow-insecure-owner")
+            .env("RUST_LOG", "debug")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(self.path("daemon.log")).unwrap())
+            .spawn()
+            .expect("spawn metaliftd");
+        let daemon = Daemon(child);
+        let start = Instant::now();
+        while metalift_daemon::status::request(&self.socket(), HANG_GUARD).is_err() {
+            assert!(start.elapsed() < HANG_GUARD, "metaliftd did not come up");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        daemon
+    }
+
+    fn records_of(&self, kind: &str) -> Vec<Value> {
+        std::fs::read_to_string(self.audit_log())
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).expect("audit line"))
+            .filter(|r| r["kind"] == kind)
+            .collect()
+    }
+
+    /// Waits until `cond` holds for the audit records of `kind`.
+    fn wait_for(&self, kind: &str, what: &str, cond: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+        let start = Instant::now();
+        loop {
+            let records = self.records_of(kind);
+            if cond(&records) {
+                return records;
+            }
+            assert!(
+                start.elapsed() < HANG_GUARD,
+                "gave up waiting for {what}: {records:?}\ndaemon log:\n{}",
+                std::fs::read_to_string(self.path("daemon.log")).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// `metalift status [--json]` on this socket: (exit code, stdout, stderr).
+    fn status(&self, json: bool) -> (Option<i32>, String, String) {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_metalift"));
+        cmd.arg("status").arg("--socket").arg(self.socket());
+        if json {
+            cmd.arg("--json");
+        }
+        let out = cmd.output().expect("metalift status");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+}
+
+/// A running metaliftd; killed on drop.
+struct Daemon(Child);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// One check-in from this process, in the raw wire protocol.
+fn check_in_once(socket: &Path) -> VerdictMsg {
+    let mut stream = UnixStream::connect(socket).expect("connect");
+    stream.set_read_timeout(Some(HANG_GUARD)).unwrap();
+    stream
+        .write_all(&wire::encode_frame(&Message::CheckIn(CheckIn::default())))
+        .unwrap();
+    let mut prefix = [0u8; LENGTH_PREFIX];
+    stream.read_exact(&mut prefix).expect("verdict prefix");
+    let mut body = vec![0u8; wire::frame_length(prefix).unwrap()];
+    stream.read_exact(&mut body).expect("verdict body");
+    match wire::decode_body(&body) {
+        Ok(Message::Verdict(v)) => v,
+        other => panic!("expected a verdict, got {other:?}"),
+    }
+}
+
+/// metalift-probe (built with the workspace), run with libmetalift through
+/// `metalift exec`: one check-in from a process the daemon sees as the probe.
+fn probe_through_the_shim(socket: &Path) {
+    let out = Command::new(env!("CARGO_BIN_EXE_metalift"))
+        .arg("exec")
+        .arg("--shim")
+        .arg(support::workspace_binary("libmetalift.so"))
+        .arg("--")
+        .arg(probe())
+        .arg("--json")
+        .env_remove("LD_PRELOAD")
+        .env_remove("METALIFT_SHIM")
+        .env_remove("METALIFT_DISABLE")
+        .env("METALIFT_SOCKET", socket)
+        .env("METALIFT_TIMEOUT_MS", "2000")
+        .output()
+        .expect("metalift exec");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn probe() -> PathBuf {
+    support::workspace_binary("metalift-probe")
+        .canonicalize()
+        .expect("resolve metalift-probe")
+}
+
+#[test]
+fn metalift_status_shows_the_policy_and_counts() {
+    let env = Env::new();
+    env.write_rule("llama", &format!("path = \"{}\"", probe().display()));
+    let _daemon = env.start();
+    // One unlock (the probe matches the rule), one stock (this test does not).
+    probe_through_the_shim(&env.socket());
+    check_in_once(&env.socket());
+
+    let (code, text, err) = env.status(false);
+    assert_eq!(code, Some(0), "{text}{err}");
+    let sha = env.records_of("policy_loaded")[0]["sha256"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    for needle in [
+        env.policy().display().to_string(),
+        sha,
+        "rules           1".into(),
+        "mode            enforce".into(),
+        "check-ins         2".into(),
+        "unlocks         1".into(),
+        "last error      none".into(),
+    ] {
+        assert!(text.contains(&needle), "{needle:?} missing from\n{text}");
+    }
+
+    let (_, json, _) = env.status(true);
+    let v: Value = serde_json::from_str(&json).expect("json");
+    assert_eq!(v["check_ins"], 2);
+    assert_eq!(v["unlocks"], 1);
+}
+
+#[test]
+fn metalift_status_without_a_daemon_exits_1_and_names_the_socket() {
+    let env = Env::new();
+    let (code, _, stderr) = env.status(false);
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("is metaliftd running?"), "{stderr}");
+    assert!(
+        stderr.contains(&env.socket().display().to_string()),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn given_a_healthy_daemon_then_status_exits_0_and_the_disk_hash_is_the_live_one() {
+    let env = Env::new();
+    env.write_rule("one", "name = \"one\"");
+    let _daemon = env.start();
+    let (code, out, err) = env.status(false);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(!out.contains("problems"), "{out}");
+
+    let (code, out, _) = env.status(true);
+    assert_eq!(code, Some(0));
+    let v: Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(v["ok"], true);
+    assert!(v["error"].is_null());
+    assert_eq!(v["problems"], serde_json::json!([]));
+    assert_eq!(v["disk_sha256"], v["policy_sha256"]);
+    assert_eq!(v["rule_count"], 1);
+}
+
+#[test]
+fn given_a_refused_file_on_disk_then_status_exits_3_listing_every_error_cause_first() {
+    let env = Env::new();
+    env.write_rule("good", "name = \"good\"");
+    let _daemon = env.start();
+    let good_sha = metalift_daemon::status::request(&env.socket(), HANG_GUARD)
+        .expect("status")
+        .policy_sha256;
+
+    // Two errors: an unknown key (line 2), a rule naming an unknown profile (line 6).
+    std::fs::write(
+        env.policy(),
+        "version = 1\nbogus = 1\n\n[[rule]]\nid = \"x\"\nunlock = \"nope\"\nname = \"x\"\n",
+    )
+    .unwrap();
+    env.wait_for("policy_rejected", "the refusal", |r| !r.is_empty());
+
+    let (code, out, _) = env.status(false);
+    assert_eq!(code, Some(3), "{out}");
+    let problems = out.split("problems (cause first):").nth(1).expect(&out);
+    let refused = problems.find("the daemon refused").expect(problems);
+    let knock_on = problems.find("so the live policy").expect(problems);
+    assert!(refused < knock_on, "cause first:\n{problems}");
+    assert!(problems.contains("2 errors"), "{problems}");
+    assert!(problems.contains("policy.toml:2:"), "{problems}");
+    assert!(problems.contains("policy.toml:6:"), "{problems}");
+    assert!(problems.contains(&good_sha), "{problems}");
+
+    let (code, out, _) = env.status(true);
+    assert_eq!(code, Some(3));
+    let v: Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(v["ok"], false);
+    assert_eq!(v["last_reload_errors"].as_array().map(Vec::len), Some(2));
+    assert_eq!(v["policy_sha256"], good_sha.as_str());
+    assert_ne!(v["disk_sha256"], good_sha.as_str());
+    assert_eq!(v["disk_sha256"], v["refused_sha256"]);
+}
+
+#[test]
+fn given_no_daemon_then_status_exits_1_and_json_still_prints_one_object() {
+    let env = Env::new();
+    let (code, out, err) = env.status(true);
+    assert_eq!(code, Some(1), "{out}{err}");
+    let v: Value = serde_json::from_str(&out).expect("json on failure");
+    assert_eq!(v["ok"], false);
+    assert!(v["error"]
+        .as_str()
+        .is_some_and(|e| e.contains("is metaliftd running?")));
+    assert_eq!(v["socket"], env.socket().display().to_string());
+
+    let (code, out, err) = env.status(false);
+    assert_eq!(code, Some(1));
+    assert!(out.is_empty(), "{out}");
+    assert!(err.contains("is metaliftd running?"), "{err}");
+}
