@@ -86,6 +86,23 @@ impl Daemon {
     fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("log/daemon.log")).unwrap_or_default()
     }
+
+    /// The log once the daemon has stopped writing its start-up lines (the
+    /// watcher's DEBUG lines can land after the socket exists): unchanged for
+    /// 300 ms. Without this the snapshot raced the start-up and the test flaked.
+    fn settled_log(&self) -> String {
+        let deadline = Instant::now() + PATIENCE;
+        let mut last = self.log();
+        loop {
+            std::thread::sleep(Duration::from_millis(300));
+            let now = self.log();
+            if now == last {
+                return now;
+            }
+            assert!(Instant::now() < deadline, "metaliftd kept logging: {now}");
+            last = now;
+        }
+    }
 }
 
 impl Drop for Daemon {
@@ -98,7 +115,7 @@ impl Drop for Daemon {
 #[test]
 fn a_process_without_metal_leaves_no_audit_record_and_no_daemon_log_line() {
     let daemon = Daemon::start();
-    let log_before = daemon.log();
+    let log_before = daemon.settled_log();
     for program in [
         vec!["/usr/bin/true"],
         vec!["sh", "-c", "echo hi | cat >/dev/null; ls / >/dev/null"],
