@@ -15,15 +15,11 @@ use std::hash::Hash;
 
 use globset::{GlobSet, GlobSetBuilder};
 
-use crate::rule::{path_bytes, PathPattern, PrecedenceKey, Rule, Specificity};
+use crate::rule::{parse_glob, path_bytes, PathPattern, PrecedenceKey, Rule, Specificity};
 use crate::subject::Subject;
 
 /// Rule indices (into the policy's rule list) by index key, in file order.
 type Index<K> = HashMap<K, Vec<usize>>;
-
-/// A bucket with more globs than this is matched through one [`GlobSet`]; smaller
-/// ones check their few globs directly.
-const GLOBSET_THRESHOLD: usize = 8;
 
 /// The indexes over one policy's rules.
 #[derive(Debug, Default)]
@@ -44,6 +40,10 @@ pub(crate) struct Matcher {
 /// only paths that start with its literal directory and a `/`, so a lookup visits only
 /// the buckets named by the subject's own prefixes ending before a `/` (one hash
 /// lookup per path component) instead of every glob.
+///
+/// Each bucket matches through one [`GlobSet`], which names the bucket's globs that
+/// match a path; the rules indexed here keep no compiled matcher of their own (one
+/// per glob cost several times the memory and load time of the sets).
 #[derive(Debug, Default)]
 struct GlobBuckets {
     buckets: HashMap<Vec<u8>, GlobBucket>,
@@ -53,8 +53,8 @@ struct GlobBuckets {
 struct GlobBucket {
     /// The bucket's rules, in file order.
     rules: Vec<usize>,
-    /// Built when the bucket is large: glob `i` of the set is `rules[i]`'s.
-    set: Option<GlobSet>,
+    /// Glob `i` of the set is `rules[i]`'s path glob.
+    set: GlobSet,
 }
 
 /// The literal directory of a glob pattern (see [`GlobBuckets`]).
@@ -67,36 +67,35 @@ fn literal_dir(pattern: &str) -> &[u8] {
     literal.as_bytes().get(..end).unwrap_or_default()
 }
 
-impl GlobBuckets {
-    fn add(&mut self, pattern: &str, rule: usize) {
-        self.buckets
-            .entry(literal_dir(pattern).to_vec())
-            .or_default()
-            .rules
-            .push(rule);
-    }
+/// [`GlobBuckets`] being built: each bucket's rules and their globs, in file order.
+#[derive(Default)]
+struct GlobBucketsBuilder {
+    buckets: HashMap<Vec<u8>, (Vec<usize>, GlobSetBuilder)>,
+}
 
-    /// Builds a [`GlobSet`] for each large bucket.
-    fn finish(&mut self, rules: &[Rule]) -> Result<(), globset::Error> {
-        for bucket in self.buckets.values_mut() {
-            if bucket.rules.len() <= GLOBSET_THRESHOLD {
-                continue;
-            }
-            let mut set = GlobSetBuilder::new();
-            for &i in &bucket.rules {
-                if let Some(Rule {
-                    path: Some(PathPattern::Glob { matcher, .. }),
-                    ..
-                }) = rules.get(i)
-                {
-                    set.add(matcher.glob().clone());
-                }
-            }
-            bucket.set = Some(set.build()?);
-        }
+impl GlobBucketsBuilder {
+    fn add(&mut self, pattern: &str, rule: usize) -> Result<(), globset::Error> {
+        let (rules, set) = self
+            .buckets
+            .entry(literal_dir(pattern).to_vec())
+            .or_insert_with(|| (Vec::new(), GlobSetBuilder::new()));
+        set.add(parse_glob(pattern)?);
+        rules.push(rule);
         Ok(())
     }
 
+    /// Builds each bucket's [`GlobSet`].
+    fn build(self) -> Result<GlobBuckets, globset::Error> {
+        let mut buckets = HashMap::with_capacity(self.buckets.len());
+        for (dir, (rules, set)) in self.buckets {
+            let set = set.build()?;
+            buckets.insert(dir, GlobBucket { rules, set });
+        }
+        Ok(GlobBuckets { buckets })
+    }
+}
+
+impl GlobBuckets {
     /// The best glob rule that holds for `s`.
     fn best(&self, rules: &[Rule], s: &Subject) -> Option<usize> {
         if self.buckets.is_empty() {
@@ -114,18 +113,17 @@ impl GlobBuckets {
             let Some(bucket) = self.buckets.get(dir) else {
                 continue;
             };
-            let candidates: &[usize] = match &bucket.set {
-                Some(set) => {
-                    hits.clear();
-                    set.matches_into(&s.path, &mut hits);
-                    for h in hits.iter_mut() {
-                        *h = bucket.rules.get(*h).copied().unwrap_or(usize::MAX);
-                    }
-                    &hits
+            bucket.set.matches_into(&s.path, &mut hits);
+            for &h in &hits {
+                let Some(&i) = bucket.rules.get(h) else {
+                    continue;
+                };
+                let Some(rule) = rules.get(i) else { continue };
+                // The set has matched the path glob; the rest of the rule is checked here.
+                if rule.holds_besides_path(s) {
+                    best = better(best, Some((rule.precedence_key(), i)));
                 }
-                None => &bucket.rules,
-            };
-            best = better(best, pick(rules, s, candidates));
+            }
         }
         best.map(|(_, i)| i)
     }
@@ -140,6 +138,7 @@ impl Matcher {
     /// compiled on their own (e.g. a size limit).
     pub(crate) fn build(rules: &[Rule]) -> Result<Matcher, globset::Error> {
         let mut m = Matcher::default();
+        let mut globs = GlobBucketsBuilder::default();
         for (i, rule) in rules.iter().enumerate() {
             match rule.specificity() {
                 Specificity::Cdhash => {
@@ -166,7 +165,7 @@ impl Matcher {
                     Some(PathPattern::Exact(p)) => {
                         add(&mut m.exact_path, path_bytes(p).into_owned(), i);
                     }
-                    Some(PathPattern::Glob { pattern, .. }) => m.globs.add(pattern, i),
+                    Some(PathPattern::Glob { pattern, .. }) => globs.add(pattern, i)?,
                     None => {}
                 },
                 Specificity::Name => {
@@ -176,7 +175,7 @@ impl Matcher {
                 }
             }
         }
-        m.globs.finish(rules)?;
+        m.globs = globs.build()?;
         Ok(m)
     }
 

@@ -12,7 +12,7 @@ use std::ffi::OsString;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use globset::GlobMatcher;
+use globset::{Glob, GlobBuilder, GlobMatcher};
 
 use crate::profile::Capabilities;
 use crate::subject::Subject;
@@ -60,8 +60,22 @@ pub(crate) enum PathPattern {
     Exact(PathBuf),
     Glob {
         pattern: String,
-        matcher: GlobMatcher,
+        /// The glob compiled on its own, kept only where a decision needs it: a
+        /// `parent`, or the `path` of a rule indexed under a more specific matcher
+        /// (`sha256` + a path glob). A rule indexed by its path glob has none: its
+        /// bucket's `GlobSet` matches the path for it (see `matcher`), and a compiled
+        /// matcher per glob is most of a large policy's memory and load time.
+        matcher: Option<GlobMatcher>,
     },
+}
+
+/// Parses a `path` or `parent` glob the one way metalift reads globs: `*` and `?`
+/// stop at `/`, `\` escapes.
+pub(crate) fn parse_glob(pattern: &str) -> Result<Glob, globset::Error> {
+    GlobBuilder::new(pattern)
+        .literal_separator(true)
+        .backslash_escape(true)
+        .build()
 }
 
 /// A path's bytes as the kernel reported them. Exact paths compare byte for byte (as
@@ -80,10 +94,19 @@ pub(crate) fn path_bytes(path: &Path) -> Cow<'_, [u8]> {
 }
 
 impl PathPattern {
+    /// Whether `path` matches. A glob without a kept matcher is compiled for this
+    /// call: only `explain` (which walks every rule) gets here for such a glob; the
+    /// hot path finds those rules through their bucket's `GlobSet`.
     pub(crate) fn matches(&self, path: &Path) -> bool {
         match self {
             PathPattern::Exact(p) => path_bytes(p) == path_bytes(path),
-            PathPattern::Glob { matcher, .. } => matcher.is_match(path),
+            PathPattern::Glob {
+                matcher: Some(m), ..
+            } => m.is_match(path),
+            PathPattern::Glob {
+                pattern,
+                matcher: None,
+            } => parse_glob(pattern).is_ok_and(|g| g.compile_matcher().is_match(path)),
         }
     }
 
@@ -158,8 +181,15 @@ impl Rule {
         )
     }
 
-    /// Whether every matcher holds for `s`. The fast path: no allocation.
+    /// Whether every matcher holds for `s`. The fast path: no allocation (for a rule
+    /// indexed by its path glob, see [`Rule::holds_besides_path`]).
     pub(crate) fn holds(&self, s: &Subject) -> bool {
+        self.path.as_ref().is_none_or(|p| p.matches(&s.path)) && self.holds_besides_path(s)
+    }
+
+    /// Whether every matcher but `path` holds for `s`: for a rule whose path glob
+    /// the caller has already matched (a bucket's `GlobSet` said so).
+    pub(crate) fn holds_besides_path(&self, s: &Subject) -> bool {
         self.cdhash
             .as_ref()
             .is_none_or(|want| s.cdhash.as_deref() == Some(want.as_slice()))
@@ -172,7 +202,6 @@ impl Rule {
                 .team_id
                 .as_ref()
                 .is_none_or(|want| s.team_id.as_ref() == Some(want))
-            && self.path.as_ref().is_none_or(|p| p.matches(&s.path))
             && self
                 .name
                 .as_ref()

@@ -5,12 +5,10 @@ use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-use globset::GlobBuilder;
-
 use super::Validator;
 use crate::model::{At, RawRule};
 use crate::profile::Capabilities;
-use crate::rule::{Effect, PathPattern, Rule};
+use crate::rule::{parse_glob, Effect, PathPattern, Rule, Specificity};
 
 impl Validator<'_> {
     fn path_pattern(&mut self, i: usize, key: &str, at: &At<String>) -> Option<PathPattern> {
@@ -39,14 +37,11 @@ impl Validator<'_> {
         if !text.contains(['*', '?', '[', ']', '{', '}', '\\']) {
             return Some(PathPattern::Exact(PathBuf::from(text)));
         }
-        let built = GlobBuilder::new(text)
-            .literal_separator(true)
-            .backslash_escape(true)
-            .build();
-        match built {
-            Ok(glob) => Some(PathPattern::Glob {
+        match parse_glob(text) {
+            // Compiled later, only if needed (see `PathPattern::Glob::matcher`).
+            Ok(_) => Some(PathPattern::Glob {
                 pattern: text.to_owned(),
-                matcher: glob.compile_matcher(),
+                matcher: None,
             }),
             Err(e) => {
                 let kind = e.kind().to_string();
@@ -146,7 +141,8 @@ impl Validator<'_> {
         let parent = raw
             .parent
             .as_ref()
-            .and_then(|p| self.path_pattern(i, "parent", p));
+            .and_then(|p| self.path_pattern(i, "parent", p))
+            .map(compiled);
         let name = self.non_empty(i, "name", &raw.name);
         if let (Some(n), Some(at)) = (&name, &raw.name) {
             if n.contains('/') {
@@ -288,7 +284,7 @@ impl Validator<'_> {
             }
             _ => String::new(),
         };
-        Some(Rule {
+        let mut rule = Rule {
             id,
             location,
             order,
@@ -302,6 +298,26 @@ impl Validator<'_> {
             user,
             parent,
             effect: effect?,
-        })
+        };
+        // A path glob under a more specific identity (`sha256` + glob) is indexed by
+        // that identity, so checking the rule must match the glob on its own.
+        if rule.specificity() != Specificity::GlobPath {
+            rule.path = rule.path.map(compiled);
+        }
+        Some(rule)
+    }
+}
+
+/// `p` with its glob compiled, for checking it outside a bucket's `GlobSet`.
+fn compiled(p: PathPattern) -> PathPattern {
+    match p {
+        PathPattern::Glob {
+            pattern,
+            matcher: None,
+        } => {
+            let matcher = parse_glob(&pattern).ok().map(|g| g.compile_matcher());
+            PathPattern::Glob { pattern, matcher }
+        }
+        other => other,
     }
 }
