@@ -11,7 +11,8 @@
 
 use std::collections::HashMap;
 use std::ffi::OsString;
-use std::hash::Hash;
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError, Weak};
 
 use globset::{GlobSet, GlobSetBuilder};
 
@@ -53,8 +54,9 @@ struct GlobBuckets {
 struct GlobBucket {
     /// The bucket's rules, in file order.
     rules: Vec<usize>,
-    /// Glob `i` of the set is `rules[i]`'s path glob.
-    set: GlobSet,
+    /// Glob `i` of the set is `rules[i]`'s path glob. Shared with other policies
+    /// whose bucket has the same globs (see [`SHARED_SETS`]).
+    set: Arc<GlobSet>,
 }
 
 /// The literal directory of a glob pattern (see [`GlobBuckets`]).
@@ -69,30 +71,75 @@ fn literal_dir(pattern: &str) -> &[u8] {
 
 /// [`GlobBuckets`] being built: each bucket's rules and their globs, in file order.
 #[derive(Default)]
-struct GlobBucketsBuilder {
-    buckets: HashMap<Vec<u8>, (Vec<usize>, GlobSetBuilder)>,
+struct GlobBucketsBuilder<'r> {
+    buckets: HashMap<&'r [u8], (Vec<usize>, Vec<&'r str>)>,
 }
 
-impl GlobBucketsBuilder {
-    fn add(&mut self, pattern: &str, rule: usize) -> Result<(), globset::Error> {
-        let (rules, set) = self
-            .buckets
-            .entry(literal_dir(pattern).to_vec())
-            .or_insert_with(|| (Vec::new(), GlobSetBuilder::new()));
-        set.add(parse_glob(pattern)?);
+impl<'r> GlobBucketsBuilder<'r> {
+    fn add(&mut self, pattern: &'r str, rule: usize) {
+        let (rules, patterns) = self.buckets.entry(literal_dir(pattern)).or_default();
         rules.push(rule);
-        Ok(())
+        patterns.push(pattern);
     }
 
-    /// Builds each bucket's [`GlobSet`].
+    /// Builds each bucket's [`GlobSet`], or reuses the one a live policy already
+    /// has for the same globs ([`SHARED_SETS`]).
     fn build(self) -> Result<GlobBuckets, globset::Error> {
         let mut buckets = HashMap::with_capacity(self.buckets.len());
-        for (dir, (rules, set)) in self.buckets {
-            let set = set.build()?;
-            buckets.insert(dir, GlobBucket { rules, set });
+        for (dir, (rules, patterns)) in self.buckets {
+            let set = shared_set(&patterns)?;
+            buckets.insert(dir.to_vec(), GlobBucket { rules, set });
         }
+        shared_sets().retain(|_, sets| {
+            sets.retain(|(_, set)| set.strong_count() > 0);
+            !sets.is_empty()
+        });
         Ok(GlobBuckets { buckets })
     }
+}
+
+/// The compiled [`GlobSet`] of every bucket some policy in this process still uses,
+/// by the hash of the bucket's globs (in order). A reload that leaves a bucket's globs
+/// as they were (most edits touch a few rules) reuses its set instead of compiling
+/// it again: compiling the sets is the largest part of loading many globs. A set is
+/// a pure function of its globs, so sharing it changes no decision; entries are weak,
+/// so a set lives only as long as a policy using it.
+type SharedSets = HashMap<u64, Vec<(Vec<Box<str>>, Weak<GlobSet>)>>;
+static SHARED_SETS: LazyLock<Mutex<SharedSets>> = LazyLock::new(Mutex::default);
+
+fn shared_sets() -> MutexGuard<'static, SharedSets> {
+    // Entries are replaced whole: a poisoned lock still holds a consistent map.
+    SHARED_SETS.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The set matching `patterns` (glob `i` of the set is `patterns[i]`).
+fn shared_set(patterns: &[&str]) -> Result<Arc<GlobSet>, globset::Error> {
+    let key = {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        patterns.hash(&mut h);
+        h.finish()
+    };
+    let same = |kept: &[Box<str>]| kept.iter().map(|p| &**p).eq(patterns.iter().copied());
+    let found = shared_sets().get(&key).and_then(|sets| {
+        sets.iter()
+            .find(|(kept, _)| same(kept))
+            .and_then(|(_, set)| set.upgrade())
+    });
+    if let Some(set) = found {
+        return Ok(set);
+    }
+    // Compiled without holding the lock: another compile may build the same set
+    // meanwhile, which costs time, never a wrong answer.
+    let mut builder = GlobSetBuilder::new();
+    for pattern in patterns {
+        builder.add(parse_glob(pattern)?);
+    }
+    let set = Arc::new(builder.build()?);
+    shared_sets().entry(key).or_default().push((
+        patterns.iter().map(|p| Box::<str>::from(*p)).collect(),
+        Arc::downgrade(&set),
+    ));
+    Ok(set)
 }
 
 impl GlobBuckets {
@@ -165,7 +212,7 @@ impl Matcher {
                     Some(PathPattern::Exact(p)) => {
                         add(&mut m.exact_path, path_bytes(p).into_owned(), i);
                     }
-                    Some(PathPattern::Glob { pattern, .. }) => globs.add(pattern, i)?,
+                    Some(PathPattern::Glob { pattern, .. }) => globs.add(pattern, i),
                     None => {}
                 },
                 Specificity::Name => {

@@ -319,3 +319,51 @@ fn explain_lists_every_glob_rule_with_why_it_matched_or_not() {
     assert_eq!(v.rule.as_deref(), Some("deep"));
     assert_eq!(winner(&p, &at("/opt/bin/tool1")).as_deref(), Some("deep"));
 }
+
+#[test]
+fn policies_with_the_same_globs_in_another_order_each_keep_their_own_rules() {
+    // Regression: a reload reuses the compiled GlobSet of a live policy's bucket with
+    // the same globs. The set's matches are positions; reusing a set built for the
+    // same globs in another order would hand one policy's match to another rule.
+    let glob_rules = |order: [(&str, &str); 3]| {
+        let mut text = HEADER.to_owned();
+        for (id, glob) in order {
+            text.push_str(&format!(
+                "[[rule]]\nid = \"{id}\"\npath = \"{glob}\"\nunlock = \"apple7\"\n"
+            ));
+        }
+        policy(&text)
+    };
+    let first = glob_rules([
+        ("a", "/opt/bin/a*"),
+        ("b", "/opt/bin/b*"),
+        ("c", "/opt/bin/c*"),
+    ]);
+    let same = glob_rules([
+        ("a2", "/opt/bin/a*"),
+        ("b2", "/opt/bin/b*"),
+        ("c2", "/opt/bin/c*"),
+    ]);
+    let reordered = glob_rules([
+        ("c3", "/opt/bin/c*"),
+        ("a3", "/opt/bin/a*"),
+        ("b3", "/opt/bin/b*"),
+    ]);
+    for (path, want) in [
+        ("/opt/bin/apple", ["a", "a2", "a3"]),
+        ("/opt/bin/banana", ["b", "b2", "b3"]),
+        ("/opt/bin/cherry", ["c", "c2", "c3"]),
+    ] {
+        let got = [&first, &same, &reordered].map(|p| winner(p, &at(path)));
+        assert_eq!(got, want.map(|w| Some(w.to_owned())), "{path}");
+    }
+    drop(first);
+    // A policy compiled after the others are gone still decides on its own.
+    let again = glob_rules([
+        ("b4", "/opt/bin/b*"),
+        ("a4", "/opt/bin/a*"),
+        ("c4", "/opt/bin/c*"),
+    ]);
+    assert_eq!(winner(&again, &at("/opt/bin/apple")).as_deref(), Some("a4"));
+    assert_eq!(winner(&same, &at("/opt/bin/apple")).as_deref(), Some("a2"));
+}
