@@ -11,6 +11,7 @@ use std::cmp::Reverse;
 use std::ffi::OsString;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use globset::{Glob, GlobBuilder, GlobMatcher};
 
@@ -122,7 +123,8 @@ impl PathPattern {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Effect {
     Unlock {
-        profile: String,
+        /// Shared by every rule naming the profile.
+        profile: Arc<str>,
         capabilities: Capabilities,
     },
     Stock,
@@ -132,8 +134,10 @@ pub(crate) enum Effect {
 #[derive(Debug, Clone)]
 pub(crate) struct Rule {
     pub id: String,
-    /// `file:line` of the rule's table, for explanations.
-    pub location: String,
+    /// Where the rule's table is: its source's index and line, for explanations
+    /// (see [`Rule::location`]; a string per rule would duplicate the file name).
+    pub file: u32,
+    pub line: u32,
     /// Position in the merged policy (main file first, then `policy.d/` by name).
     pub order: usize,
     pub path: Option<PathPattern>,
@@ -170,6 +174,14 @@ impl Rule {
                 Some(PathPattern::Glob { .. }) => Specificity::GlobPath,
                 None => Specificity::Name,
             }
+        }
+    }
+
+    /// `file:line` of the rule's table, given the policy's source names.
+    pub(crate) fn location(&self, files: &[impl AsRef<str>]) -> String {
+        match usize::try_from(self.file).ok().and_then(|f| files.get(f)) {
+            Some(name) => format!("{}:{}", name.as_ref(), self.line),
+            None => String::new(),
         }
     }
 

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use super::Validator;
 use crate::model::{At, RawRule};
@@ -96,7 +97,7 @@ impl Validator<'_> {
         i: usize,
         raw: &RawRule,
         order: usize,
-        profiles: &BTreeMap<String, Capabilities>,
+        profiles: &BTreeMap<Arc<str>, Capabilities>,
         check_references: bool,
     ) -> Option<Rule> {
         let errors_before = self.errors;
@@ -251,14 +252,14 @@ impl Validator<'_> {
                 None
             }
             (None, Some(_)) => Some(Effect::Stock),
-            (Some(unlock), None) => match profiles.get(&unlock.value) {
-                Some(caps) => Some(Effect::Unlock {
-                    profile: unlock.value.clone(),
+            (Some(unlock), None) => match profiles.get_key_value(unlock.value.as_str()) {
+                Some((name, caps)) => Some(Effect::Unlock {
+                    profile: Arc::clone(name),
                     capabilities: *caps,
                 }),
                 None => {
                     if check_references {
-                        let known: Vec<&str> = profiles.keys().map(String::as_str).collect();
+                        let known: Vec<&str> = profiles.keys().map(|k| &**k).collect();
                         let hint = if known.is_empty() {
                             " (no profile is defined; add a [profile.NAME] table)".to_owned()
                         } else {
@@ -278,15 +279,14 @@ impl Validator<'_> {
         if self.errors != errors_before {
             return None;
         }
-        let location = match (self.sources.get(i), self.lines.get(i)) {
-            (Some(s), Some(lines)) => {
-                format!("{}:{}", s.name, lines.line_col_len(&s.text, anchor).0)
-            }
-            _ => String::new(),
+        let line = match (self.sources.get(i), self.lines.get(i)) {
+            (Some(s), Some(lines)) => lines.line_col_len(&s.text, anchor).0,
+            _ => 0,
         };
         let mut rule = Rule {
             id,
-            location,
+            file: u32::try_from(i).unwrap_or(u32::MAX),
+            line: u32::try_from(line).unwrap_or(u32::MAX),
             order,
             path,
             name: name.map(OsString::from),
