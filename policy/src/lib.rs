@@ -9,7 +9,7 @@
 //! 2. `validate` (private): every value and cross-file reference judged; the result
 //!    is a list of rules (`rule`) and profiles.
 //! 3. `matcher` (private): the rules indexed by hash maps, and path globs bucketed
-//!    by their literal directory (a `GlobSet` per large bucket), so a decision never
+//!    by their literal directory (one `GlobSet` per bucket), so a decision never
 //!    scans every rule.
 //!
 //! After validation, the lints (`validate/lint.rs`): valid rules that cannot be

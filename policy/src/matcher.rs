@@ -11,19 +11,16 @@
 
 use std::collections::HashMap;
 use std::ffi::OsString;
-use std::hash::Hash;
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError, Weak};
 
 use globset::{GlobSet, GlobSetBuilder};
 
-use crate::rule::{path_bytes, PathPattern, PrecedenceKey, Rule, Specificity};
+use crate::rule::{parse_glob, path_bytes, PathPattern, PrecedenceKey, Rule, Specificity};
 use crate::subject::Subject;
 
 /// Rule indices (into the policy's rule list) by index key, in file order.
 type Index<K> = HashMap<K, Vec<usize>>;
-
-/// A bucket with more globs than this is matched through one [`GlobSet`]; smaller
-/// ones check their few globs directly.
-const GLOBSET_THRESHOLD: usize = 8;
 
 /// The indexes over one policy's rules.
 #[derive(Debug, Default)]
@@ -44,6 +41,10 @@ pub(crate) struct Matcher {
 /// only paths that start with its literal directory and a `/`, so a lookup visits only
 /// the buckets named by the subject's own prefixes ending before a `/` (one hash
 /// lookup per path component) instead of every glob.
+///
+/// Each bucket matches through one [`GlobSet`], which names the bucket's globs that
+/// match a path; the rules indexed here keep no compiled matcher of their own (one
+/// per glob cost several times the memory and load time of the sets).
 #[derive(Debug, Default)]
 struct GlobBuckets {
     buckets: HashMap<Vec<u8>, GlobBucket>,
@@ -53,8 +54,9 @@ struct GlobBuckets {
 struct GlobBucket {
     /// The bucket's rules, in file order.
     rules: Vec<usize>,
-    /// Built when the bucket is large: glob `i` of the set is `rules[i]`'s.
-    set: Option<GlobSet>,
+    /// Glob `i` of the set is `rules[i]`'s path glob. Shared with other policies
+    /// whose bucket has the same globs (see [`SHARED_SETS`]).
+    set: Arc<GlobSet>,
 }
 
 /// The literal directory of a glob pattern (see [`GlobBuckets`]).
@@ -67,36 +69,80 @@ fn literal_dir(pattern: &str) -> &[u8] {
     literal.as_bytes().get(..end).unwrap_or_default()
 }
 
-impl GlobBuckets {
-    fn add(&mut self, pattern: &str, rule: usize) {
-        self.buckets
-            .entry(literal_dir(pattern).to_vec())
-            .or_default()
-            .rules
-            .push(rule);
+/// [`GlobBuckets`] being built: each bucket's rules and their globs, in file order.
+#[derive(Default)]
+struct GlobBucketsBuilder<'r> {
+    buckets: HashMap<&'r [u8], (Vec<usize>, Vec<&'r str>)>,
+}
+
+impl<'r> GlobBucketsBuilder<'r> {
+    fn add(&mut self, pattern: &'r str, rule: usize) {
+        let (rules, patterns) = self.buckets.entry(literal_dir(pattern)).or_default();
+        rules.push(rule);
+        patterns.push(pattern);
     }
 
-    /// Builds a [`GlobSet`] for each large bucket.
-    fn finish(&mut self, rules: &[Rule]) -> Result<(), globset::Error> {
-        for bucket in self.buckets.values_mut() {
-            if bucket.rules.len() <= GLOBSET_THRESHOLD {
-                continue;
-            }
-            let mut set = GlobSetBuilder::new();
-            for &i in &bucket.rules {
-                if let Some(Rule {
-                    path: Some(PathPattern::Glob { matcher, .. }),
-                    ..
-                }) = rules.get(i)
-                {
-                    set.add(matcher.glob().clone());
-                }
-            }
-            bucket.set = Some(set.build()?);
+    /// Builds each bucket's [`GlobSet`], or reuses the one a live policy already
+    /// has for the same globs ([`SHARED_SETS`]).
+    fn build(self) -> Result<GlobBuckets, globset::Error> {
+        let mut buckets = HashMap::with_capacity(self.buckets.len());
+        for (dir, (rules, patterns)) in self.buckets {
+            let set = shared_set(&patterns)?;
+            buckets.insert(dir.to_vec(), GlobBucket { rules, set });
         }
-        Ok(())
+        shared_sets().retain(|_, sets| {
+            sets.retain(|(_, set)| set.strong_count() > 0);
+            !sets.is_empty()
+        });
+        Ok(GlobBuckets { buckets })
     }
+}
 
+/// The compiled [`GlobSet`] of every bucket some policy in this process still uses,
+/// by the hash of the bucket's globs (in order). A reload that leaves a bucket's globs
+/// as they were (most edits touch a few rules) reuses its set instead of compiling
+/// it again: compiling the sets is the largest part of loading many globs. A set is
+/// a pure function of its globs, so sharing it changes no decision; entries are weak,
+/// so a set lives only as long as a policy using it.
+type SharedSets = HashMap<u64, Vec<(Vec<Box<str>>, Weak<GlobSet>)>>;
+static SHARED_SETS: LazyLock<Mutex<SharedSets>> = LazyLock::new(Mutex::default);
+
+fn shared_sets() -> MutexGuard<'static, SharedSets> {
+    // Entries are replaced whole: a poisoned lock still holds a consistent map.
+    SHARED_SETS.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The set matching `patterns` (glob `i` of the set is `patterns[i]`).
+fn shared_set(patterns: &[&str]) -> Result<Arc<GlobSet>, globset::Error> {
+    let key = {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        patterns.hash(&mut h);
+        h.finish()
+    };
+    let same = |kept: &[Box<str>]| kept.iter().map(|p| &**p).eq(patterns.iter().copied());
+    let found = shared_sets().get(&key).and_then(|sets| {
+        sets.iter()
+            .find(|(kept, _)| same(kept))
+            .and_then(|(_, set)| set.upgrade())
+    });
+    if let Some(set) = found {
+        return Ok(set);
+    }
+    // Compiled without holding the lock: another compile may build the same set
+    // meanwhile, which costs time, never a wrong answer.
+    let mut builder = GlobSetBuilder::new();
+    for pattern in patterns {
+        builder.add(parse_glob(pattern)?);
+    }
+    let set = Arc::new(builder.build()?);
+    shared_sets().entry(key).or_default().push((
+        patterns.iter().map(|p| Box::<str>::from(*p)).collect(),
+        Arc::downgrade(&set),
+    ));
+    Ok(set)
+}
+
+impl GlobBuckets {
     /// The best glob rule that holds for `s`.
     fn best(&self, rules: &[Rule], s: &Subject) -> Option<usize> {
         if self.buckets.is_empty() {
@@ -114,18 +160,17 @@ impl GlobBuckets {
             let Some(bucket) = self.buckets.get(dir) else {
                 continue;
             };
-            let candidates: &[usize] = match &bucket.set {
-                Some(set) => {
-                    hits.clear();
-                    set.matches_into(&s.path, &mut hits);
-                    for h in hits.iter_mut() {
-                        *h = bucket.rules.get(*h).copied().unwrap_or(usize::MAX);
-                    }
-                    &hits
+            bucket.set.matches_into(&s.path, &mut hits);
+            for &h in &hits {
+                let Some(&i) = bucket.rules.get(h) else {
+                    continue;
+                };
+                let Some(rule) = rules.get(i) else { continue };
+                // The set has matched the path glob; the rest of the rule is checked here.
+                if rule.holds_besides_path(s) {
+                    best = better(best, Some((rule.precedence_key(), i)));
                 }
-                None => &bucket.rules,
-            };
-            best = better(best, pick(rules, s, candidates));
+            }
         }
         best.map(|(_, i)| i)
     }
@@ -140,6 +185,7 @@ impl Matcher {
     /// compiled on their own (e.g. a size limit).
     pub(crate) fn build(rules: &[Rule]) -> Result<Matcher, globset::Error> {
         let mut m = Matcher::default();
+        let mut globs = GlobBucketsBuilder::default();
         for (i, rule) in rules.iter().enumerate() {
             match rule.specificity() {
                 Specificity::Cdhash => {
@@ -166,7 +212,7 @@ impl Matcher {
                     Some(PathPattern::Exact(p)) => {
                         add(&mut m.exact_path, path_bytes(p).into_owned(), i);
                     }
-                    Some(PathPattern::Glob { pattern, .. }) => m.globs.add(pattern, i),
+                    Some(PathPattern::Glob { pattern, .. }) => globs.add(pattern, i),
                     None => {}
                 },
                 Specificity::Name => {
@@ -176,7 +222,7 @@ impl Matcher {
                 }
             }
         }
-        m.globs.finish(rules)?;
+        m.globs = globs.build()?;
         Ok(m)
     }
 

@@ -183,6 +183,7 @@ fn parse_rules(sink: &mut Sink<'_>, value: &Spanned<DeValue<'_>>, out: &mut Vec<
         );
         return;
     };
+    out.reserve(items.len());
     for item in items {
         let Some(table) = sink.table(item, "rule") else {
             continue;

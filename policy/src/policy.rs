@@ -38,6 +38,8 @@ pub struct Policy {
     profiles: BTreeMap<String, Capabilities>,
     /// In merged file order; a rule's position is its `order`.
     rules: Vec<Rule>,
+    /// The sources' display names, main file first: where each rule is (`Rule::file`).
+    files: Vec<String>,
     matcher: Matcher,
     needs: Needs,
     sha256_hex: String,
@@ -148,6 +150,7 @@ pub fn compile_sources_with(
         mode: validated.mode,
         profiles: validated.profiles,
         rules: validated.rules,
+        files: sources.iter().map(|s| s.name.clone()).collect(),
         matcher,
         needs,
         sha256_hex: sources_sha256(&sources),
@@ -174,6 +177,7 @@ impl Policy {
             mode: Mode::Enforce,
             profiles: BTreeMap::new(),
             rules: Vec::new(),
+            files: Vec::new(),
             matcher: Matcher::default(),
             needs: Needs::default(),
             sha256_hex: sources_sha256(&[]),
@@ -224,7 +228,7 @@ impl Policy {
                 };
                 Considered {
                     rule: rule.id.clone(),
-                    location: rule.location.clone(),
+                    location: rule.location(&self.files),
                     matched,
                     why,
                 }
@@ -253,13 +257,13 @@ impl Policy {
                 Mode::Enforce,
             ) => (
                 Action::Unlock {
-                    profile: profile.clone(),
+                    profile: profile.to_string(),
                     capabilities: *capabilities,
                 },
                 None,
             ),
             (Effect::Unlock { profile, .. }, Mode::Monitor) => {
-                (Action::Stock, Some(profile.clone()))
+                (Action::Stock, Some(profile.to_string()))
             }
         };
         Verdict {

@@ -11,8 +11,9 @@ use std::cmp::Reverse;
 use std::ffi::OsString;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use globset::GlobMatcher;
+use globset::{Glob, GlobBuilder, GlobMatcher};
 
 use crate::profile::Capabilities;
 use crate::subject::Subject;
@@ -60,8 +61,22 @@ pub(crate) enum PathPattern {
     Exact(PathBuf),
     Glob {
         pattern: String,
-        matcher: GlobMatcher,
+        /// The glob compiled on its own, kept only where a decision needs it: a
+        /// `parent`, or the `path` of a rule indexed under a more specific matcher
+        /// (`sha256` + a path glob). A rule indexed by its path glob has none: its
+        /// bucket's `GlobSet` matches the path for it (see `matcher`), and a compiled
+        /// matcher per glob is most of a large policy's memory and load time.
+        matcher: Option<GlobMatcher>,
     },
+}
+
+/// Parses a `path` or `parent` glob the one way metalift reads globs: `*` and `?`
+/// stop at `/`, `\` escapes.
+pub(crate) fn parse_glob(pattern: &str) -> Result<Glob, globset::Error> {
+    GlobBuilder::new(pattern)
+        .literal_separator(true)
+        .backslash_escape(true)
+        .build()
 }
 
 /// A path's bytes as the kernel reported them. Exact paths compare byte for byte (as
@@ -80,10 +95,19 @@ pub(crate) fn path_bytes(path: &Path) -> Cow<'_, [u8]> {
 }
 
 impl PathPattern {
+    /// Whether `path` matches. A glob without a kept matcher is compiled for this
+    /// call: only `explain` (which walks every rule) gets here for such a glob; the
+    /// hot path finds those rules through their bucket's `GlobSet`.
     pub(crate) fn matches(&self, path: &Path) -> bool {
         match self {
             PathPattern::Exact(p) => path_bytes(p) == path_bytes(path),
-            PathPattern::Glob { matcher, .. } => matcher.is_match(path),
+            PathPattern::Glob {
+                matcher: Some(m), ..
+            } => m.is_match(path),
+            PathPattern::Glob {
+                pattern,
+                matcher: None,
+            } => parse_glob(pattern).is_ok_and(|g| g.compile_matcher().is_match(path)),
         }
     }
 
@@ -99,7 +123,8 @@ impl PathPattern {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Effect {
     Unlock {
-        profile: String,
+        /// Shared by every rule naming the profile.
+        profile: Arc<str>,
         capabilities: Capabilities,
     },
     Stock,
@@ -109,8 +134,10 @@ pub(crate) enum Effect {
 #[derive(Debug, Clone)]
 pub(crate) struct Rule {
     pub id: String,
-    /// `file:line` of the rule's table, for explanations.
-    pub location: String,
+    /// Where the rule's table is: its source's index and line, for explanations
+    /// (see [`Rule::location`]; a string per rule would duplicate the file name).
+    pub file: u32,
+    pub line: u32,
     /// Position in the merged policy (main file first, then `policy.d/` by name).
     pub order: usize,
     pub path: Option<PathPattern>,
@@ -150,6 +177,14 @@ impl Rule {
         }
     }
 
+    /// `file:line` of the rule's table, given the policy's source names.
+    pub(crate) fn location(&self, files: &[impl AsRef<str>]) -> String {
+        match usize::try_from(self.file).ok().and_then(|f| files.get(f)) {
+            Some(name) => format!("{}:{}", name.as_ref(), self.line),
+            None => String::new(),
+        }
+    }
+
     pub(crate) fn precedence_key(&self) -> PrecedenceKey {
         (
             Reverse(self.specificity()),
@@ -158,8 +193,15 @@ impl Rule {
         )
     }
 
-    /// Whether every matcher holds for `s`. The fast path: no allocation.
+    /// Whether every matcher holds for `s`. The fast path: no allocation (for a rule
+    /// indexed by its path glob, see [`Rule::holds_besides_path`]).
     pub(crate) fn holds(&self, s: &Subject) -> bool {
+        self.path.as_ref().is_none_or(|p| p.matches(&s.path)) && self.holds_besides_path(s)
+    }
+
+    /// Whether every matcher but `path` holds for `s`: for a rule whose path glob
+    /// the caller has already matched (a bucket's `GlobSet` said so).
+    pub(crate) fn holds_besides_path(&self, s: &Subject) -> bool {
         self.cdhash
             .as_ref()
             .is_none_or(|want| s.cdhash.as_deref() == Some(want.as_slice()))
@@ -172,7 +214,6 @@ impl Rule {
                 .team_id
                 .as_ref()
                 .is_none_or(|want| s.team_id.as_ref() == Some(want))
-            && self.path.as_ref().is_none_or(|p| p.matches(&s.path))
             && self
                 .name
                 .as_ref()

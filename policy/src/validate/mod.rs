@@ -8,6 +8,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
+use std::sync::Arc;
 
 use crate::chip::CompileOptions;
 use crate::diagnostic::{Diagnostic, LineIndex, Severity, Source};
@@ -96,12 +97,20 @@ pub(crate) fn validate(
         }
     }
 
-    let mut rule_sites: HashMap<String, (usize, Range<usize>)> = HashMap::new();
-    let mut sites = Vec::new();
+    // One shared name per profile, for the rules that unlock it.
+    let named: BTreeMap<Arc<str>, Capabilities> = result
+        .profiles
+        .iter()
+        .map(|(name, caps)| (Arc::from(name.as_str()), *caps))
+        .collect();
+    let raw_rules = files.iter().map(|f| f.rules.len()).sum();
+    result.rules.reserve_exact(raw_rules);
+    let mut rule_sites: HashMap<&str, (usize, Range<usize>)> = HashMap::with_capacity(raw_rules);
+    let mut sites = Vec::with_capacity(raw_rules);
     for (i, file) in files.iter().enumerate() {
         for raw in &file.rules {
             if let Some(id) = &raw.id {
-                if let Some((first_file, first_span)) = rule_sites.get(&id.value) {
+                if let Some((first_file, first_span)) = rule_sites.get(id.value.as_str()) {
                     v.duplicate(
                         "rule id",
                         &id.value,
@@ -109,11 +118,11 @@ pub(crate) fn validate(
                         (i, id.span.clone()),
                     );
                 } else {
-                    rule_sites.insert(id.value.clone(), (i, id.span.clone()));
+                    rule_sites.insert(&id.value, (i, id.span.clone()));
                 }
             }
             let order = result.rules.len();
-            if let Some(rule) = v.rule(i, raw, order, &result.profiles, all_parsed) {
+            if let Some(rule) = v.rule(i, raw, order, &named, all_parsed) {
                 sites.push(Site {
                     file: i,
                     anchor: raw

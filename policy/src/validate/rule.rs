@@ -4,13 +4,12 @@
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::PathBuf;
-
-use globset::GlobBuilder;
+use std::sync::Arc;
 
 use super::Validator;
 use crate::model::{At, RawRule};
 use crate::profile::Capabilities;
-use crate::rule::{Effect, PathPattern, Rule};
+use crate::rule::{parse_glob, Effect, PathPattern, Rule, Specificity};
 
 impl Validator<'_> {
     fn path_pattern(&mut self, i: usize, key: &str, at: &At<String>) -> Option<PathPattern> {
@@ -39,14 +38,11 @@ impl Validator<'_> {
         if !text.contains(['*', '?', '[', ']', '{', '}', '\\']) {
             return Some(PathPattern::Exact(PathBuf::from(text)));
         }
-        let built = GlobBuilder::new(text)
-            .literal_separator(true)
-            .backslash_escape(true)
-            .build();
-        match built {
-            Ok(glob) => Some(PathPattern::Glob {
+        match parse_glob(text) {
+            // Compiled later, only if needed (see `PathPattern::Glob::matcher`).
+            Ok(_) => Some(PathPattern::Glob {
                 pattern: text.to_owned(),
-                matcher: glob.compile_matcher(),
+                matcher: None,
             }),
             Err(e) => {
                 let kind = e.kind().to_string();
@@ -101,7 +97,7 @@ impl Validator<'_> {
         i: usize,
         raw: &RawRule,
         order: usize,
-        profiles: &BTreeMap<String, Capabilities>,
+        profiles: &BTreeMap<Arc<str>, Capabilities>,
         check_references: bool,
     ) -> Option<Rule> {
         let errors_before = self.errors;
@@ -146,7 +142,8 @@ impl Validator<'_> {
         let parent = raw
             .parent
             .as_ref()
-            .and_then(|p| self.path_pattern(i, "parent", p));
+            .and_then(|p| self.path_pattern(i, "parent", p))
+            .map(compiled);
         let name = self.non_empty(i, "name", &raw.name);
         if let (Some(n), Some(at)) = (&name, &raw.name) {
             if n.contains('/') {
@@ -255,14 +252,14 @@ impl Validator<'_> {
                 None
             }
             (None, Some(_)) => Some(Effect::Stock),
-            (Some(unlock), None) => match profiles.get(&unlock.value) {
-                Some(caps) => Some(Effect::Unlock {
-                    profile: unlock.value.clone(),
+            (Some(unlock), None) => match profiles.get_key_value(unlock.value.as_str()) {
+                Some((name, caps)) => Some(Effect::Unlock {
+                    profile: Arc::clone(name),
                     capabilities: *caps,
                 }),
                 None => {
                     if check_references {
-                        let known: Vec<&str> = profiles.keys().map(String::as_str).collect();
+                        let known: Vec<&str> = profiles.keys().map(|k| &**k).collect();
                         let hint = if known.is_empty() {
                             " (no profile is defined; add a [profile.NAME] table)".to_owned()
                         } else {
@@ -282,15 +279,14 @@ impl Validator<'_> {
         if self.errors != errors_before {
             return None;
         }
-        let location = match (self.sources.get(i), self.lines.get(i)) {
-            (Some(s), Some(lines)) => {
-                format!("{}:{}", s.name, lines.line_col_len(&s.text, anchor).0)
-            }
-            _ => String::new(),
+        let line = match (self.sources.get(i), self.lines.get(i)) {
+            (Some(s), Some(lines)) => lines.line_col_len(&s.text, anchor).0,
+            _ => 0,
         };
-        Some(Rule {
+        let mut rule = Rule {
             id,
-            location,
+            file: u32::try_from(i).unwrap_or(u32::MAX),
+            line: u32::try_from(line).unwrap_or(u32::MAX),
             order,
             path,
             name: name.map(OsString::from),
@@ -302,6 +298,26 @@ impl Validator<'_> {
             user,
             parent,
             effect: effect?,
-        })
+        };
+        // A path glob under a more specific identity (`sha256` + glob) is indexed by
+        // that identity, so checking the rule must match the glob on its own.
+        if rule.specificity() != Specificity::GlobPath {
+            rule.path = rule.path.map(compiled);
+        }
+        Some(rule)
+    }
+}
+
+/// `p` with its glob compiled, for checking it outside a bucket's `GlobSet`.
+fn compiled(p: PathPattern) -> PathPattern {
+    match p {
+        PathPattern::Glob {
+            pattern,
+            matcher: None,
+        } => {
+            let matcher = parse_glob(&pattern).ok().map(|g| g.compile_matcher());
+            PathPattern::Glob { pattern, matcher }
+        }
+        other => other,
     }
 }

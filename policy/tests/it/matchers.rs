@@ -180,7 +180,7 @@ fn unmatched_executables_stay_stock_with_no_rule() {
 
 #[test]
 fn many_globs_in_one_directory_agree_with_the_linear_explanation() {
-    // More globs under /opt/bin than the matcher checks one by one: they go through a GlobSet.
+    // Many globs in one directory: they share one bucket and its GlobSet.
     let mut text = HEADER.to_owned();
     for i in 0..30 {
         let effect = if i % 4 == 0 {
@@ -211,4 +211,159 @@ fn many_globs_in_one_directory_agree_with_the_linear_explanation() {
     assert_eq!(winner(&p, &at("/opt/bin/tool12")).as_deref(), Some("g12"));
     assert_eq!(winner(&p, &at("/opt/bin/tool1")).as_deref(), Some("deep"));
     assert_eq!(winner(&p, &at("/usr/tool21")).as_deref(), Some("root"));
+}
+
+#[test]
+fn a_path_glob_rule_is_still_narrowed_by_uid_user_parent_and_sha256() {
+    // Regression: a rule indexed by its path glob is matched through its bucket's
+    // GlobSet and keeps no matcher of its own; the set's match must not stand in for
+    // the rule's other matchers. A dozen sibling globs put the bucket past any
+    // small-bucket shortcut.
+    let mut text = HEADER.to_owned();
+    for i in 0..12 {
+        text.push_str(&format!(
+            "[[rule]]\nid = \"sib{i}\"\npath = \"/opt/bin/sib{i}-*\"\nunlock = \"apple7\"\n"
+        ));
+    }
+    text.push_str(&format!(
+        "[[rule]]\nid = \"by-uid\"\npath = \"/opt/bin/llama-*\"\nuid = 501\nunlock = \"apple7\"\n\
+         [[rule]]\nid = \"by-user\"\npath = \"/opt/bin/whisper-*\"\nuser = \"ci\"\nunlock = \"apple7\"\n\
+         [[rule]]\nid = \"by-parent\"\npath = \"/opt/bin/sd-*\"\nparent = \"/opt/runner/**\"\nunlock = \"apple7\"\n\
+         [[rule]]\nid = \"by-sha\"\npath = \"/opt/bin/bench-*\"\nsha256 = \"{SHA}\"\nunlock = \"apple7\"\n"
+    ));
+    let p = policy(&text);
+
+    let mut s = at("/opt/bin/llama-cli");
+    s.uid = 501;
+    assert_eq!(winner(&p, &s).as_deref(), Some("by-uid"));
+    s.uid = 0;
+    assert_eq!(winner(&p, &s), None, "the glob matches, the uid does not");
+
+    let mut s = at("/opt/bin/whisper-cli");
+    s.user = Some("ci".into());
+    assert_eq!(winner(&p, &s).as_deref(), Some("by-user"));
+    s.user = Some("alice".into());
+    assert_eq!(winner(&p, &s), None, "the glob matches, the user does not");
+
+    let mut s = at("/opt/bin/sd-cli");
+    s.parent_path = Some("/opt/runner/bin/worker".into());
+    assert_eq!(winner(&p, &s).as_deref(), Some("by-parent"));
+    s.parent_path = Some("/bin/zsh".into());
+    assert_eq!(
+        winner(&p, &s),
+        None,
+        "the glob matches, the parent does not"
+    );
+
+    // sha256 + path glob is indexed by its sha256: the glob must still hold.
+    let sha = hex_bytes(SHA).and_then(|b| <[u8; 32]>::try_from(b).ok());
+    let mut s = at("/opt/bin/bench-x");
+    s.sha256 = sha;
+    assert_eq!(winner(&p, &s).as_deref(), Some("by-sha"));
+    s.path = "/opt/elsewhere/bench-x".into();
+    assert_eq!(
+        winner(&p, &s),
+        None,
+        "the sha256 matches, the path glob does not"
+    );
+    s.path = "/opt/bin/bench-x".into();
+    s.sha256 = None;
+    assert_eq!(winner(&p, &s), None, "the path glob matches, no sha256");
+}
+
+#[test]
+fn explain_lists_every_glob_rule_with_why_it_matched_or_not() {
+    // Regression: explain checks each path glob on its own (the fast path trusts the
+    // buckets' GlobSets), and still reports every rule, in file order, with the reason.
+    let p = policy(&format!(
+        "{HEADER}\
+         [[rule]]\nid = \"tools\"\npath = \"/opt/bin/tool*\"\nunlock = \"apple7\"\n\
+         [[rule]]\nid = \"other-dir\"\npath = \"/usr/bin/tool*\"\nunlock = \"apple7\"\n\
+         [[rule]]\nid = \"deep\"\npath = \"/opt/**/tool1\"\nstock = true\n\
+         [[rule]]\nid = \"wrong-uid\"\npath = \"/opt/bin/*\"\nuid = 42\nunlock = \"apple7\"\n"
+    ));
+    let v = p.explain(&at("/opt/bin/tool1"));
+    let trace: Vec<(&str, bool, &str)> = v
+        .trace
+        .iter()
+        .map(|c| (c.rule.as_str(), c.matched, c.why.as_str()))
+        .collect();
+    assert_eq!(trace.len(), 4, "{trace:#?}");
+    assert_eq!(trace[0].0, "tools");
+    assert!(trace[0].1);
+    assert!(
+        trace[0]
+            .2
+            .starts_with("path matches glob `/opt/bin/tool*`; loses to `deep`"),
+        "{trace:#?}"
+    );
+    assert_eq!(
+        trace[1],
+        (
+            "other-dir",
+            false,
+            "path `/opt/bin/tool1` does not match glob `/usr/bin/tool*`"
+        )
+    );
+    assert_eq!(trace[2].0, "deep");
+    assert!(trace[2].1);
+    assert!(trace[2].2.contains("wins"), "{trace:#?}");
+    assert_eq!(
+        trace[3],
+        (
+            "wrong-uid",
+            false,
+            "uid is 0, not 42 (held: path matches glob `/opt/bin/*`)"
+        )
+    );
+    assert_eq!(v.rule.as_deref(), Some("deep"));
+    assert_eq!(winner(&p, &at("/opt/bin/tool1")).as_deref(), Some("deep"));
+}
+
+#[test]
+fn policies_with_the_same_globs_in_another_order_each_keep_their_own_rules() {
+    // Regression: a reload reuses the compiled GlobSet of a live policy's bucket with
+    // the same globs. The set's matches are positions; reusing a set built for the
+    // same globs in another order would hand one policy's match to another rule.
+    let glob_rules = |order: [(&str, &str); 3]| {
+        let mut text = HEADER.to_owned();
+        for (id, glob) in order {
+            text.push_str(&format!(
+                "[[rule]]\nid = \"{id}\"\npath = \"{glob}\"\nunlock = \"apple7\"\n"
+            ));
+        }
+        policy(&text)
+    };
+    let first = glob_rules([
+        ("a", "/opt/bin/a*"),
+        ("b", "/opt/bin/b*"),
+        ("c", "/opt/bin/c*"),
+    ]);
+    let same = glob_rules([
+        ("a2", "/opt/bin/a*"),
+        ("b2", "/opt/bin/b*"),
+        ("c2", "/opt/bin/c*"),
+    ]);
+    let reordered = glob_rules([
+        ("c3", "/opt/bin/c*"),
+        ("a3", "/opt/bin/a*"),
+        ("b3", "/opt/bin/b*"),
+    ]);
+    for (path, want) in [
+        ("/opt/bin/apple", ["a", "a2", "a3"]),
+        ("/opt/bin/banana", ["b", "b2", "b3"]),
+        ("/opt/bin/cherry", ["c", "c2", "c3"]),
+    ] {
+        let got = [&first, &same, &reordered].map(|p| winner(p, &at(path)));
+        assert_eq!(got, want.map(|w| Some(w.to_owned())), "{path}");
+    }
+    drop(first);
+    // A policy compiled after the others are gone still decides on its own.
+    let again = glob_rules([
+        ("b4", "/opt/bin/b*"),
+        ("a4", "/opt/bin/a*"),
+        ("c4", "/opt/bin/c*"),
+    ]);
+    assert_eq!(winner(&again, &at("/opt/bin/apple")).as_deref(), Some("a4"));
+    assert_eq!(winner(&same, &at("/opt/bin/apple")).as_deref(), Some("a2"));
 }
