@@ -337,6 +337,27 @@ pub fn load_average() -> String {
         .to_owned()
 }
 
+/// Runs `cmd` once with its output discarded and returns its wall time; a
+/// failing command is an error (a benchmark of a broken run means nothing).
+pub fn time(mut cmd: Command) -> anyhow::Result<Duration> {
+    cmd.stdout(Stdio::null()).stderr(Stdio::null());
+    let start = Instant::now();
+    let status = cmd.status()?;
+    let elapsed = start.elapsed();
+    if !status.success() {
+        bail!("benchmark command failed: {status}");
+    }
+    Ok(elapsed)
+}
+
+/// The highest Apple family `metalift-probe --json` (the command given) reports.
+pub fn apple_family(mut cmd: Command) -> anyhow::Result<i64> {
+    let out = cmd.arg("--json").output()?;
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .with_context(|| format!("probe output: {}", String::from_utf8_lossy(&out.stdout)))?;
+    json["apple_family"].as_i64().context("no apple_family")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

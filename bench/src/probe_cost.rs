@@ -18,12 +18,12 @@
 
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use anyhow::{bail, Context};
+use anyhow::bail;
 
 use crate::baseline::BaselineServer;
-use crate::harness::{self, Artifacts, Daemon};
+use crate::harness::{self, apple_family, time, Artifacts, Daemon};
 use crate::stats::Samples;
 use crate::{Section, Target};
 
@@ -47,24 +47,6 @@ fn injected(art: &Artifacts, socket: &Path) -> Command {
     cmd.env("LD_PRELOAD", &art.shim)
         .env("METALIFT_SOCKET", socket);
     cmd
-}
-
-fn time(mut cmd: Command) -> anyhow::Result<Duration> {
-    cmd.stdout(Stdio::null()).stderr(Stdio::null());
-    let start = Instant::now();
-    let status = cmd.status()?;
-    let elapsed = start.elapsed();
-    if !status.success() {
-        bail!("benchmark command failed: {status}");
-    }
-    Ok(elapsed)
-}
-
-fn apple_family(mut cmd: Command) -> anyhow::Result<i64> {
-    let out = cmd.arg("--json").output()?;
-    let json: serde_json::Value = serde_json::from_slice(&out.stdout)
-        .with_context(|| format!("probe output: {}", String::from_utf8_lossy(&out.stdout)))?;
-    json["apple_family"].as_i64().context("no apple_family")
 }
 
 /// The samples of every case, one of each per iteration.
