@@ -6,19 +6,16 @@
 //! daemon decides for this test binary's own (resolved) executable.
 #![cfg(target_os = "linux")]
 
-use std::io::{Read, Write};
-use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use metalift_policy::wire::{self, CheckIn, Message, VerdictMsg, WireAction, LENGTH_PREFIX};
+use metalift_policy::wire::{VerdictMsg, WireAction};
 use serde_json::Value;
 
 mod support;
 
-/// The longest any single wait may take before the test calls it a hang.
-const HANG_GUARD: Duration = Duration::from_secs(60);
+use support::{Daemon, HANG_GUARD};
 
 struct Env {
     dir: tempfile::TempDir,
@@ -59,38 +56,21 @@ impl Env {
     }
 
     fn start(&self, extra: &[&str], env: &[(&str, &str)]) -> Daemon {
-        let mut cmd = Command::new(support::workspace_binary("metaliftd"));
-        cmd.arg("--policy")
-            .arg(self.policy())
-            .arg("--socket")
-            .arg(self.socket())
-            .arg("--audit-log")
-            .arg(self.audit_log())
-            .arg("--allow-insecure-owner")
-            .args(extra)
-            .env_remove("METALIFT_HOST_CHIP_BRAND")
-            .envs(env.iter().copied())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(self.path("daemon.log")).expect("daemon log"));
-        let daemon = Daemon {
-            child: cmd.spawn().expect("spawn metaliftd"),
-            socket: self.socket(),
-        };
-        let start = Instant::now();
-        while metalift_daemon::status::request(&daemon.socket, Duration::from_secs(5)).is_err() {
-            assert!(start.elapsed() < HANG_GUARD, "metaliftd did not come up");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        daemon
+        let log = self.path("daemon.log");
+        support::start_daemon(
+            &support::DaemonFiles {
+                policy: &self.policy(),
+                socket: &self.socket(),
+                audit_log: &self.audit_log(),
+                log: &log,
+            },
+            extra,
+            env,
+        )
     }
 
     fn records_of(&self, kind: &str) -> Vec<Value> {
-        let text = std::fs::read_to_string(self.audit_log()).unwrap_or_default();
-        text.lines()
-            .map(|l| serde_json::from_str::<Value>(l).expect("a JSON line"))
-            .filter(|r| r["kind"] == kind)
-            .collect()
+        support::records_of(&self.audit_log(), kind)
     }
 
     fn explain(&self, args: &[&str]) -> Output {
@@ -102,19 +82,6 @@ impl Env {
             all.extend(["--socket", s(&socket)]);
         }
         metalift(&all)
-    }
-}
-
-/// A running metaliftd; killed on drop.
-struct Daemon {
-    child: Child,
-    socket: PathBuf,
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -136,22 +103,7 @@ impl Daemon {
 
     /// Checks in as this process and returns the verdict.
     fn check_in(&self) -> VerdictMsg {
-        let mut stream = UnixStream::connect(&self.socket).expect("connect");
-        stream.set_read_timeout(Some(HANG_GUARD)).expect("timeout");
-        let msg = Message::CheckIn(CheckIn {
-            shim_version: "test".into(),
-            arch: std::env::consts::ARCH.into(),
-            claimed_executable: None,
-        });
-        stream.write_all(&wire::encode_frame(&msg)).expect("send");
-        let mut prefix = [0u8; LENGTH_PREFIX];
-        stream.read_exact(&mut prefix).expect("verdict prefix");
-        let mut body = vec![0u8; wire::frame_length(prefix).expect("sane length")];
-        stream.read_exact(&mut body).expect("verdict body");
-        match wire::decode_body(&body).expect("decodes") {
-            Message::Verdict(v) => v,
-            other => panic!("expected a verdict, got {other:?}"),
-        }
+        support::check_in(&self.socket)
     }
 }
 

@@ -5,19 +5,15 @@
 //! process in the raw wire protocol and from the probe run through `metalift exec`.
 #![cfg(target_os = "linux")]
 
-use std::io::{Read, Write};
-use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use metalift_policy::wire::{self, CheckIn, Message, VerdictMsg, LENGTH_PREFIX};
 use serde_json::Value;
 
 mod support;
 
-/// The longest any single step may take before the test calls it a hang.
-const HANG_GUARD: Duration = Duration::from_secs(60);
+use support::{Daemon, HANG_GUARD};
 
 /// An isolated directory with a policy, a socket path and an audit log.
 struct Env {
@@ -62,36 +58,21 @@ impl Env {
     }
 
     fn start(&self) -> Daemon {
-        let child = Command::new(support::workspace_binary("metaliftd"))
-            .arg("--policy")
-            .arg(self.policy())
-            .arg("--socket")
-            .arg(self.socket())
-            .arg("--audit-log")
-            .arg(self.audit_log())
-            .arg("--allow-insecure-owner")
-            .env("RUST_LOG", "debug")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(self.path("daemon.log")).unwrap())
-            .spawn()
-            .expect("spawn metaliftd");
-        let daemon = Daemon(child);
-        let start = Instant::now();
-        while metalift_daemon::status::request(&self.socket(), HANG_GUARD).is_err() {
-            assert!(start.elapsed() < HANG_GUARD, "metaliftd did not come up");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        daemon
+        let log = self.path("daemon.log");
+        support::start_daemon(
+            &support::DaemonFiles {
+                policy: &self.policy(),
+                socket: &self.socket(),
+                audit_log: &self.audit_log(),
+                log: &log,
+            },
+            &[],
+            &[("RUST_LOG", "debug")],
+        )
     }
 
     fn records_of(&self, kind: &str) -> Vec<Value> {
-        std::fs::read_to_string(self.audit_log())
-            .unwrap_or_default()
-            .lines()
-            .map(|l| serde_json::from_str::<Value>(l).expect("audit line"))
-            .filter(|r| r["kind"] == kind)
-            .collect()
+        support::records_of(&self.audit_log(), kind)
     }
 
     /// Waits until `cond` holds for the audit records of `kind`.
@@ -124,33 +105,6 @@ impl Env {
             String::from_utf8_lossy(&out.stdout).into_owned(),
             String::from_utf8_lossy(&out.stderr).into_owned(),
         )
-    }
-}
-
-/// A running metaliftd; killed on drop.
-struct Daemon(Child);
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// One check-in from this process, in the raw wire protocol.
-fn check_in_once(socket: &Path) -> VerdictMsg {
-    let mut stream = UnixStream::connect(socket).expect("connect");
-    stream.set_read_timeout(Some(HANG_GUARD)).unwrap();
-    stream
-        .write_all(&wire::encode_frame(&Message::CheckIn(CheckIn::default())))
-        .unwrap();
-    let mut prefix = [0u8; LENGTH_PREFIX];
-    stream.read_exact(&mut prefix).expect("verdict prefix");
-    let mut body = vec![0u8; wire::frame_length(prefix).unwrap()];
-    stream.read_exact(&mut body).expect("verdict body");
-    match wire::decode_body(&body) {
-        Ok(Message::Verdict(v)) => v,
-        other => panic!("expected a verdict, got {other:?}"),
     }
 }
 
@@ -191,7 +145,7 @@ fn metalift_status_shows_the_policy_and_counts() {
     let _daemon = env.start();
     // One unlock (the probe matches the rule), one stock (this test does not).
     probe_through_the_shim(&env.socket());
-    check_in_once(&env.socket());
+    support::check_in(&env.socket());
 
     let (code, text, err) = env.status(false);
     assert_eq!(code, Some(0), "{text}{err}");

@@ -6,7 +6,20 @@
 //! through `CARGO_BIN_EXE_*`. A missing one fails the test with the fix; it never
 //! skips.
 
+// Each test binary uses the part it needs.
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use metalift_policy::wire::{self, CheckIn, Message, VerdictMsg, LENGTH_PREFIX};
+use serde_json::Value;
+
+/// The longest any single wait may take before a test calls it a hang.
+pub const HANG_GUARD: Duration = Duration::from_secs(60);
 
 /// `name` (`metaliftd`, `metalift-probe`, `libmetalift.so`) from this build, beside `metalift`.
 pub fn workspace_binary(name: &str) -> PathBuf {
@@ -17,4 +30,86 @@ pub fn workspace_binary(name: &str) -> PathBuf {
         path.display()
     );
     path
+}
+
+/// A running metaliftd on a temporary socket; killed on drop.
+pub struct Daemon {
+    child: Child,
+    /// Where it listens.
+    pub socket: PathBuf,
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The files a test daemon uses, all in the test's temporary directory.
+pub struct DaemonFiles<'a> {
+    pub policy: &'a Path,
+    pub socket: &'a Path,
+    pub audit_log: &'a Path,
+    /// Its stderr (diagnostics), for failure messages.
+    pub log: &'a Path,
+}
+
+/// Starts the real metaliftd with the development flag, `extra` arguments and
+/// `envs`, and returns once it answers a status request.
+pub fn start_daemon(files: &DaemonFiles<'_>, extra: &[&str], envs: &[(&str, &str)]) -> Daemon {
+    let mut cmd = Command::new(workspace_binary("metaliftd"));
+    cmd.arg("--policy")
+        .arg(files.policy)
+        .arg("--socket")
+        .arg(files.socket)
+        .arg("--audit-log")
+        .arg(files.audit_log)
+        .arg("--allow-insecure-owner")
+        .args(extra)
+        .env_remove("METALIFT_HOST_CHIP_BRAND")
+        .envs(envs.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(files.log).expect("daemon log"));
+    let daemon = Daemon {
+        child: cmd.spawn().expect("spawn metaliftd"),
+        socket: files.socket.to_owned(),
+    };
+    let start = Instant::now();
+    while metalift_daemon::status::request(&daemon.socket, Duration::from_secs(5)).is_err() {
+        assert!(start.elapsed() < HANG_GUARD, "metaliftd did not come up");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    daemon
+}
+
+/// The audit records of `kind` in `log` (none when it does not exist yet).
+pub fn records_of(log: &Path, kind: &str) -> Vec<Value> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).expect("an audit line is JSON"))
+        .filter(|r| r["kind"] == kind)
+        .collect()
+}
+
+/// One check-in from this process in the raw wire protocol; the verdict.
+pub fn check_in(socket: &Path) -> VerdictMsg {
+    let mut stream = UnixStream::connect(socket).expect("connect");
+    stream.set_read_timeout(Some(HANG_GUARD)).expect("timeout");
+    let msg = Message::CheckIn(CheckIn {
+        shim_version: "test".into(),
+        arch: std::env::consts::ARCH.into(),
+        claimed_executable: None,
+    });
+    stream.write_all(&wire::encode_frame(&msg)).expect("send");
+    let mut prefix = [0u8; LENGTH_PREFIX];
+    stream.read_exact(&mut prefix).expect("verdict prefix");
+    let mut body = vec![0u8; wire::frame_length(prefix).expect("sane length")];
+    stream.read_exact(&mut body).expect("verdict body");
+    match wire::decode_body(&body).expect("decodes") {
+        Message::Verdict(v) => v,
+        other => panic!("expected a verdict, got {other:?}"),
+    }
 }
