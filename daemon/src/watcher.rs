@@ -6,7 +6,9 @@
 //! Directories, never files, each non-recursively: the directory of every entry
 //! the kernel walks to reach the policy and `policy.d/` (see [`chain`]). So:
 //!
-//! - in-place writes, `cp` over: the file's own directory sees the write;
+//! - in-place writes, `cp` over: the file's own directory sees the write; on
+//!   Linux the file is read only once its writer closes it ([`open_writes`]), so
+//!   a slow writer's half-written file never goes live;
 //! - editors' atomic saves (a temp file renamed over), vim's backup dance
 //!   (rename away, write anew), `mv` over: the rename/create onto the name;
 //! - `policy.d/` drops and removals: `policy.d/` itself is watched;
@@ -51,8 +53,10 @@ use tokio::task::JoinHandle;
 use tokio::time::{sleep_until, Instant};
 
 mod chain;
+mod open_writes;
 
 use self::chain::Chain;
+use self::open_writes::OpenWrites;
 use crate::audit::AuditLog;
 use crate::policy_store::{PolicyStore, ReloadOutcome, Trigger};
 
@@ -66,6 +70,9 @@ pub const DELETE_GRACE: Duration = Duration::from_millis(150);
 /// How long before the first load a change still makes the watcher read the
 /// policy again at start (file-system timestamps can lag by a clock tick).
 const STARTUP_MARGIN: Duration = Duration::from_secs(2);
+/// How long a file being written in place (see [`open_writes`]) may go without
+/// an event before it is read anyway: its writer may keep it open for good.
+pub const OPEN_WRITE_GRACE: Duration = Duration::from_millis(500);
 /// The longest a batch of events may keep postponing its reload.
 pub const MAX_BATCH: Duration = Duration::from_secs(1);
 /// How often the set of watched directories is re-checked without any event.
@@ -162,7 +169,7 @@ async fn run(
                     poll_forever(&store, &audit, &mut watches).await;
                     return;
                 }
-                settle(&mut rx, timing.debounce).await;
+                settle(&mut rx, timing.debounce, &watches.writers).await;
                 watches.reconcile();
                 reload(&store, &audit, &mut rx, &mut watches, timing).await;
             }
@@ -175,17 +182,37 @@ async fn run(
     }
 }
 
-/// Waits until no event has arrived for `debounce`, or [`MAX_BATCH`] has passed.
-async fn settle(rx: &mut mpsc::Receiver<()>, debounce: Duration) {
+/// Waits until no event has arrived for `debounce` and no file of the policy is
+/// being written in place, or [`MAX_BATCH`] has passed. A file still being
+/// written is waited for until its writer closes it (that close is an event), or
+/// until [`OPEN_WRITE_GRACE`] passes without events.
+async fn settle(rx: &mut mpsc::Receiver<()>, debounce: Duration, writers: &OpenWrites) {
     let cap = Instant::now() + MAX_BATCH;
-    let mut deadline = (Instant::now() + debounce).min(cap);
+    let mut last_event = Instant::now();
     loop {
+        let waiting_for_writer = writers.any();
+        let quiet = if waiting_for_writer {
+            OPEN_WRITE_GRACE
+        } else {
+            debounce
+        };
         tokio::select! {
             event = rx.recv() => match event {
-                Some(()) => deadline = (Instant::now() + debounce).min(cap),
+                Some(()) => last_event = Instant::now(),
                 None => return,
             },
-            () = sleep_until(deadline) => return,
+            () = sleep_until((last_event + quiet).min(cap)) => {
+                if !writers.any() {
+                    return;
+                }
+                // A writer that went quiet for the whole grace (or the batch cap):
+                // it may hold the file open for good, so read what is there.
+                if waiting_for_writer || Instant::now() >= cap {
+                    tracing::debug!("a policy file stayed open for writing; reading it anyway");
+                    writers.forget();
+                    return;
+                }
+            }
         }
     }
 }
@@ -211,7 +238,7 @@ async fn reload(
                 if event.is_none() {
                     break;
                 }
-                settle(rx, timing.debounce).await;
+                settle(rx, timing.debounce, &watches.writers).await;
                 watches.reconcile();
                 if reload_on(store, audit, Trigger::Watch).await != Some(ReloadOutcome::Vanished) {
                     return;
@@ -267,20 +294,34 @@ struct Watches {
     watched: Vec<(PathBuf, (u64, u64))>,
     /// Directories a watch failed on, already reported.
     unwatchable: std::collections::HashSet<PathBuf>,
+    /// Policy files being written in place, for [`settle`].
+    writers: Arc<OpenWrites>,
 }
 
 impl Watches {
     fn new(policy: &Path, tx: mpsc::Sender<()>) -> Watches {
         let chain = Arc::new(RwLock::new(Chain::resolve(policy)));
+        let writers = Arc::new(OpenWrites::default());
         let handler = {
             let chain = Arc::clone(&chain);
+            let writers = Arc::clone(&writers);
             move |event: notify::Result<notify::Event>| {
                 let relevant = match &event {
+                    Ok(event) if event.need_rescan() => {
+                        // Events were lost (queue overflow), closes among them.
+                        writers.forget();
+                        true
+                    }
                     Ok(event) => {
                         !is_read_only_access(&event.kind)
                             && (event.paths.is_empty() || {
                                 let chain = chain.read().unwrap_or_else(PoisonError::into_inner);
-                                event.paths.iter().any(|p| chain.concerns(p))
+                                let mut concerns = false;
+                                for p in event.paths.iter().filter(|p| chain.concerns(p)) {
+                                    writers.observe(&event.kind, p);
+                                    concerns = true;
+                                }
+                                concerns
                             })
                     }
                     Err(error) => {
@@ -295,7 +336,13 @@ impl Watches {
             }
         };
         let backend: Box<dyn Watcher + Send> = match notify::recommended_watcher(handler.clone()) {
-            Ok(w) => Box::new(w),
+            Ok(w) => {
+                // inotify reports a writer's close (IN_CLOSE_WRITE); FSEvents does not.
+                if cfg!(target_os = "linux") {
+                    writers.enable();
+                }
+                Box::new(w)
+            }
             Err(error) => {
                 tracing::warn!(%error, "native file watching unavailable; polling every {POLL_INTERVAL:?}");
                 let config = notify::Config::default().with_poll_interval(POLL_INTERVAL);
@@ -314,6 +361,7 @@ impl Watches {
             chain,
             watched: Vec::new(),
             unwatchable: std::collections::HashSet::new(),
+            writers,
         }
     }
 

@@ -170,6 +170,51 @@ async fn given_in_place_rewrite_then_the_new_policy_is_live() {
 }
 
 #[tokio::test]
+async fn given_an_in_place_write_that_pauses_halfway_then_only_the_whole_file_goes_live() {
+    use std::io::Write;
+    let fx = Fixture::start(Some(&policy_with_rules(2)));
+    let whole = policy_with_rules(3);
+    // Cut right after the first rule: the first half alone is a valid 1-rule policy.
+    let cut = whole.find("\n[[rule]]\nid = \"rule-1\"").unwrap();
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(&fx.policy)
+        .unwrap();
+    file.write_all(&whole.as_bytes()[..cut]).unwrap();
+    // Far longer than the debounce: the writer is slow, not done.
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    file.write_all(&whole.as_bytes()[cut..]).unwrap();
+    drop(file);
+    fx.until("3 rules", |s| s.current().rule_count == 3).await;
+    fx.assert_last_load_is_live("change");
+    let loads: Vec<_> = fx
+        .audit_of("policy_loaded")
+        .iter()
+        .map(|r| r["rules"].clone())
+        .collect();
+    assert_eq!(loads, [2, 3], "the half-written file never went live");
+    assert!(fx.audit_of("policy_rejected").is_empty());
+    fx.stop().await;
+}
+
+#[tokio::test]
+async fn given_a_writer_that_keeps_the_policy_open_then_what_it_wrote_goes_live_anyway() {
+    use std::io::Write;
+    let fx = Fixture::start(Some(&policy_with_rules(2)));
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(&fx.policy)
+        .unwrap();
+    file.write_all(policy_with_rules(4).as_bytes()).unwrap();
+    // Still open: after OPEN_WRITE_GRACE without events the file is read anyway.
+    fx.until("4 rules", |s| s.current().rule_count == 4).await;
+    drop(file);
+    fx.stop().await;
+}
+
+#[tokio::test]
 async fn given_delete_then_everything_is_stock_and_recreate_brings_rules_back() {
     let fx = Fixture::start(Some(&policy_with_rules(2)));
     std::fs::remove_file(&fx.policy).unwrap();
