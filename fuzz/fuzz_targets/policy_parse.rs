@@ -1,6 +1,7 @@
 //! Fuzzes the policy parser and validator: any text either compiles or yields
 //! diagnostics that render; a compiled policy decides and explains without panicking,
-//! and `evaluate` agrees with `explain`.
+//! and `evaluate` agrees with `explain`; wherever the fast path for plain policy
+//! files answers, it agrees with the general parser.
 //!
 //! A `\n#--\n` line splits the input into a main file and a policy.d/ drop-in, so
 //! cross-file checks (duplicates, profile references, `mode` placement) are reached.
@@ -13,6 +14,10 @@ fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
+    for part in text.split("\n#--\n").take(4) {
+        // The fast path for plain files reads them as the general path does.
+        assert!(metalift_policy::fast_parse_agrees(part), "fast parse disagrees:\n{part}");
+    }
     let sources: Vec<Source> = text
         .split("\n#--\n")
         .take(4)

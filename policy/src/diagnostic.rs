@@ -163,6 +163,11 @@ impl LineIndex {
         LineIndex { starts }
     }
 
+    /// The 1-based line of byte offset `at` (what a rule records as its place).
+    pub(crate) fn line(&self, at: usize) -> usize {
+        self.starts.partition_point(|&s| s <= at).max(1)
+    }
+
     /// As [`line_col_len`], for the text this index was built from.
     pub(crate) fn line_col_len(&self, text: &str, span: Range<usize>) -> (usize, usize, usize) {
         let start = floor_char_boundary(text, span.start.min(text.len()));

@@ -156,6 +156,8 @@ pub use host::{host_lints, Host, PathFact};
 pub use load::{
     load, load_with, read_file, read_policy, LoadError, LoadOptions, PermissionProblem, ReadPolicy,
 };
+#[doc(hidden)]
+pub use model::fast_parse_agrees;
 pub use policy::{
     compile_sources, compile_sources_with, file_name, sources_sha256, Loaded, Needs, Policy,
 };

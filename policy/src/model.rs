@@ -11,6 +11,8 @@ use toml::Spanned;
 
 use crate::diagnostic::{Diagnostic, LineIndex, Severity, Source};
 
+mod flat;
+
 /// A value and the byte range of the file it came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct At<T> {
@@ -33,7 +35,7 @@ pub(crate) enum FamilyText {
 }
 
 /// One `[profile.NAME]` table.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct RawProfile {
     pub name: Option<At<String>>,
     pub apple_family_max: Option<At<FamilyText>>,
@@ -45,7 +47,7 @@ pub(crate) struct RawProfile {
 }
 
 /// One `[[rule]]` table.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct RawRule {
     /// The whole table, for problems that belong to no single key.
     pub span: Range<usize>,
@@ -73,7 +75,7 @@ impl RawRule {
 }
 
 /// Everything one file says.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct FileModel {
     pub version: Option<At<i64>>,
     pub mode: Option<At<String>>,
@@ -109,8 +111,25 @@ const PROFILE_KEYS: &[&str] = &[
     "recommended_working_set",
 ];
 
+/// Whether the fast path for plain policy files agrees with the general one on
+/// `text` (see `model/flat.rs`). For the fuzz target only.
+#[doc(hidden)]
+#[must_use]
+pub fn fast_parse_agrees(text: &str) -> bool {
+    flat::agrees_with_general(text)
+}
+
 /// Parses one source into its file model, pushing every problem onto `out`.
 pub(crate) fn parse_file(source: &Source, out: &mut Vec<Diagnostic>) -> FileModel {
+    if let Some(model) = flat::parse(&source.text) {
+        return model;
+    }
+    parse_general(source, out)
+}
+
+/// [`parse_file`] for any file: through `toml`'s span-carrying tree, reporting
+/// every problem.
+fn parse_general(source: &Source, out: &mut Vec<Diagnostic>) -> FileModel {
     let mut sink = Sink {
         source,
         lines: LineIndex::new(&source.text),

@@ -129,10 +129,13 @@ impl Validator<'_> {
                 id.value.clone()
             }
         };
-        let label = if id.is_empty() {
-            "rule".to_owned()
-        } else {
-            format!("rule `{id}`")
+        // Built only for a message: most rules never need it.
+        let label = || {
+            if id.is_empty() {
+                "rule".to_owned()
+            } else {
+                format!("rule `{id}`")
+            }
         };
 
         let path = raw
@@ -221,7 +224,7 @@ impl Validator<'_> {
             self.error(
                 i,
                 anchor.clone(),
-                format!("{label} has no identity matcher: add path, name, sha256, cdhash, team_id or signing_id (uid, user and parent only narrow a rule)"),
+                format!("{} has no identity matcher: add path, name, sha256, cdhash, team_id or signing_id (uid, user and parent only narrow a rule)", label()),
             );
         }
 
@@ -230,7 +233,7 @@ impl Validator<'_> {
                 self.error(
                     i,
                     stock.span.clone(),
-                    format!("{label} has both `unlock` and `stock`: choose one"),
+                    format!("{} has both `unlock` and `stock`: choose one", label()),
                 );
                 None
             }
@@ -239,7 +242,10 @@ impl Validator<'_> {
                 self.error(
                     i,
                     anchor.clone(),
-                    format!("{label} says neither `unlock = \"PROFILE\"` nor `stock = true`"),
+                    format!(
+                        "{} says neither `unlock = \"PROFILE\"` nor `stock = true`",
+                        label()
+                    ),
                 );
                 None
             }
@@ -279,10 +285,10 @@ impl Validator<'_> {
         if self.errors != errors_before {
             return None;
         }
-        let line = match (self.sources.get(i), self.lines.get(i)) {
-            (Some(s), Some(lines)) => lines.line_col_len(&s.text, anchor).0,
-            _ => 0,
-        };
+        let line = self
+            .lines
+            .get(i)
+            .map_or(0, |lines| lines.line(anchor.start));
         let mut rule = Rule {
             id,
             file: u32::try_from(i).unwrap_or(u32::MAX),
