@@ -325,6 +325,17 @@ impl<'i> Reader<'_, 'i> {
 
     fn key(&self, event: Event) -> Option<Cow<'i, str>> {
         let raw = self.source.get(event)?;
+        // A bare key of the characters TOML allows in one is itself, decoded; any
+        // other key (quoted, or with a stray character) goes through the decoder.
+        if event.encoding().is_none()
+            && !raw.is_empty()
+            && raw
+                .as_bytes()
+                .iter()
+                .all(|b| b.is_ascii_alphanumeric() || *b == b'_' || *b == b'-')
+        {
+            return Some(Cow::Borrowed(raw.as_str()));
+        }
         let mut decoded = Cow::Borrowed("");
         let mut errors: Vec<ParseError> = Vec::new();
         raw.decode_key(&mut decoded, &mut errors);
@@ -532,6 +543,9 @@ mod tests {
         "stock = \"yes\"",
         "team_id.x = \"a\"",
         "x = 1",
+        "i$d = \"x\"",
+        "ïd = \"x\"",
+        "'id' = \"x\"",
         "id = [1, 2]",
         "id = [",
         "\"a\",",
