@@ -39,10 +39,14 @@ impl OpenWrites {
         }
         let mut paths = self.paths.lock().unwrap_or_else(PoisonError::into_inner);
         match kind {
-            // Written to (a truncate is a modification too), or created by a
-            // process that holds it open: a close will follow.
-            EventKind::Modify(ModifyKind::Data(_) | ModifyKind::Any)
-            | EventKind::Create(CreateKind::File | CreateKind::Any) => {
+            // Written to (a truncate is a modification too): a close will follow.
+            EventKind::Modify(ModifyKind::Data(_) | ModifyKind::Any) => {
+                paths.insert(path.to_owned());
+            }
+            // Created by a process that holds it open (a close will follow) — but
+            // not a symlink or a hard link to an existing file (`ln -s`, `ln`),
+            // which nobody writes and so never closes.
+            EventKind::Create(CreateKind::File | CreateKind::Any) if created_open(path) => {
                 paths.insert(path.to_owned());
             }
             // Done writing, or the name now refers to another file (or none): what
@@ -75,6 +79,12 @@ impl OpenWrites {
     }
 }
 
+/// Whether `path` is a new regular file with one name, as `open(O_CREAT)` makes.
+fn created_open(path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_file() && m.nlink() == 1)
+}
+
 #[cfg(test)]
 mod tests {
     use notify::event::{DataChange, RemoveKind, RenameMode};
@@ -101,8 +111,7 @@ mod tests {
         w.observe(&EventKind::Access(AccessKind::Close(AccessMode::Write)), p);
         assert!(!w.any());
 
-        w.observe(&EventKind::Create(CreateKind::File), p);
-        assert!(w.any(), "a created file is open in its creator");
+        w.observe(&written, p);
         w.observe(&EventKind::Modify(ModifyKind::Name(RenameMode::From)), p);
         assert!(!w.any());
         w.observe(&written, p);
@@ -111,5 +120,35 @@ mod tests {
         w.observe(&written, p);
         w.forget();
         assert!(!w.any());
+    }
+
+    #[test]
+    fn a_created_file_is_open_but_a_new_symlink_or_hard_link_is_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = OpenWrites::default();
+        w.enable();
+        let created = EventKind::Create(CreateKind::File);
+
+        let file = dir.path().join("policy.toml");
+        std::fs::write(&file, "version = 1\n").unwrap();
+        w.observe(&created, &file);
+        assert!(w.any(), "a created file is open in its creator");
+        w.forget();
+
+        let link = dir.path().join("link.toml");
+        std::os::unix::fs::symlink(&file, &link).unwrap();
+        w.observe(&created, &link);
+        assert!(!w.any(), "a symlink is never written, so never closed");
+
+        let hard = dir.path().join("hard.toml");
+        std::fs::hard_link(&file, &hard).unwrap();
+        w.observe(&created, &hard);
+        assert!(
+            !w.any(),
+            "a second name for an existing file is not a writer"
+        );
+
+        w.observe(&created, &dir.path().join("gone.toml"));
+        assert!(!w.any(), "a file already gone again is not waited for");
     }
 }
