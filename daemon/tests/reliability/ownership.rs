@@ -101,12 +101,14 @@ fn given_badly_owned_or_writable_policy_files_under_load_then_each_is_refused_au
         // that order: a root-owned drop-in in a sound directory would be valid).
         std::fs::set_permissions(&dropin_dir, std::fs::Permissions::from_mode(0o777)).unwrap();
         expect_refusal("policy.d mode 0777", "writable by group or other");
+        // Counted before the changes below: nothing loads while policy.d/ is 0777,
+        // and counting after them could count the very load being waited for.
+        let loads = env.records_of("policy_loaded").len();
         std::os::unix::fs::chown(&dropin, Some(0), None).unwrap();
 
         // Cleanup of the drop-in: the good policy alone is live again.
         std::fs::remove_file(&dropin).unwrap();
         std::fs::set_permissions(&dropin_dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let loads = env.records_of("policy_loaded").len();
         env.wait_for_records("policy_loaded", loads);
         running.store(false, Ordering::SeqCst);
     });
