@@ -17,33 +17,19 @@ mod support;
 
 use support::{Daemon, HANG_GUARD};
 
-struct Env {
-    dir: tempfile::TempDir,
+/// The daemon's directory, and what this file does with it.
+struct Env(support::DaemonDir);
+
+impl std::ops::Deref for Env {
+    type Target = support::DaemonDir;
+    fn deref(&self) -> &support::DaemonDir {
+        &self.0
+    }
 }
 
 impl Env {
     fn new() -> Env {
-        let dir = tempfile::Builder::new()
-            .prefix("explain-")
-            .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
-            .expect("temp dir");
-        Env { dir }
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-
-    fn socket(&self) -> PathBuf {
-        self.path("run/metalift.sock")
-    }
-
-    fn audit_log(&self) -> PathBuf {
-        self.path("log/audit.jsonl")
-    }
-
-    fn policy(&self) -> PathBuf {
-        self.path("policy.toml")
+        Env(support::DaemonDir::new("explain-"))
     }
 
     /// A policy whose rule `me` decides `verdict` for this test binary.
@@ -53,24 +39,6 @@ impl Env {
             me().display()
         );
         std::fs::write(self.policy(), text).expect("write policy");
-    }
-
-    fn start(&self, extra: &[&str], env: &[(&str, &str)]) -> Daemon {
-        let log = self.path("daemon.log");
-        support::start_daemon(
-            &support::DaemonFiles {
-                policy: &self.policy(),
-                socket: &self.socket(),
-                audit_log: &self.audit_log(),
-                log: &log,
-            },
-            extra,
-            env,
-        )
-    }
-
-    fn records_of(&self, kind: &str) -> Vec<Value> {
-        support::records_of(&self.audit_log(), kind)
     }
 
     fn explain(&self, args: &[&str]) -> Output {
@@ -217,7 +185,7 @@ fn one_policy_hash_in_status_the_audit_log_validate_explain_and_sha256sum() {
     assert!(out(&o).contains(&format!("sha256 {live}")), "{}", out(&o));
     let sh = Command::new("sh")
         .arg("-c")
-        .arg(readme_drop_in_one_liner().replace("/etc/metalift", s(env.dir.path())))
+        .arg(readme_drop_in_one_liner().replace("/etc/metalift", s(env.root())))
         .output()
         .expect("sh");
     assert_eq!(

@@ -15,37 +15,19 @@ mod support;
 
 use support::{Daemon, HANG_GUARD};
 
-/// An isolated directory with a policy, a socket path and an audit log.
-struct Env {
-    dir: tempfile::TempDir,
+/// The daemon's directory, and what this file does with it.
+struct Env(support::DaemonDir);
+
+impl std::ops::Deref for Env {
+    type Target = support::DaemonDir;
+    fn deref(&self) -> &support::DaemonDir {
+        &self.0
+    }
 }
 
 impl Env {
     fn new() -> Env {
-        let dir = tempfile::Builder::new()
-            .prefix("status-")
-            .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
-            .expect("temp dir");
-        for sub in ["run", "log"] {
-            std::fs::create_dir(dir.path().join(sub)).unwrap();
-        }
-        Env { dir }
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-
-    fn policy(&self) -> PathBuf {
-        self.path("policy.toml")
-    }
-
-    fn socket(&self) -> PathBuf {
-        self.path("run/metalift.sock")
-    }
-
-    fn audit_log(&self) -> PathBuf {
-        self.path("log/audit.jsonl")
+        Env(support::DaemonDir::new("status-"))
     }
 
     /// An enforcing policy with one unlock rule `id` made of `matchers` (TOML lines).
@@ -58,21 +40,7 @@ impl Env {
     }
 
     fn start(&self) -> Daemon {
-        let log = self.path("daemon.log");
-        support::start_daemon(
-            &support::DaemonFiles {
-                policy: &self.policy(),
-                socket: &self.socket(),
-                audit_log: &self.audit_log(),
-                log: &log,
-            },
-            &[],
-            &[("RUST_LOG", "debug")],
-        )
-    }
-
-    fn records_of(&self, kind: &str) -> Vec<Value> {
-        support::records_of(&self.audit_log(), kind)
+        self.0.start(&[], &[("RUST_LOG", "debug")])
     }
 
     /// Waits until `cond` holds for the audit records of `kind`.
@@ -86,7 +54,7 @@ impl Env {
             assert!(
                 start.elapsed() < HANG_GUARD,
                 "gave up waiting for {what}: {records:?}\ndaemon log:\n{}",
-                std::fs::read_to_string(self.path("daemon.log")).unwrap_or_default()
+                std::fs::read_to_string(self.daemon_log()).unwrap_or_default()
             );
             std::thread::sleep(Duration::from_millis(20));
         }

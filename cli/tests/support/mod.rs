@@ -46,42 +46,84 @@ impl Drop for Daemon {
     }
 }
 
-/// The files a test daemon uses, all in the test's temporary directory.
-pub struct DaemonFiles<'a> {
-    pub policy: &'a Path,
-    pub socket: &'a Path,
-    pub audit_log: &'a Path,
-    /// Its stderr (diagnostics), for failure messages.
-    pub log: &'a Path,
+/// A test's temporary directory laid out for one metaliftd: `policy.toml`,
+/// `run/metalift.sock`, `log/audit.jsonl`, and `daemon.log` (its stderr).
+pub struct DaemonDir {
+    dir: tempfile::TempDir,
 }
 
-/// Starts the real metaliftd with the development flag, `extra` arguments and
-/// `envs`, and returns once it answers a status request.
-pub fn start_daemon(files: &DaemonFiles<'_>, extra: &[&str], envs: &[(&str, &str)]) -> Daemon {
-    let mut cmd = Command::new(workspace_binary("metaliftd"));
-    cmd.arg("--policy")
-        .arg(files.policy)
-        .arg("--socket")
-        .arg(files.socket)
-        .arg("--audit-log")
-        .arg(files.audit_log)
-        .arg("--allow-insecure-owner")
-        .args(extra)
-        .env_remove("METALIFT_HOST_CHIP_BRAND")
-        .envs(envs.iter().copied())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(files.log).expect("daemon log"));
-    let daemon = Daemon {
-        child: cmd.spawn().expect("spawn metaliftd"),
-        socket: files.socket.to_owned(),
-    };
-    let start = Instant::now();
-    while metalift_daemon::status::request(&daemon.socket, Duration::from_secs(5)).is_err() {
-        assert!(start.elapsed() < HANG_GUARD, "metaliftd did not come up");
-        std::thread::sleep(Duration::from_millis(20));
+impl DaemonDir {
+    /// A fresh directory under the target's temporary directory, named `prefix…`.
+    pub fn new(prefix: &str) -> DaemonDir {
+        let dir = tempfile::Builder::new()
+            .prefix(prefix)
+            .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+            .expect("temp dir");
+        for sub in ["run", "log"] {
+            std::fs::create_dir(dir.path().join(sub)).expect("run/ and log/");
+        }
+        DaemonDir { dir }
     }
-    daemon
+
+    /// The directory itself.
+    pub fn root(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    pub fn policy(&self) -> PathBuf {
+        self.path("policy.toml")
+    }
+
+    pub fn socket(&self) -> PathBuf {
+        self.path("run/metalift.sock")
+    }
+
+    pub fn audit_log(&self) -> PathBuf {
+        self.path("log/audit.jsonl")
+    }
+
+    /// The daemon's stderr (diagnostics), for failure messages.
+    pub fn daemon_log(&self) -> PathBuf {
+        self.path("daemon.log")
+    }
+
+    /// Starts the real metaliftd on these files with the development flag, `extra`
+    /// arguments and `envs`, and returns once it answers a status request.
+    pub fn start(&self, extra: &[&str], envs: &[(&str, &str)]) -> Daemon {
+        let mut cmd = Command::new(workspace_binary("metaliftd"));
+        cmd.arg("--policy")
+            .arg(self.policy())
+            .arg("--socket")
+            .arg(self.socket())
+            .arg("--audit-log")
+            .arg(self.audit_log())
+            .arg("--allow-insecure-owner")
+            .args(extra)
+            .env_remove("METALIFT_HOST_CHIP_BRAND")
+            .envs(envs.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(self.daemon_log()).expect("daemon log"));
+        let daemon = Daemon {
+            child: cmd.spawn().expect("spawn metaliftd"),
+            socket: self.socket(),
+        };
+        let start = Instant::now();
+        while metalift_daemon::status::request(&daemon.socket, Duration::from_secs(5)).is_err() {
+            assert!(start.elapsed() < HANG_GUARD, "metaliftd did not come up");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        daemon
+    }
+
+    /// The audit records of `kind` so far.
+    pub fn records_of(&self, kind: &str) -> Vec<Value> {
+        records_of(&self.audit_log(), kind)
+    }
 }
 
 /// The audit records of `kind` in `log` (none when it does not exist yet).
