@@ -6,12 +6,12 @@
 //!
 //! | directory      | what differs                                      | used by                          |
 //! |----------------|---------------------------------------------------|----------------------------------|
-//! | `normal/`      | nothing                                           | `metalift-probe` (linked, rpath) |
+//! | `normal/`      | nothing: the real shape (see simmetal.m)          | `metalift-probe` (linked, rpath) |
 //! | `noinit/`      | no `-[_MTLDevice initGPUFamilySupport]`           | the "selector missing" tests     |
 //! | `nows/`        | no `recommendedMaxWorkingSetSize`                 | the "selector missing" tests     |
-//! | `lateanswers/` | answers set only after `-initGPUFamilySupport`    | the "read after init" test       |
+//! | `moved/`       | the getters moved into the driver class           | the "method moved" test          |
 //! | `noeffect/`    | `-init` swaps the class to an overriding subclass | the self-check/roll-back test    |
-//! | `inherited/`   | getters only in `_MTLDevice`                      | the "inherited" test             |
+//! | `wrapper/`     | the default device is a forwarding wrapper (`libsimmetal_tools.so`) | the wrapper test |
 //! | `lateclasses/` | classes in `libsimmetal_driver.so`, dlopened by `MTLCreateSystemDefaultDevice` | the dyld-order tests |
 //!
 //! Also the hostile test programs (`probe/hostile/hostile.c`, C) into `OUT_DIR/bin/`:
@@ -36,7 +36,7 @@ const SOURCE: &str = "simmetal/simmetal.m";
 const HOSTILE: &str = "hostile/hostile.c";
 
 /// (directory, file, defines).
-const VARIANTS: [(&str, &str, &[&str]); 8] = [
+const VARIANTS: [(&str, &str, &[&str]); 9] = [
     ("normal", "libsimmetal.so", &[]),
     (
         "noinit",
@@ -44,13 +44,10 @@ const VARIANTS: [(&str, &str, &[&str]); 8] = [
         &["-DSIMMETAL_NO_INIT_GPU_FAMILY_SUPPORT"],
     ),
     ("nows", "libsimmetal.so", &["-DSIMMETAL_NO_WORKING_SET"]),
-    (
-        "lateanswers",
-        "libsimmetal.so",
-        &["-DSIMMETAL_LATE_ANSWERS"],
-    ),
+    ("moved", "libsimmetal.so", &["-DSIMMETAL_MOVED"]),
     ("noeffect", "libsimmetal.so", &["-DSIMMETAL_NO_EFFECT"]),
-    ("inherited", "libsimmetal.so", &["-DSIMMETAL_INHERITED"]),
+    ("wrapper", "libsimmetal.so", &["-DSIMMETAL_WRAPPER"]),
+    ("wrapper", "libsimmetal_tools.so", &["-DSIMMETAL_TOOLS"]),
     ("lateclasses", "libsimmetal.so", &["-DSIMMETAL_STUB"]),
     (
         "lateclasses",

@@ -7,9 +7,9 @@
  * constructor); metalift-hostile-late (-DHOSTILE_LATE) loads it with dlopen
  * from $HOSTILE_METAL when a mode asks for a device. Modes (argv[1]):
  *
- *   closefds OUT     close every descriptor above 2, open OUT (it gets the
- *                    shim's old number), create a device, check OUT is still
- *                    the same open file, write to it.
+ *   closefds OUT     create a device (asking nothing), close every descriptor
+ *                    above 2, open OUT (it gets the shim's old number), ask the
+ *                    device, check OUT is still the same open file, write to it.
  *   forksetsid OUT   fork; the child calls setsid, closes every descriptor
  *                    (0-2 too), opens OUT on 0 and /dev/null on 1, 2 and 3,
  *                    creates a device, checks 0-3 are still its files, writes
@@ -19,6 +19,12 @@
  *   fork             fork; the child and then the parent create a device and
  *                    print "<role> <pid> family <N>" (with -late: before Metal).
  *   exec             exec `sh -c 'ls /proc/self/fd'` without creating a device.
+ *   devexec          create a device (asking it nothing, so an unlocked shim's
+ *                    connection is still open), then exec as `exec` does.
+ *   dlerror [nodevice]  print what dlerror() says first thing in main, after
+ *                    creating a device (unless `nodevice`), and after a dlsym of
+ *                    a missing symbol of the program's own: one line each,
+ *                    "start: <text>|NULL", "device: …", "own: …".
  *
  * Exit status: 0, or 10+ when the program's own descriptors were disturbed.
  */
@@ -64,6 +70,33 @@ static void *sym(const char *name)
         exit(2);
     }
     return s;
+}
+
+/* Creates the default device and asks it nothing. */
+static void *create_device(void)
+{
+    create_fn create;
+    void *s = sym("MTLCreateSystemDefaultDevice");
+    memcpy(&create, &s, sizeof s);
+    return create();
+}
+
+/* Prints `label: <dlerror()>` (NULL when there is no error). */
+static void print_dlerror(const char *label)
+{
+    const char *e = dlerror();
+    printf("%s: %s\n", label, e ? e : "NULL");
+}
+
+static int dlerror_case(int argc, char **argv)
+{
+    print_dlerror("start");
+    if (argc < 3 || strcmp(argv[2], "nodevice") != 0)
+        (void)create_device();
+    print_dlerror("device");
+    (void)dlsym(RTLD_DEFAULT, "metalift_hostile_no_such_symbol");
+    print_dlerror("own");
+    return 0;
 }
 
 /* Creates the default device and returns the highest Apple family it claims. */
@@ -124,6 +157,10 @@ static void put(int fd, const char *text)
 
 static int closefds(const char *out)
 {
+    /* The device first, asking nothing: an unlocked shim's connection is open
+     * (the outcome waits for the first question) when every number is closed
+     * and the program's own file takes the lowest one. */
+    (void)create_device();
     close_from(3);
     int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd != 3)
@@ -212,7 +249,11 @@ int main(int argc, char **argv)
         return stdio_closed(argv[2]);
     if (strcmp(argv[1], "fork") == 0)
         return fork_both();
-    if (strcmp(argv[1], "exec") == 0) {
+    if (strcmp(argv[1], "dlerror") == 0)
+        return dlerror_case(argc, argv);
+    if (strcmp(argv[1], "devexec") == 0)
+        (void)create_device();
+    if (strcmp(argv[1], "exec") == 0 || strcmp(argv[1], "devexec") == 0) {
         execl("/bin/sh", "sh", "-c", "ls /proc/self/fd", (char *)NULL);
         return 50;
     }

@@ -64,4 +64,17 @@ impl Device for MetalDevice {
     fn recommended_working_set(&self) -> Option<u64> {
         Some(self.0.recommendedMaxWorkingSetSize())
     }
+
+    fn requires_bf16_emulation(&self) -> Option<bool> {
+        use objc2::runtime::{AnyObject, Bool};
+        use objc2::{msg_send, sel};
+        let object: &AnyObject = self.0.as_ref();
+        if !object.class().responds_to(sel!(requiresBFloat16Emulation)) {
+            return None;
+        }
+        // SAFETY: the device responds to the SPI `-(BOOL)requiresBFloat16Emulation`
+        // (REAL-METAL.md 4), which takes no arguments.
+        let answer: Bool = unsafe { msg_send![object, requiresBFloat16Emulation] };
+        Some(answer.as_bool())
+    }
 }

@@ -15,11 +15,33 @@ pub trait Device {
     /// `[device recommendedMaxWorkingSetSize]`, or `None` when the device does not
     /// respond to it.
     fn recommended_working_set(&self) -> Option<u64>;
-    /// How many implementations of the capability selectors, anywhere in the
-    /// device's class chain, live inside libmetalift (`None`: cannot tell here).
-    /// After a roll-back or a stock outcome it must be 0.
-    fn shim_imps(&self) -> Option<u32> {
+    /// `[device requiresBFloat16Emulation]` (Metal's own derived answer, SPI:
+    /// `!supportsFamily:Apple9`), `None` when the device does not respond to it.
+    fn requires_bf16_emulation(&self) -> Option<bool> {
         None
+    }
+    /// Every capability method defined in the device's class chain, with the
+    /// image its implementation lives in (`None`: cannot tell here).
+    fn capability_imps(&self) -> Option<Vec<CapabilityImp>> {
+        None
+    }
+}
+
+/// One capability method as the device's classes define it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CapabilityImp {
+    /// The class whose own method list holds it, e.g. `_MTLDevice`.
+    pub class: String,
+    /// The selector, e.g. `supportsFamily:`.
+    pub selector: String,
+    /// The file name of the image its IMP lies in, e.g. `libsimmetal.so`.
+    pub image: String,
+}
+
+impl CapabilityImp {
+    /// Whether the implementation is the shim's.
+    pub fn is_shims(&self) -> bool {
+        self.image.starts_with("libmetalift")
     }
 }
 
@@ -65,8 +87,10 @@ pub struct Report {
     pub recommended_working_set: Option<u64>,
     /// What llama.cpp would conclude.
     pub llama: LlamaFlags,
-    /// Capability IMPs inside libmetalift (see [`Device::shim_imps`]).
-    pub shim_imps: Option<u32>,
+    /// Metal's own bf16-emulation answer (see [`Device::requires_bf16_emulation`]).
+    pub requires_bf16_emulation: Option<bool>,
+    /// The capability methods and where they live (see [`Device::capability_imps`]).
+    pub capability_imps: Option<Vec<CapabilityImp>>,
 }
 
 impl Report {
@@ -81,8 +105,17 @@ impl Report {
             max_threadgroup_memory: device.max_threadgroup_memory(),
             recommended_working_set: device.recommended_working_set(),
             llama: LlamaFlags::derive(|f| device.supports_family(f)),
-            shim_imps: device.shim_imps(),
+            requires_bf16_emulation: device.requires_bf16_emulation(),
+            capability_imps: device.capability_imps(),
         }
+    }
+
+    /// How many capability methods have the shim's implementation (`None`:
+    /// cannot tell here). After a roll-back or a stock outcome it must be 0.
+    pub fn shim_imps(&self) -> Option<usize> {
+        self.capability_imps
+            .as_ref()
+            .map(|imps| imps.iter().filter(|imp| imp.is_shims()).count())
     }
 
     /// The answer recorded for `family` (a name from [`KNOWN_FAMILIES`]).
@@ -142,7 +175,18 @@ impl Report {
             "apple_family": self.apple_family(),
             "max_threadgroup_memory": self.max_threadgroup_memory,
             "recommended_working_set": self.recommended_working_set,
-            "shim_imps": self.shim_imps,
+            "shim_imps": self.shim_imps(),
+            "requires_bf16_emulation": self.requires_bf16_emulation,
+            "capability_imps": self.capability_imps.as_ref().map(|imps| {
+                imps.iter()
+                    .map(|imp| {
+                        (
+                            format!("-[{} {}]", imp.class, imp.selector),
+                            serde_json::Value::String(imp.image.clone()),
+                        )
+                    })
+                    .collect::<serde_json::Map<_, _>>()
+            }),
             "llama_cpp": {
                 "has_simdgroup_reduction": self.llama.has_simdgroup_reduction,
                 "has_simdgroup_mm": self.llama.has_simdgroup_mm,

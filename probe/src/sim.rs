@@ -8,7 +8,7 @@
 
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 
-use crate::report::Device;
+use crate::report::{CapabilityImp, Device};
 
 type Id = *mut c_void;
 type Class = *mut c_void;
@@ -50,7 +50,7 @@ struct Runtime {
     msg_lookup: MsgLookupFn,
     sel_register_name: SelRegisterNameFn,
     class_responds_to_selector: RespondsFn,
-    /// For [`Device::shim_imps`]; `None` if the runtime lacks one of them.
+    /// For [`Device::capability_imps`]; `None` if the runtime lacks one of them.
     inspect: Option<Inspect>,
 }
 
@@ -58,6 +58,7 @@ struct Runtime {
 #[derive(Debug, Clone, Copy)]
 struct Inspect {
     class_get_superclass: unsafe extern "C" fn(Class) -> Class,
+    class_get_name: unsafe extern "C" fn(Class) -> *const c_char,
     class_get_instance_method: unsafe extern "C" fn(Class, Sel) -> *mut c_void,
     method_get_implementation: unsafe extern "C" fn(*mut c_void) -> *mut c_void,
 }
@@ -65,12 +66,19 @@ struct Inspect {
 impl Inspect {
     fn resolve(scope: Scope) -> Option<Inspect> {
         let superclass = scope.lookup(c"class_getSuperclass").ok()?;
+        let name = scope.lookup(c"class_getName").ok()?;
         let method = scope.lookup(c"class_getInstanceMethod").ok()?;
         let imp = scope.lookup(c"method_getImplementation").ok()?;
         Some(Inspect {
             // SAFETY: class_getSuperclass has this signature in GCC's <objc/runtime.h>.
             class_get_superclass: unsafe {
                 std::mem::transmute::<*mut c_void, unsafe extern "C" fn(Class) -> Class>(superclass)
+            },
+            // SAFETY: class_getName has this signature in GCC's <objc/runtime.h>.
+            class_get_name: unsafe {
+                std::mem::transmute::<*mut c_void, unsafe extern "C" fn(Class) -> *const c_char>(
+                    name,
+                )
             },
             // SAFETY: class_getInstanceMethod has this signature (Method is a pointer).
             class_get_instance_method: unsafe {
@@ -244,12 +252,25 @@ impl Device for SimDevice {
         self.call_u64(c"recommendedMaxWorkingSetSize")
     }
 
-    fn shim_imps(&self) -> Option<u32> {
+    fn requires_bf16_emulation(&self) -> Option<bool> {
+        if !self.responds_to(c"requiresBFloat16Emulation") {
+            return None;
+        }
+        let (imp, sel) = self.imp(c"requiresBFloat16Emulation")?;
+        // SAFETY: `-requiresBFloat16Emulation` returns BOOL (unsigned char) and takes no arguments.
+        let f = unsafe { std::mem::transmute::<Imp, unsafe extern "C" fn(Id, Sel) -> u8>(imp) };
+        // SAFETY: calling the IMP with its receiver and selector.
+        Some(unsafe { f(self.object, sel) } != 0)
+    }
+
+    fn capability_imps(&self) -> Option<Vec<CapabilityImp>> {
         let inspect = self.runtime.inspect?;
+        let mut found = Vec::new();
         // SAFETY: GCC's `struct objc_object` starts with its class pointer; `object` is live.
         let mut class = unsafe { *(self.object as *const Class) };
-        let mut count = 0;
         while !class.is_null() {
+            // SAFETY: a class of this runtime; Nil ends the chain.
+            let superclass = unsafe { (inspect.class_get_superclass)(class) };
             for selector in [
                 c"supportsFamily:",
                 c"maxThreadgroupMemoryLength",
@@ -258,35 +279,41 @@ impl Device for SimDevice {
                 let sel = self.runtime.sel(selector);
                 // SAFETY: a class of this runtime and a registered selector.
                 let method = unsafe { (inspect.class_get_instance_method)(class, sel) };
-                if method.is_null() {
+                // The runtime searches superclasses too: a method belongs to the
+                // class whose superclass does not find the same one.
+                let inherited = !superclass.is_null()
+                    // SAFETY: as above, for the superclass.
+                    && unsafe { (inspect.class_get_instance_method)(superclass, sel) } == method;
+                if method.is_null() || inherited {
                     continue;
                 }
                 // SAFETY: `method` came from class_getInstanceMethod.
                 let imp = unsafe { (inspect.method_get_implementation)(method) };
-                if lives_in_shim(imp) {
-                    count += 1;
-                }
+                // SAFETY: class_getName returns the class's NUL-terminated name.
+                let name = unsafe { CStr::from_ptr((inspect.class_get_name)(class)) };
+                found.push(CapabilityImp {
+                    class: name.to_string_lossy().into_owned(),
+                    selector: selector.to_string_lossy().into_owned(),
+                    image: image_of(imp),
+                });
             }
-            // SAFETY: a class of this runtime; Nil ends the chain.
-            class = unsafe { (inspect.class_get_superclass)(class) };
+            class = superclass;
         }
-        Some(count)
+        Some(found)
     }
 }
 
-/// Whether `address` lies inside a loaded file named libmetalift*.
-fn lives_in_shim(address: *mut c_void) -> bool {
+/// The file name of the loaded image `address` lies in ("?" when none).
+fn image_of(address: *mut c_void) -> String {
     // SAFETY: Dl_info is plain old data; all-zero is a valid value for dladdr to overwrite.
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
     // SAFETY: dladdr only reads the address; `info` is a valid out-pointer.
     if unsafe { libc::dladdr(address, &mut info) } == 0 || info.dli_fname.is_null() {
-        return false;
+        return "?".into();
     }
     // SAFETY: dli_fname is a NUL-terminated path owned by the loader.
     let path = unsafe { CStr::from_ptr(info.dli_fname) }.to_string_lossy();
-    path.rsplit('/')
-        .next()
-        .is_some_and(|name| name.starts_with("libmetalift"))
+    path.rsplit('/').next().unwrap_or_default().to_owned()
 }
 
 /// Creates `threads` devices at the same moment on as many threads with the

@@ -82,12 +82,16 @@ fn assert_identical(plain: &(Output, Vec<u8>), shimmed: &(Output, Vec<u8>)) {
 
 #[test]
 fn a_program_that_closes_every_descriptor_and_reuses_the_number_keeps_its_file() {
-    for behaviour in [stock(Mode::Enforce, false), unlock(APPLE7)] {
+    for (behaviour, family) in [(stock(Mode::Enforce, false), 5), (unlock(APPLE7), 7)] {
         let daemon = FakeDaemon::start(behaviour);
-        let (plain, shimmed) = both("metalift-hostile", &["closefds"], &daemon, &[]);
-        // Its check-in socket is gone, so even an unlock stays stock: identical.
+        let (mut plain, shimmed) = both("metalift-hostile", &["closefds"], &daemon, &[]);
+        // The program closed the shim's connection and reused its number: its
+        // file is untouched (the unlock itself was decided before), and the
+        // shim wrote nothing into it (the outcome had nowhere to go).
+        let text =
+            String::from_utf8_lossy(&plain.1).replace("family 5", &format!("family {family}"));
+        plain.1 = text.into_bytes();
         assert_identical(&plain, &shimmed);
-        assert!(String::from_utf8_lossy(&shimmed.1).contains("family 5"));
         assert_eq!(daemon.check_ins(), 1);
         assert!(daemon.garbage().is_empty(), "{:?}", daemon.garbage());
     }
@@ -240,13 +244,62 @@ fn a_child_forked_before_the_check_in_checks_in_itself_and_reports_its_own_outco
 }
 
 #[test]
-fn a_program_that_execs_hands_the_new_image_no_descriptor_of_the_shim() {
+fn a_program_that_links_metal_but_creates_no_device_makes_no_connection_and_execs_untouched() {
     let daemon = FakeDaemon::start(unlock(APPLE7));
     let (plain, shimmed) = both("metalift-hostile", &["exec"], &daemon, &[]);
+    assert_identical(&plain, &shimmed);
+    assert_eq!(daemon.connections(), 0, "no device, no connection");
+}
+
+#[test]
+fn a_program_that_execs_with_the_check_in_open_hands_the_new_image_no_descriptor_of_the_shim() {
+    // devexec creates a device and asks it nothing: an unlock's connection stays
+    // open (the outcome waits for the program's first question) when it execs.
+    let daemon = FakeDaemon::start(unlock(APPLE7));
+    let (plain, shimmed) = both("metalift-hostile", &["devexec"], &daemon, &[]);
     assert_identical(&plain, &shimmed);
     assert_eq!(daemon.check_ins(), 1, "the Metal program checked in");
     // The exec'd `sh` and `ls` never touch Metal: one connection in all.
     assert_eq!(daemon.connections(), 1);
+}
+
+/// What `metalift-hostile[-late] dlerror [nodevice]` printed, with the shim.
+fn dlerror_lines(program: &str, args: &[&str], daemon: &FakeDaemon) -> Vec<String> {
+    let mut cmd = injected(hostile(program), &daemon.socket);
+    cmd.arg("dlerror").args(args);
+    let output = run(cmd, b"");
+    assert!(output.status.success(), "{output:?}");
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+fn assert_no_stale_dlerror(lines: &[String]) {
+    assert_eq!(lines[0], "start: NULL", "{lines:?}");
+    assert_eq!(lines[1], "device: NULL", "{lines:?}");
+    assert!(
+        lines[2].starts_with("own: ") && lines[2].contains("metalift_hostile_no_such_symbol"),
+        "the program's own failed dlsym is still reported: {lines:?}"
+    );
+}
+
+#[test]
+fn given_a_metal_program_then_the_shim_leaves_nothing_in_its_dlerror() {
+    let daemon = FakeDaemon::start(unlock(APPLE7));
+    assert_no_stale_dlerror(&dlerror_lines("metalift-hostile", &[], &daemon));
+    assert_no_stale_dlerror(&dlerror_lines("metalift-hostile", &["nodevice"], &daemon));
+}
+
+#[test]
+fn given_a_program_without_metal_then_the_shim_leaves_nothing_in_its_dlerror() {
+    let daemon = FakeDaemon::start(unlock(APPLE7));
+    assert_no_stale_dlerror(&dlerror_lines(
+        "metalift-hostile-late",
+        &["nodevice"],
+        &daemon,
+    ));
+    assert_eq!(daemon.connections(), 0);
 }
 
 #[test]

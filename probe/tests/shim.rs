@@ -22,15 +22,68 @@ fn given_an_unlock_verdict_then_apple7_and_every_llama_flag_turn_on_but_metal3_s
     let report = probe_json(injected(probe(), &daemon.socket));
     assert_apple7(&report);
 
+    // Metal's own derived answer (!supportsFamily:Apple9) is unchanged.
+    assert_eq!(report["requires_bf16_emulation"], true, "{report}");
+
     let outcome = daemon.outcome();
     assert_eq!(outcome.result, OutcomeResult::Applied, "{outcome:?}");
     assert_eq!(outcome.decision_id, 1);
     assert_eq!(outcome.device_class, "AppleParavirtDevice");
-    assert_eq!(outcome.stock.families & bit("Apple7"), 0);
-    assert_ne!(outcome.stock.families & bit("Apple5"), 0);
+    // The true stock answers of the finished device.
+    assert_eq!(
+        outcome.stock.families,
+        paravirtual_families(),
+        "{outcome:?}"
+    );
+    assert_eq!(outcome.stock.threadgroup_memory, 32768, "{outcome:?}");
     assert_ne!(outcome.effective.families & bit("Apple7"), 0);
+    assert_ne!(outcome.effective.families & bit("Mac2"), 0);
+    assert_eq!(outcome.effective.families & bit("Apple8"), 0);
     assert_eq!(outcome.effective.families & bit("Metal3"), 0);
     assert_eq!(outcome.effective.threadgroup_memory, 32768);
+}
+
+/// What the paravirtual device answers: Apple1..5, Mac2, Common1..3.
+fn paravirtual_families() -> u32 {
+    ["Apple1", "Apple2", "Apple3", "Apple4", "Apple5", "Mac2"]
+        .into_iter()
+        .chain(["Common1", "Common2", "Common3"])
+        .map(bit)
+        .fold(0, |a, b| a | b)
+}
+
+/// `-[Class selector]` -> the image its IMP lives in, from a probe report.
+fn capability_imps(report: &serde_json::Value) -> std::collections::BTreeMap<String, String> {
+    report["capability_imps"]
+        .as_object()
+        .unwrap_or_else(|| panic!("no capability_imps: {report}"))
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_owned()))
+        .collect()
+}
+
+/// The same map from the probe run without the shim, on `variant`.
+fn metals_own_imps(variant: &str) -> std::collections::BTreeMap<String, String> {
+    let mut cmd = clean(probe());
+    cmd.env("LD_LIBRARY_PATH", simmetal(variant));
+    capability_imps(&probe_json(cmd))
+}
+
+#[test]
+fn given_driver_state_set_after_super_init_then_the_outcome_reports_the_finished_devices_answers() {
+    // The default shape: the driver sets its threadgroup memory only after
+    // [super init] returns, and Metal's feature queries ask the device while it
+    // is half-built. The stock answers must be the finished device's.
+    let daemon = FakeDaemon::start(unlock(APPLE7));
+    assert_apple7(&probe_json(injected(probe(), &daemon.socket)));
+    let outcome = daemon.outcome();
+    assert_eq!(outcome.result, OutcomeResult::Applied, "{outcome:?}");
+    assert_eq!(outcome.stock.threadgroup_memory, 32768, "{outcome:?}");
+    assert_eq!(
+        outcome.stock.families,
+        paravirtual_families(),
+        "{outcome:?}"
+    );
 }
 
 #[test]
@@ -44,7 +97,18 @@ fn given_a_profile_with_floors_then_threadgroup_memory_and_working_set_rise_to_t
     assert_eq!(report["apple_family"], 9, "{report}");
     assert_eq!(report["max_threadgroup_memory"], 65536, "{report}");
     assert_eq!(report["recommended_working_set"], 64u64 << 30, "{report}");
-    assert_eq!(daemon.outcome().result, OutcomeResult::Applied);
+    // The floor applies through the getter IOGPUMetalDevice defines.
+    let imps = capability_imps(&report);
+    assert_eq!(
+        imps["-[IOGPUMetalDevice recommendedMaxWorkingSetSize]"], "libmetalift.so",
+        "{imps:?}"
+    );
+    // Apple9 switches Metal's own bf16 emulation off: why the daemon never
+    // grants a family above the host's.
+    assert_eq!(report["requires_bf16_emulation"], false, "{report}");
+    let outcome = daemon.outcome();
+    assert_eq!(outcome.result, OutcomeResult::Applied, "{outcome:?}");
+    assert_eq!(outcome.stock.working_set, 11453251584, "{outcome:?}");
 }
 
 #[test]
@@ -202,31 +266,47 @@ fn given_an_unlock_then_the_capability_imps_live_in_the_shim() {
     let report = probe_json(injected(probe(), &daemon.socket));
     assert_apple7(&report);
     assert_eq!(report["shim_imps"], 2, "{report}");
+    // Patched where Metal defines them: supportsFamily: in _MTLDevice (it is
+    // defined nowhere else), the threadgroup memory in the driver class.
+    let imps = capability_imps(&report);
+    assert_eq!(
+        imps["-[_MTLDevice supportsFamily:]"], "libmetalift.so",
+        "{imps:?}"
+    );
+    assert_eq!(
+        imps["-[AppleParavirtDevice maxThreadgroupMemoryLength]"], "libmetalift.so",
+        "{imps:?}"
+    );
+    assert_eq!(
+        imps["-[IOGPUMetalDevice recommendedMaxWorkingSetSize]"], "libsimmetal.so",
+        "no working-set floor in this profile: {imps:?}"
+    );
+    assert_eq!(
+        imps.len(),
+        metals_own_imps("normal").len(),
+        "no method added"
+    );
 }
 
 #[test]
-fn given_a_stock_verdict_then_no_shim_imp_is_left_installed() {
+fn given_a_stock_verdict_then_the_capability_methods_are_exactly_metals_own() {
     let daemon = FakeDaemon::start(stock(Mode::Enforce, false));
     let report = probe_json(injected(probe(), &daemon.socket));
     assert_stock(&report);
     assert_eq!(report["shim_imps"], 0, "{report}");
-    assert_eq!(daemon.outcome().result, OutcomeResult::Stock);
-}
-
-#[test]
-fn given_answers_set_after_init_gpu_family_support_then_the_stock_answers_are_read_after_init() {
-    // lateanswers: mid-init the device claims only Common1 and 16 KiB; reading
-    // the stock answers there would expect the wrong answers and roll back.
-    let daemon = FakeDaemon::start(unlock(APPLE7));
-    let mut cmd = injected(probe(), &daemon.socket);
-    cmd.env("LD_LIBRARY_PATH", simmetal("lateanswers"));
-    assert_apple7(&probe_json(cmd));
+    let imps = capability_imps(&report);
+    assert!(
+        imps.values().all(|image| image == "libsimmetal.so"),
+        "{imps:?}"
+    );
+    assert_eq!(imps, metals_own_imps("normal"));
     let outcome = daemon.outcome();
-    assert_eq!(outcome.result, OutcomeResult::Applied, "{outcome:?}");
-    assert_ne!(outcome.stock.families & bit("Apple5"), 0, "{outcome:?}");
-    assert_ne!(outcome.stock.families & bit("Common3"), 0, "{outcome:?}");
-    assert_eq!(outcome.stock.families & bit("Apple6"), 0, "{outcome:?}");
-    assert_eq!(outcome.stock.threadgroup_memory, 32768, "{outcome:?}");
+    assert_eq!(outcome.result, OutcomeResult::Stock);
+    assert_eq!(
+        outcome.stock.families,
+        paravirtual_families(),
+        "{outcome:?}"
+    );
 }
 
 #[test]
@@ -246,32 +326,43 @@ fn given_replaced_answers_that_do_not_take_effect_then_rolled_back_failed_and_no
         outcome.reason
     );
     assert_eq!(outcome.effective, outcome.stock, "{outcome:?}");
+    // Rolled back exactly: every capability method is Metal's own again.
+    assert_eq!(capability_imps(&report), metals_own_imps("noeffect"));
 }
 
 #[test]
-fn given_inherited_capability_methods_and_an_unlock_then_failed_and_nothing_installed() {
+fn given_the_getters_moved_into_the_driver_class_then_the_drivers_methods_are_patched() {
+    // `moved`: a macOS update in which AppleParavirtDevice defines supportsFamily:
+    // itself (calling super). class_getInstanceMethod finds the driver's Method.
     let daemon = FakeDaemon::start(unlock(APPLE7));
     let mut cmd = injected(probe(), &daemon.socket);
-    cmd.env("LD_LIBRARY_PATH", simmetal("inherited"));
+    cmd.env("LD_LIBRARY_PATH", simmetal("moved"));
     let report = probe_json(cmd);
-    assert_stock(&report);
-    assert_eq!(report["shim_imps"], 0, "{report}");
-    let outcome = daemon.outcome();
-    assert_eq!(outcome.result, OutcomeResult::Failed, "{outcome:?}");
-    assert!(
-        outcome.reason.contains("is inherited from _MTLDevice"),
-        "{}",
-        outcome.reason
+    assert_apple7(&report);
+    let imps = capability_imps(&report);
+    assert_eq!(
+        imps["-[AppleParavirtDevice supportsFamily:]"], "libmetalift.so",
+        "{imps:?}"
     );
+    assert_eq!(
+        imps["-[_MTLDevice supportsFamily:]"], "libsimmetal.so",
+        "{imps:?}"
+    );
+    assert_eq!(daemon.outcome().result, OutcomeResult::Applied);
 }
 
 #[test]
-fn given_inherited_capability_methods_and_a_stock_verdict_then_stock() {
-    let daemon = FakeDaemon::start(stock(Mode::Enforce, false));
+fn given_a_wrapper_device_that_forwards_to_the_real_one_then_the_unlock_applies() {
+    // `wrapper`: the program holds a forwarding wrapper from another image (as
+    // with an API-validation layer); its questions reach the patched methods.
+    let daemon = FakeDaemon::start(unlock(APPLE7));
     let mut cmd = injected(probe(), &daemon.socket);
-    cmd.env("LD_LIBRARY_PATH", simmetal("inherited"));
-    assert_stock(&probe_json(cmd));
-    assert_eq!(daemon.outcome().result, OutcomeResult::Stock);
+    cmd.env("LD_LIBRARY_PATH", simmetal("wrapper"));
+    assert_apple7(&probe_json(cmd));
+    let outcome = daemon.outcome();
+    assert_eq!(outcome.result, OutcomeResult::Applied, "{outcome:?}");
+    assert_eq!(outcome.device_class, "AppleParavirtDevice");
+    assert_eq!(outcome.stock.threadgroup_memory, 32768, "{outcome:?}");
 }
 
 #[test]
@@ -329,11 +420,10 @@ fn expect_family_exits_3_unless_the_device_answers_exactly_that_apple_family() {
 }
 
 #[test]
-fn given_a_daemon_that_answers_after_3_s_then_a_metal_program_starts_at_once_and_still_gets_its_verdict(
+fn given_a_daemon_that_answers_after_3_s_then_a_program_without_a_device_never_waits_and_one_with_a_device_gets_its_verdict(
 ) {
     let daemon = FakeDaemon::start_delayed(unlock(APPLE7), std::time::Duration::from_secs(3));
-    // Links Metal (checks in from the constructor) but never creates a device:
-    // nothing may wait for the verdict before main.
+    // Links Metal but never creates a device: no connection, nothing waits.
     let mut cmd = injected(hostile("metalift-hostile"), &daemon.socket);
     cmd.arg("exec");
     let start = std::time::Instant::now();
@@ -341,7 +431,7 @@ fn given_a_daemon_that_answers_after_3_s_then_a_metal_program_starts_at_once_and
     let took = start.elapsed();
     assert!(output.status.success());
     assert!(took < std::time::Duration::from_secs(1), "took {took:?}");
-    assert_eq!(daemon.check_ins(), 1);
+    assert_eq!(daemon.connections(), 0);
     // A Metal program that creates a device waits at its first device init.
     assert_apple7(&probe_json(injected(probe(), &daemon.socket)));
     assert_eq!(daemon.outcome().result, OutcomeResult::Applied);

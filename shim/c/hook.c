@@ -3,28 +3,49 @@
  * (Debian's GCC Objective-C runtime). The runtime is reached through dlsym only
  * once Metal is there; the shim links no libobjc.
  *
- * Order inside device creation:
+ * What real Metal requires (../shared/REAL-METAL.md, and the working peers
+ * veertuinc/anka-metal-unlock guest/anka_gpu_family_boost.m + guest/hooks.m and
+ * trycua/cua libs/lume/metal-capability-shim): supportsFamily: is defined once,
+ * in _MTLDevice, over a vector that -[_MTLDevice initGPUFamilySupport] builds
+ * inside the device's init; the driver class defines the threadgroup memory and
+ * IOGPUMetalDevice the working set. So, inside device creation:
  *
  * 1. -[_MTLDevice initGPUFamilySupport] (the one private selector metalift
- *    relies on) is replaced by device_init, which calls the original and then,
- *    on this process's first device only, waits for the verdict (hard
- *    deadline). A missing selector: `failed` at once, nothing installed.
- * 2. Whatever the verdict, if the device's concrete class itself defines
- *    supportsFamily: and maxThreadgroupMemoryLength (and
- *    recommendedMaxWorkingSetSize when the profile sets it), those methods are
- *    replaced on that class by IMPs that answer from the original IMP's answer
- *    (unlock: Apple family <= ceiling OR original; threadgroup memory and
- *    working set: the larger; otherwise: the original answer). Methods the
- *    class inherits are never touched: an override added to a class cannot be
- *    removed again, so a roll-back could not leave the class as it was.
- * 3. Nothing is read while the device is still being initialised (a device
- *    asked mid-init may answer wrongly: the lateanswers simulation). The first
- *    capability question anyone asks — after -init returned — runs "finish"
- *    once: it reads the stock answers through the saved originals and the
- *    effective answers through the live dispatch of the device's current class.
- *    Unlock: effective must equal expected, else every original is restored
- *    (roll-back) and the outcome is `failed`. Stock: the originals are restored
- *    at once and the outcome is `stock`. The outcome goes out on the session.
+ *    relies on) is replaced by device_init. On this process's first device it
+ *    checks in and waits for the verdict (hard deadline), BEFORE calling the
+ *    original. A missing selector: `failed` at once, nothing installed.
+ * 2. Unlock: for supportsFamily:, maxThreadgroupMemoryLength and (when the
+ *    profile sets it) recommendedMaxWorkingSetSize, the Method that
+ *    class_getInstanceMethod finds for the device's class — wherever it is
+ *    defined, _MTLDevice included — gets the shim's IMP with
+ *    method_setImplementation, before the original initGPUFamilySupport runs,
+ *    so Metal's own feature queries and the program see one device. Every
+ *    selector is looked up before the first is patched: one missing, nothing is
+ *    installed. Stock: nothing is installed at all.
+ * 3. Nothing is asked of the half-built device beyond what the original
+ *    initGPUFamilySupport has made safe (the family vector). The check that the
+ *    patch took effect ("finish") runs at the first capability question the
+ *    program asks: a question whose caller lies outside the images that build
+ *    the device (the images of the device's classes, _MTLDevice's included) —
+ *    Metal's own questions during creation (the feature queries) come from
+ *    those images and are answered without it — or a question to a device
+ *    whose class is no longer the one it was created as (an isa swap happens
+ *    to a built object; the override then forwards from Metal's image). A
+ *    question that only ever comes through Metal's own images otherwise (a
+ *    forwarding wrapper defined in Metal.framework itself) never runs finish:
+ *    the answers stay unlocked and the decision has no outcome (README,
+ *    known limits). finish reads the stock answers
+ *    through the saved originals and the effective ones through the live
+ *    dispatch of the device's current class; a mismatch restores every
+ *    original (method_setImplementation(original): the classes are exactly as
+ *    they were) and reports `failed`.
+ *
+ * Linux only: GCC's libobjc copies IMPs into a dispatch table per class, and its
+ * method_setImplementation refreshes only the defining class's table, so every
+ * patch and restore is followed by __objc_update_dispatch_table_for_class on
+ * each class from the defining class down to the device's (REAL-METAL.md, "Where
+ * the Linux runtime differs"). Apple's objc4 flushes every cache itself
+ * (objc-runtime-new.mm, _method_setImplementation -> flushCaches(nil, ...)).
  *
  * Every pointer called here came from the runtime (dlsym, method IMPs) and
  * every pointer handed to it is a C function: on arm64e clang signs and
@@ -52,14 +73,19 @@ static struct {
     ml_method (*class_get_instance_method)(ml_class, ml_sel);
     const char *(*class_get_name)(ml_class);
     ml_class (*class_get_superclass)(ml_class);
-    ml_imp (*class_replace_method)(ml_class, ml_sel, ml_imp, const char *);
     ml_imp (*class_get_method_implementation)(ml_class, ml_sel);
     ml_imp (*method_get_implementation)(ml_method);
     ml_imp (*method_set_implementation)(ml_method, ml_imp);
-    const char *(*method_get_type_encoding)(ml_method);
-    /* Apple exports it (isa is not a plain pointer there); GCC has it only as
-     * a header inline, whose body reads the first word (struct objc_object). */
+#ifdef __APPLE__
+    /* Apple exports it (isa is not a plain pointer there). */
     ml_class (*object_get_class)(ml_id);
+#else
+    /* GCC's libobjc: see the file comment. (Its object_getClass is a header
+     * inline, so the shim reads the first word instead: struct objc_object
+     * { Class class_pointer; }. Not looked up: a failed dlsym would leave a
+     * dlerror() string in the host.) */
+    void (*update_dispatch_table)(ml_class);
+#endif
 } rt;
 
 enum { SEL_SF, SEL_TG, SEL_WS, SEL_COUNT };
@@ -71,27 +97,35 @@ static ml_sel sels[SEL_COUNT];
 enum mode {
     MODE_NONE,           /* nothing installed */
     MODE_PENDING_UNLOCK, /* installed, finish not run yet; answer unlocked */
-    MODE_PENDING_STOCK,  /* installed, finish not run yet; answer the original */
     MODE_UNLOCKED,       /* finish confirmed the unlock */
-    MODE_RESTORED,       /* originals restored (stock, or rolled back) */
 };
 
-static bool init_hooked;     /* the device-init hook is in place (or failed for good) */
+static bool init_hooked; /* the device-init hook is in place (or failed for good) */
 static init_fn original_init;
 /* Held by the first device's handling (verdict wait, installing); a second
  * device init meanwhile waits here for the same decision. */
 static pthread_mutex_t device_lock = PTHREAD_MUTEX_INITIALIZER;
 static volatile pid_t first_device_pid; /* the pid whose first device was handled */
 
+/* One capability method the shim may patch (the peers' slot table). */
+struct slot {
+    ml_method method;  /* the Method class_getInstanceMethod found */
+    ml_imp original;   /* its IMP before the patch */
+    ml_class defining; /* the class whose method list holds it */
+    bool installed;
+};
 static volatile int mode = MODE_NONE;
-static ml_class hooked_class;
-static ml_imp originals[SEL_COUNT];        /* saved before any replacement */
-static const char *types[SEL_COUNT];
-static bool installed[SEL_COUNT];
+static struct slot slots[SEL_COUNT];
+static ml_class hooked_class;              /* the first device's class */
 static struct ml_plan plan;                /* what the first device decided */
 static char device_class_name[128];
 
-/* finish: once, at the first capability question. */
+/* The images that build the device (see the file comment, step 3). */
+#define ML_CREATION_IMAGES 8
+static const void *creation_images[ML_CREATION_IMAGES];
+static unsigned creation_image_count;
+
+/* finish: once, at the program's first capability question. */
 static pthread_mutex_t finish_lock = PTHREAD_MUTEX_INITIALIZER;
 static volatile bool finish_done = true;
 static volatile bool finishing;
@@ -104,8 +138,10 @@ static bool resolve_runtime(void *scope)
 #define RESOLVE(field, name)                                                                       \
     do {                                                                                           \
         void *sym_ = dlsym(scope, name);                                                           \
-        if (sym_ == NULL)                                                                          \
+        if (sym_ == NULL) {                                                                        \
+            (void)dlerror(); /* not an Objective-C runtime: leave no error behind */               \
             return false;                                                                          \
+        }                                                                                          \
         memcpy(&rt.field, &sym_, sizeof sym_);                                                     \
     } while (0)
     RESOLVE(get_class, "objc_getClass");
@@ -113,15 +149,15 @@ static bool resolve_runtime(void *scope)
     RESOLVE(class_get_instance_method, "class_getInstanceMethod");
     RESOLVE(class_get_name, "class_getName");
     RESOLVE(class_get_superclass, "class_getSuperclass");
-    RESOLVE(class_replace_method, "class_replaceMethod");
     RESOLVE(class_get_method_implementation, "class_getMethodImplementation");
     RESOLVE(method_get_implementation, "method_getImplementation");
     RESOLVE(method_set_implementation, "method_setImplementation");
-    RESOLVE(method_get_type_encoding, "method_getTypeEncoding");
+#ifdef __APPLE__
+    RESOLVE(object_get_class, "object_getClass");
+#else
+    RESOLVE(update_dispatch_table, "__objc_update_dispatch_table_for_class");
+#endif
 #undef RESOLVE
-    void *get = dlsym(scope, "object_getClass");
-    if (get != NULL)
-        memcpy(&rt.object_get_class, &get, sizeof get);
     for (int i = 0; i < SEL_COUNT; i++)
         sels[i] = rt.sel_register_name(sel_names[i]);
     rt.resolved = true;
@@ -130,9 +166,11 @@ static bool resolve_runtime(void *scope)
 
 static ml_class class_of(ml_id object)
 {
-    if (rt.object_get_class != NULL)
-        return rt.object_get_class(object);
+#ifdef __APPLE__
+    return rt.object_get_class(object);
+#else
     return *(ml_class *)object; /* GCC: struct objc_object { Class class_pointer; } */
+#endif
 }
 
 static const char *class_name(ml_class cls)
@@ -160,34 +198,100 @@ static struct ml_answers read_with(ml_id device, const ml_imp imps[SEL_COUNT])
     return a;
 }
 
-/* The IMPs live dispatch would call for `cls` now (NULL: no such method). */
-static void live_imps(ml_class cls, ml_imp out[SEL_COUNT])
+/* The IMPs live dispatch calls for `cls` now (NULL: no such method, or not to
+ * be asked). `upto` limits the questions: SEL_TG asks the families only. */
+static void live_imps(ml_class cls, ml_imp out[SEL_COUNT], int upto)
 {
     for (int i = 0; i < SEL_COUNT; i++)
-        out[i] = rt.class_get_instance_method(cls, sels[i]) != NULL
+        out[i] = i < upto && rt.class_get_instance_method(cls, sels[i]) != NULL
                      ? rt.class_get_method_implementation(cls, sels[i])
                      : NULL;
 }
 
-static struct ml_answers read_live(ml_id device)
+static struct ml_answers read_live(ml_id device, int upto)
 {
     ml_imp imps[SEL_COUNT];
-    live_imps(class_of(device), imps);
+    live_imps(class_of(device), imps, upto);
     return read_with(device, imps);
 }
 
-/* ------------------------------------------------------ replacements -- */
+/* ------------------------------------------------------- patching -- */
+
+/* The class up the chain from `cls` whose own method list holds `m`. */
+static ml_class defining_class(ml_class cls, ml_sel sel, ml_method m)
+{
+    ml_class c = cls;
+    for (;;) {
+        ml_class super = rt.class_get_superclass(c);
+        if (super == NULL || rt.class_get_instance_method(super, sel) != m)
+            return c;
+        c = super;
+    }
+}
+
+/* Linux: rebuild the dispatch tables from `top` down to `cls`, parents first
+ * (each copies from its refreshed parent). macOS: nothing to do. */
+static void refresh_dispatch(ml_class top, ml_class cls)
+{
+#ifdef __APPLE__
+    (void)top;
+    (void)cls;
+#else
+    ml_class chain[16];
+    int n = 0;
+    for (ml_class c = cls; c != NULL && n < 16; c = rt.class_get_superclass(c)) {
+        chain[n++] = c;
+        if (c == top)
+            break;
+    }
+    while (n > 0)
+        rt.update_dispatch_table(chain[--n]);
+#endif
+}
 
 static void restore_originals(void)
 {
     for (int i = SEL_COUNT - 1; i >= 0; i--) {
-        if (installed[i]) {
-            rt.class_replace_method(hooked_class, sels[i], originals[i], types[i]);
-            installed[i] = false;
+        if (slots[i].installed) {
+            rt.method_set_implementation(slots[i].method, slots[i].original);
+            refresh_dispatch(slots[i].defining, hooked_class);
+            slots[i].installed = false;
         }
     }
-    mode = MODE_RESTORED;
+    mode = MODE_NONE;
 }
+
+/* The images of the device's classes, from its own up to _MTLDevice. */
+static void note_creation_images(ml_class cls)
+{
+    creation_image_count = 0;
+    for (ml_class c = cls; c != NULL; c = rt.class_get_superclass(c)) {
+        Dl_info info;
+        if (dladdr(c, &info) != 0 && info.dli_fbase != NULL) {
+            bool known = false;
+            for (unsigned i = 0; i < creation_image_count; i++)
+                known = known || creation_images[i] == info.dli_fbase;
+            if (!known && creation_image_count < ML_CREATION_IMAGES)
+                creation_images[creation_image_count++] = info.dli_fbase;
+        }
+        if (strcmp(class_name(c), "_MTLDevice") == 0)
+            break;
+    }
+}
+
+/* Whether `caller` (a return address) lies in an image that builds the device. */
+static bool asked_by_metal(const void *caller)
+{
+    Dl_info info;
+    if (dladdr(caller, &info) == 0)
+        return false;
+    for (unsigned i = 0; i < creation_image_count; i++)
+        if (creation_images[i] == info.dli_fbase)
+            return true;
+    return false;
+}
+
+/* ------------------------------------------------------ the outcome -- */
 
 static void report(uint64_t id, uint8_t result, const char *reason, struct ml_answers stock,
                    struct ml_answers effective)
@@ -221,51 +325,49 @@ static void report(uint64_t id, uint8_t result, const char *reason, struct ml_an
     ml_session_report(&o);
 }
 
-/* The first capability question: check the replacements against what the
- * device answers after its init, keep them, or restore every original. */
+/* The program's first capability question: check the patch against what the
+ * finished device answers, keep it, or restore every original. */
 static void finish(ml_id device)
 {
     ml_imp stock_imps[SEL_COUNT];
-    live_imps(hooked_class, stock_imps);
+    live_imps(hooked_class, stock_imps, SEL_COUNT);
     for (int i = 0; i < SEL_COUNT; i++)
-        if (installed[i])
-            stock_imps[i] = originals[i];
+        if (slots[i].installed)
+            stock_imps[i] = slots[i].original;
     struct ml_answers stock = read_with(device, stock_imps);
-    if (mode == MODE_PENDING_UNLOCK) {
-        struct ml_answers effective = read_live(device);
-        struct ml_answers expected = ml_expected_answers(&plan.caps, stock);
-        if (effective.families == expected.families &&
-            effective.threadgroup_memory == expected.threadgroup_memory &&
-            effective.working_set == expected.working_set) {
-            mode = MODE_UNLOCKED;
-            report(plan.decision_id, ML_RESULT_APPLIED, "", stock, effective);
-            return;
-        }
-        char reason[256];
-        snprintf(reason, sizeof reason,
-                 "the hooks did not take effect on %s (families %#x, expected %#x; threadgroup "
-                 "memory %llu, expected %llu); rolled back",
-                 class_name(class_of(device)), effective.families, expected.families,
-                 (unsigned long long)effective.threadgroup_memory,
-                 (unsigned long long)expected.threadgroup_memory);
-        restore_originals();
-        report(plan.decision_id, ML_RESULT_FAILED, reason, stock, read_live(device));
+    struct ml_answers effective = read_live(device, SEL_COUNT);
+    struct ml_answers expected = ml_expected_answers(&plan.caps, stock);
+    if (effective.families == expected.families &&
+        effective.threadgroup_memory == expected.threadgroup_memory &&
+        effective.working_set == expected.working_set) {
+        mode = MODE_UNLOCKED;
+        report(plan.decision_id, ML_RESULT_APPLIED, "", stock, effective);
         return;
     }
+    char reason[256];
+    snprintf(reason, sizeof reason,
+             "the hooks did not take effect on %s (families %#x, expected %#x; threadgroup "
+             "memory %llu, expected %llu); rolled back",
+             class_name(class_of(device)), effective.families, expected.families,
+             (unsigned long long)effective.threadgroup_memory,
+             (unsigned long long)expected.threadgroup_memory);
     restore_originals();
-    report(plan.decision_id, ML_RESULT_STOCK, plan.reason, stock, read_live(device));
+    report(plan.decision_id, ML_RESULT_FAILED, reason, stock, read_live(device, SEL_COUNT));
 }
 
-/* Runs finish once per installation; a re-entrant call from finish's own
- * live reads (same thread) answers without it. */
-static void ensure_finished(ml_id device)
+/* Runs finish once per installation, for a question from the program; a
+ * question from Metal's own images (the device is being built) or from
+ * finish's own live reads (same thread) is answered without it. */
+static void finish_if_asked_by_program(ml_id device, const void *caller)
 {
     if (finish_done)
         return;
     if (finishing && pthread_equal(finishing_thread, pthread_self()))
         return;
+    if (asked_by_metal(caller) && class_of(device) == hooked_class)
+        return;
     pthread_mutex_lock(&finish_lock);
-    if (!finish_done) {
+    if (!finish_done && mode == MODE_PENDING_UNLOCK) {
         finishing_thread = pthread_self();
         finishing = true;
         finish(device);
@@ -280,28 +382,32 @@ static bool answering_unlocked(void)
     return mode == MODE_PENDING_UNLOCK || mode == MODE_UNLOCKED;
 }
 
-static uint8_t imp_supports_family(ml_id self, ml_sel cmd, long family)
+/* The caller of a replacement IMP (objc_msgSend jumps to it, so this is the
+ * code that sent the message). clang strips the arm64e signature. */
+#define ML_CALLER() __builtin_return_address(0)
+
+__attribute__((noinline)) static uint8_t imp_supports_family(ml_id self, ml_sel cmd, long family)
 {
-    ensure_finished(self);
-    bool stock = ((supports_family_fn)originals[SEL_SF])(self, cmd, family) != 0;
+    finish_if_asked_by_program(self, ML_CALLER());
+    bool stock = ((supports_family_fn)slots[SEL_SF].original)(self, cmd, family) != 0;
     if (answering_unlocked())
         return ml_caps_supports_family(&plan.caps, family, stock) ? 1 : 0;
     return stock ? 1 : 0;
 }
 
-static unsigned long imp_threadgroup(ml_id self, ml_sel cmd)
+__attribute__((noinline)) static unsigned long imp_threadgroup(ml_id self, ml_sel cmd)
 {
-    ensure_finished(self);
-    unsigned long stock = ((threadgroup_fn)originals[SEL_TG])(self, cmd);
+    finish_if_asked_by_program(self, ML_CALLER());
+    unsigned long stock = ((threadgroup_fn)slots[SEL_TG].original)(self, cmd);
     if (answering_unlocked() && plan.caps.tg_memory > stock)
         return (unsigned long)plan.caps.tg_memory;
     return stock;
 }
 
-static uint64_t imp_working_set(ml_id self, ml_sel cmd)
+__attribute__((noinline)) static uint64_t imp_working_set(ml_id self, ml_sel cmd)
 {
-    ensure_finished(self);
-    uint64_t stock = ((working_set_fn)originals[SEL_WS])(self, cmd);
+    finish_if_asked_by_program(self, ML_CALLER());
+    uint64_t stock = ((working_set_fn)slots[SEL_WS].original)(self, cmd);
     if (answering_unlocked() && plan.caps.has_ws && plan.caps.working_set > stock)
         return plan.caps.working_set;
     return stock;
@@ -315,101 +421,101 @@ static const ml_imp replacement[SEL_COUNT] = {
 
 /* ------------------------------------------------------- first device -- */
 
-/* The class up the chain from `cls` that itself defines `sel`'s method `m`. */
-static ml_class defining_class(ml_class cls, ml_sel sel, ml_method m)
-{
-    ml_class c = cls;
-    for (;;) {
-        ml_class super = rt.class_get_superclass(c);
-        if (super == NULL || rt.class_get_instance_method(super, sel) != m)
-            return c;
-        c = super;
-    }
-}
+/* What the first device's handling left to say once the original init ran. */
+static uint8_t pending_result;          /* ML_RESULT_STOCK / _FAILED; _APPLIED: finish */
+static char pending_reason[256];
 
-static void first_device(ml_id device)
+/* Before the original initGPUFamilySupport of this process's first device:
+ * check in, wait for the verdict, patch on unlock. */
+static void before_first_init(ml_id device)
 {
-    ml_session_check_in(); /* no-op unless this pid has not checked in (a forked child) */
+    ml_session_check_in();
     ml_session_plan(&plan, true);
     ml_class cls = class_of(device);
     snprintf(device_class_name, sizeof device_class_name, "%s", class_name(cls));
-    /* Installing and finishing exclude each other: a capability question on
-     * another thread waits until every replacement is in place. */
     pthread_mutex_lock(&finish_lock);
-    if (mode != MODE_NONE && mode != MODE_RESTORED) {
+    if (mode != MODE_NONE) {
         /* Inherited from a parent process across fork: start from pristine. */
         finish_done = true;
         restore_originals();
     }
-    int wanted = plan.unlock && plan.caps.has_ws ? SEL_COUNT : SEL_WS;
+    pending_result = ML_RESULT_STOCK;
+    snprintf(pending_reason, sizeof pending_reason, "%s", plan.reason);
+    if (!plan.unlock) {
+        pthread_mutex_unlock(&finish_lock);
+        return;
+    }
+    int wanted = plan.caps.has_ws ? SEL_COUNT : SEL_WS;
     ml_method methods[SEL_COUNT] = {NULL, NULL, NULL};
-    char reason[256];
     for (int i = 0; i < wanted; i++) {
         methods[i] = rt.class_get_instance_method(cls, sels[i]);
         if (methods[i] == NULL) {
-            snprintf(reason, sizeof reason, "selector -[%s %s] is missing; nothing was installed",
-                     device_class_name, sel_names[i]);
-            struct ml_answers now = read_live(device);
+            pending_result = ML_RESULT_FAILED;
+            snprintf(pending_reason, sizeof pending_reason,
+                     "selector -[%s %s] is missing; nothing was installed", device_class_name,
+                     sel_names[i]);
             pthread_mutex_unlock(&finish_lock);
-            report(plan.decision_id, ML_RESULT_FAILED, reason, now, now);
-            return;
-        }
-    }
-    for (int i = 0; i < wanted; i++) {
-        ml_class super = rt.class_get_superclass(cls);
-        if (super != NULL && rt.class_get_instance_method(super, sels[i]) == methods[i]) {
-            struct ml_answers now = read_live(device);
-            pthread_mutex_unlock(&finish_lock);
-            if (!plan.unlock) {
-                report(plan.decision_id, ML_RESULT_STOCK, plan.reason, now, now);
-                return;
-            }
-            snprintf(reason, sizeof reason,
-                     "-[%s %s] is inherited from %s; metalift replaces only methods the device "
-                     "class defines, so a roll-back can leave nothing behind",
-                     device_class_name, sel_names[i],
-                     class_name(defining_class(cls, sels[i], methods[i])));
-            report(plan.decision_id, ML_RESULT_FAILED, reason, now, now);
             return;
         }
     }
     hooked_class = cls;
+    note_creation_images(cls);
     for (int i = 0; i < wanted; i++) {
-        originals[i] = rt.method_get_implementation(methods[i]);
-        types[i] = rt.method_get_type_encoding(methods[i]);
+        slots[i].method = methods[i];
+        slots[i].original = rt.method_get_implementation(methods[i]);
+        slots[i].defining = defining_class(cls, sels[i], methods[i]);
     }
-    mode = plan.unlock ? MODE_PENDING_UNLOCK : MODE_PENDING_STOCK;
+    mode = MODE_PENDING_UNLOCK;
     finish_done = false;
     for (int i = 0; i < wanted; i++) {
-        rt.class_replace_method(cls, sels[i], replacement[i], types[i]);
-        installed[i] = true;
+        rt.method_set_implementation(slots[i].method, replacement[i]);
+        refresh_dispatch(slots[i].defining, cls);
+        slots[i].installed = true;
     }
+    pending_result = ML_RESULT_APPLIED;
     pthread_mutex_unlock(&finish_lock);
-    ml_log(ML_DEBUG, "capability methods of %s replaced; checked at the first question",
+    ml_log(ML_DEBUG, "capability methods of %s patched; checked at the program's first question",
            device_class_name);
+}
+
+/* After the original: a stock or failed outcome goes out now, with the family
+ * answers (safe: the vector is built) and no driver getter asked (its state
+ * may not be set yet, so threadgroup memory and working set read 0 there). */
+static void after_first_init(ml_id device)
+{
+    if (pending_result == ML_RESULT_APPLIED)
+        return;
+    struct ml_answers now = read_live(device, SEL_TG);
+    report(plan.decision_id, pending_result, pending_reason, now, now);
 }
 
 /* Replaces -[_MTLDevice initGPUFamilySupport]. */
 static void device_init(ml_id self, ml_sel cmd)
 {
+    bool first = false;
+    pid_t me = getpid();
+    if (first_device_pid != me) {
+        pthread_mutex_lock(&device_lock);
+        if (first_device_pid != me) {
+            before_first_init(self);
+            first_device_pid = me;
+            first = true;
+        }
+        pthread_mutex_unlock(&device_lock);
+    }
     if (original_init != NULL)
         original_init(self, cmd);
-    pid_t me = getpid();
-    if (first_device_pid == me)
-        return;
-    pthread_mutex_lock(&device_lock);
-    if (first_device_pid != me) {
-        first_device(self);
-        first_device_pid = me;
-    }
-    pthread_mutex_unlock(&device_lock);
+    if (first)
+        after_first_init(self);
 }
 
-/* Metal is here but cannot be hooked: `failed` now, with the decision id if
- * the verdict has already arrived (no device init will ever be seen). */
+/* Metal is here but cannot be hooked: `failed` at its first device creation
+ * would need the hook, so check in now and report (no device init will ever
+ * be seen; a process without the selector is one macOS update away). */
 static void fail_without_device(const char *reason)
 {
-    ml_session_plan(&plan, false);
+    ml_session_check_in();
+    ml_session_plan(&plan, true);
     snprintf(device_class_name, sizeof device_class_name, "_MTLDevice");
     struct ml_answers none = {0, 0, 0};
     report(plan.decision_id, ML_RESULT_FAILED, reason, none, none);
@@ -434,6 +540,7 @@ bool ml_hook_try(void *scope)
     }
     original_init = (init_fn)rt.method_get_implementation(m);
     rt.method_set_implementation(m, (ml_imp)device_init);
+    refresh_dispatch(base, base);
     ml_log(ML_DEBUG, "hooked -[_MTLDevice initGPUFamilySupport]");
     return true;
 }

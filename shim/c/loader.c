@@ -2,12 +2,13 @@
  * loader.c — the constructor, Metal detection, and watching for Metal.
  *
  * The constructor runs in every injected process, so it does almost nothing:
- * it reads METALIFT_DISABLE, checks whether Metal is already mapped, and
- * registers the watch. No allocation, no /proc, no locale or time zone, no
- * connection. Only when Metal is there (linked by the executable, like
- * llama.cpp) does it check in — the round trip then overlaps start-up — and
- * hook. A process that never loads Metal makes no connection, leaves no audit
- * record and no log line.
+ * it reads METALIFT_DISABLE, looks for Metal, and registers the watch. No
+ * allocation, no /proc, no locale or time zone, no connection. When Metal is
+ * there (linked by the executable, like llama.cpp, or loaded later, like
+ * PyTorch's MPS) the device-init hook is installed (hook.c); the check-in waits
+ * for the process's first device creation. A process that links Metal but never
+ * creates a device (every AppKit tool links it) makes no connection, holds no
+ * socket, leaves no audit record and no log line.
  *
  * Linux: Metal is the simulated one, recognised by its soname libsimmetal.so in
  * dl_iterate_phdr. Later arrivals are seen by the exported dlopen interposer:
@@ -19,23 +20,27 @@
  * the shim (which has none).
  *
  * macOS: Metal is recognised by the LC_ID_DYLIB install name in the image's
- * mach header (no dladdr per image) from dyld's add-image callback. dyld calls
- * those callbacks before the Objective-C runtime maps the image: dyld-1378
- * dyld/DyldRuntimeState.cpp RuntimeState::notifyLoad runs every
- * _notifyAddImage function first and only then _notifyObjCMapped3 (objc's
- * map_images); objc4-951.1 runtime/objc-opt.mm getPreoptimizedClass skips
- * classes of images whose "loaded" bit is clear, and that bit is set by
+ * mach header (no dladdr per image) from dyld's add-image callback, which dyld
+ * calls at registration for every image already loaded and then for each later
+ * one (dyld-1378 dyld/DyldAPIs.cpp APIs::_dyld_register_func_for_add_image). So
+ * the constructor needs no dlopen(RTLD_NOLOAD) probe, whose failure would leave
+ * a dlerror() string in the host (DyldAPIs.cpp, APIs::dlopen_from sets the
+ * per-thread error). dyld calls those callbacks before the Objective-C runtime
+ * maps the image: dyld-1378 dyld/DyldRuntimeState.cpp RuntimeState::notifyLoad
+ * runs every _notifyAddImage function first and only then _notifyObjCMapped3
+ * (objc's map_images); objc4-951.1 runtime/objc-opt.mm getPreoptimizedClass
+ * skips classes of images whose "loaded" bit is clear, and that bit is set by
  * runtime/objc-os.mm addHeader (hi->setLoaded(true)), called from
  * map_images_nolock. So inside Metal's own notification
- * objc_getClass("_MTLDevice") is nil: Metal's arrival is remembered (check-in
- * sent, hook "pending") and the hook is retried on every later add-image
- * callback — creating a device loads the GPU driver bundle, whose notification
- * comes after Metal's map_images and sees its classes. (Metal linked by the
- * executable is mapped before our constructor runs, so the constructor finds
- * the class at once.) Verified by reading the sources, not run: no Mac here.
- * The Linux simulation reproduces the order with the `lateclasses` variant
- * (the classes live in a second library that libsimmetal.so dlopens inside
- * MTLCreateSystemDefaultDevice), covered by probe/tests/shim.rs.
+ * objc_getClass("_MTLDevice") is nil: Metal's arrival is remembered (hook
+ * "pending") and the hook is retried on every later add-image callback —
+ * creating a device loads the GPU driver bundle, whose notification comes after
+ * Metal's map_images and sees its classes. (Metal linked by the executable is
+ * mapped before our constructor runs, so the registration's first callbacks
+ * find the class at once.) Verified by reading the sources, not run: no Mac
+ * here. The Linux simulation reproduces the order with the `lateclasses`
+ * variant (the classes live in a second library that libsimmetal.so dlopens
+ * inside MTLCreateSystemDefaultDevice), covered by probe/tests/shim.rs.
  */
 #include "metalift_shim.h"
 
@@ -47,17 +52,14 @@ enum loader_state {
 };
 
 static volatile int loader_state = LOADING;
-static volatile bool metal_seen; /* checked in for Metal's arrival */
+static volatile bool metal_seen; /* Metal's image has been seen */
 static volatile bool hook_done;  /* _MTLDevice found (hooked, or failed for good) */
 static pthread_mutex_t loader_lock = PTHREAD_MUTEX_INITIALIZER;
 
 void ml_metal_arrived(void *scope)
 {
     pthread_mutex_lock(&loader_lock);
-    if (!metal_seen) {
-        metal_seen = true;
-        ml_session_check_in();
-    }
+    metal_seen = true;
     if (!hook_done) {
         hook_done = ml_hook_try(scope);
         if (!hook_done)
@@ -116,15 +118,6 @@ ML_EXPORT void *dlopen(const char *file, int flags)
 
 #ifdef __APPLE__
 
-bool ml_metal_mapped(void)
-{
-    void *handle = dlopen(ML_METAL_PATH, RTLD_NOLOAD | RTLD_LAZY);
-    if (handle == NULL)
-        return false;
-    dlclose(handle); /* RTLD_NOLOAD took a reference */
-    return true;
-}
-
 /* Whether the image's LC_ID_DYLIB names Metal.framework. */
 static bool is_metal(const struct mach_header *mh)
 {
@@ -171,11 +164,12 @@ __attribute__((constructor)) static void ml_constructor(void)
         return;
     }
     loader_state = WATCHING;
+#ifdef __APPLE__
+    /* dyld calls back at once for every image already loaded (Metal included),
+     * then for each later one. */
+    _dyld_register_func_for_add_image(image_added);
+#else
     if (ml_metal_mapped())
         ml_metal_arrived(RTLD_DEFAULT);
-#ifdef __APPLE__
-    /* dyld calls back at once for every image already loaded (Metal included:
-     * handled above, so that call is a no-op), then for each later one. */
-    _dyld_register_func_for_add_image(image_added);
 #endif
 }

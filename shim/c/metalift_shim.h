@@ -124,8 +124,6 @@ typedef struct _opaque_pthread_t *pthread_t;
 #define POLLIN 0x1
 #define POLLOUT 0x4
 #define CLOCK_MONOTONIC 6
-#define RTLD_LAZY 0x1
-#define RTLD_NOLOAD 0x10
 #define RTLD_NEXT ((void *)-1)
 #define RTLD_DEFAULT ((void *)-2)
 #define ENOENT 2
@@ -149,8 +147,14 @@ extern int access(const char *path, int mode);
 extern int clock_gettime(int clock, struct timespec *ts);
 extern int close(int fd);
 extern int connect(int fd, const struct sockaddr *addr, socklen_t len);
-extern int dlclose(void *handle);
-extern void *dlopen(const char *path, int mode);
+typedef struct dl_info {
+    const char *dli_fname;
+    void *dli_fbase;
+    const char *dli_sname;
+    void *dli_saddr;
+} Dl_info;
+extern int dladdr(const void *addr, Dl_info *info);
+extern char *dlerror(void);
 extern void *dlsym(void *handle, const char *symbol);
 extern int fcntl(int fd, int cmd, ...);
 #if defined(__x86_64__)
@@ -201,7 +205,6 @@ extern bool os_log_type_enabled(os_log_t oslog, uint8_t type);
 #define ML_MH_DYLIB 0x6u
 #define ML_LC_ID_DYLIB 0xdu
 #define ML_METAL_INSTALL_NAME "/System/Library/Frameworks/Metal.framework/Versions/A/Metal"
-#define ML_METAL_PATH "/System/Library/Frameworks/Metal.framework/Metal"
 #else
 #include <dlfcn.h>
 #include <errno.h>
@@ -438,11 +441,15 @@ ML_HIDDEN void ml_hook_atfork_child(void);
 
 /* -------------------------------------------------------------- loader.c -- */
 
-/* Whether Metal's image is in the process (Linux: dl_iterate_phdr for
- * libsimmetal.so; macOS: dlopen RTLD_NOLOAD of Metal.framework). */
+/* Linux: whether Metal's image (libsimmetal.so) is in the process, by
+ * dl_iterate_phdr. (macOS needs none: dyld's add-image callback sees every
+ * image, loaded or later.) */
+#ifdef __linux__
 ML_HIDDEN bool ml_metal_mapped(void);
-/* Metal was seen (at load, on a dlopen, in dyld's callback): check in once and
- * try to hook, remembering "pending" when _MTLDevice is not there yet. */
+#endif
+/* Metal was seen (at load, on a dlopen, in dyld's callback): try to hook,
+ * remembering "pending" when _MTLDevice is not there yet. No check-in: that
+ * waits for the first device creation (hook.c). */
 ML_HIDDEN void ml_metal_arrived(void *scope);
 
 /* ----------------------------------------------------------------- log.c -- */
