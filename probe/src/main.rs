@@ -50,9 +50,11 @@ mod platform {
         if options.threads > 0 {
             sim::create_concurrently(options.threads, Scope::Global)?;
         }
+        let start = std::time::Instant::now();
         // SAFETY: the linked symbol is the simulated Metal's MTLCreateSystemDefaultDevice.
         let device = unsafe { sim::default_device(MTLCreateSystemDefaultDevice, Scope::Global) }?;
-        Ok(Report::probe(&device))
+        let took = start.elapsed();
+        Ok(Report::probe(&device).with_device_creation(took))
     }
 }
 
@@ -61,8 +63,10 @@ mod platform {
     use metalift_probe::Report;
 
     pub fn default_device(_options: &metalift_probe::Options) -> Result<Report, String> {
+        let start = std::time::Instant::now();
         let device = metalift_probe::macos::default_device()?;
-        Ok(Report::probe(&device))
+        let took = start.elapsed();
+        Ok(Report::probe(&device).with_device_creation(took))
     }
 }
 

@@ -91,6 +91,9 @@ pub struct Report {
     pub requires_bf16_emulation: Option<bool>,
     /// The capability methods and where they live (see [`Device::capability_imps`]).
     pub capability_imps: Option<Vec<CapabilityImp>>,
+    /// How long creating the device took (`MTLCreateSystemDefaultDevice`), when
+    /// the caller timed it: with the shim, the first device's check-in is in it.
+    pub device_creation: Option<std::time::Duration>,
 }
 
 impl Report {
@@ -107,7 +110,15 @@ impl Report {
             llama: LlamaFlags::derive(|f| device.supports_family(f)),
             requires_bf16_emulation: device.requires_bf16_emulation(),
             capability_imps: device.capability_imps(),
+            device_creation: None,
         }
+    }
+
+    /// The same report, saying how long the device's creation took.
+    #[must_use]
+    pub fn with_device_creation(mut self, took: std::time::Duration) -> Report {
+        self.device_creation = Some(took);
+        self
     }
 
     /// How many capability methods have the shim's implementation (`None`:
@@ -177,6 +188,7 @@ impl Report {
             "recommended_working_set": self.recommended_working_set,
             "shim_imps": self.shim_imps(),
             "requires_bf16_emulation": self.requires_bf16_emulation,
+            "device_creation_us": self.device_creation.map(|d| d.as_secs_f64() * 1e6),
             "capability_imps": self.capability_imps.as_ref().map(|imps| {
                 imps.iter()
                     .map(|imp| {

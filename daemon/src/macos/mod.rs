@@ -87,6 +87,30 @@
 //! 9. **The shim under dyld** (the shim's half): constructor cost for a process that
 //!    never uses Metal (`ls`), Metal loaded late by `dlopen` (`metalift-probe-dlopen`),
 //!    sandboxed hosts, fork without exec.
+//! 10. **Real Metal has the shape the simulation models** (issue 17; the workflow's
+//!    "real-Metal unlock" step): with a policy allowing the probe,
+//!    `DYLD_INSERT_LIBRARIES=/usr/local/metalift/lib/libmetalift.dylib
+//!    metalift-probe --json --expect-family 7` exits 0 and the audit's outcome is
+//!    `applied` with stock Apple5 / 32768 (`metalift audit --json --since 5m`). What
+//!    that confirms, each an assumption the Linux tests cannot check:
+//!    (a) `class_getInstanceMethod(AppleParavirtDevice, @selector(supportsFamily:))`
+//!    is `_MTLDevice`'s Method and patching it before the original
+//!    `-initGPUFamilySupport` reaches the device (outcome `applied`, not `failed`);
+//!    (b) `-initGPUFamilySupport` runs inside the device's init, before the
+//!    program gets the device (the outcome's decision id matches the check-in);
+//!    (c) Metal's questions during creation come from the images of the device's
+//!    classes (Metal.framework, IOGPU.framework, the paravirtual driver bundle), so
+//!    the outcome's stock threadgroup memory is 32768, not 0;
+//!    (d) `__builtin_return_address` through `objc_msgSend` names the caller's
+//!    image (arm64e: clang strips the signature with `xpaci`, checked in the object
+//!    code); (e) `requiresBFloat16Emulation` stays YES at Apple7
+//!    (`metalift-probe --json` prints `requires_bf16_emulation`);
+//!    (f) with `MTL_DEBUG_LAYER=1` the probe is still Apple7 and the outcome
+//!    arrives (if it does not, the validation layer forwards from Metal's own
+//!    image: README's known limit); (g) a process that links Metal and never
+//!    creates a device (`/usr/local/metalift/bin/metalift --version` with the shim
+//!    inserted) leaves no decision in the audit log; (h) `dlerror()` is NULL in a
+//!    shimmed process after start-up (no `RTLD_NOLOAD` probe any more).
 #![allow(unsafe_code)]
 
 pub mod audit_token;
