@@ -376,3 +376,27 @@ fn given_no_other_change_the_same_edit_is_installed() {
         assert!(s.leftovers().is_empty(), "{:?}", s.leftovers());
     }
 }
+
+/// A policy that is a symlink when the edit starts and stays one: the install
+/// swaps the new file in for the link (the link is replaced by a file, as
+/// before this check existed), and the file it pointed to is untouched.
+#[test]
+fn given_the_policy_was_a_symlink_and_stays_one_the_edit_is_installed() {
+    let s = Setup::new(Target::Main, Change::Replace);
+    let elsewhere = s.dir.path().join("managed.toml");
+    fs::rename(s.policy(), &elsewhere).unwrap();
+    std::os::unix::fs::symlink("managed.toml", s.policy()).unwrap();
+    let out = s.edit(ADMIN, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(!fs::symlink_metadata(s.policy())
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    assert_eq!(
+        fs::read_to_string(s.policy()).unwrap(),
+        format!("{ORIGINAL}\n# the admin was here\n")
+    );
+    assert_eq!(fs::read_to_string(&elsewhere).unwrap(), ORIGINAL);
+    assert!(s.kept().is_empty());
+    assert!(s.leftovers().is_empty(), "{:?}", s.leftovers());
+}
