@@ -5,13 +5,19 @@
 //! and only then installs it atomically with the owner and mode metaliftd
 //! requires. A broken edit is shown (`file:line:col`) and can be edited again or
 //! discarded; the installed file is never half-written, never insecure, and never
-//! invalid. Then it prints the new policy hash and, when metaliftd answers, waits
+//! invalid. Nor does it overwrite a change it did not see: if the file changed
+//! while the editor was open (a configuration tool replaced it, wrote it, removed
+//! or created it), nothing is installed and the admin's copy is kept beside it.
+//! Then it prints the new policy hash and, when metaliftd answers, waits
 //! until that hash is live (or reports why the daemon refused it).
 
+mod changed;
 mod editor;
 pub mod install;
 mod live;
 pub mod lock;
+mod replace;
+mod seen;
 
 use std::fs::{self, OpenOptions};
 use std::io::{self, BufRead, IsTerminal, Write};
@@ -29,6 +35,7 @@ use serde_json::json;
 
 use self::live::Live;
 use self::lock::EditLock;
+use self::seen::{Change, Seen};
 use metalift_daemon::config::DEFAULT_POLICY;
 
 /// Exit status: installed (or nothing to install).
@@ -54,7 +61,9 @@ Exit status:
   0  installed (and live when a daemon answers), or no changes
   1  the edit was invalid and discarded (non-interactive stdin discards at once)
   2  error: lock busy, editor failed, cannot read or install
-  3  installed, but metaliftd refused it or did not make it live in time")]
+  3  installed, but metaliftd refused it or did not make it live in time
+  5  not installed: the file changed during the edit (someone else replaced,
+     wrote, removed or created it); the edited copy is kept beside it")]
 pub struct Args {
     /// The main policy file; its policy.d/ drop-ins are validated with it.
     #[arg(long, value_name = "PATH", default_value = DEFAULT_POLICY)]
@@ -101,6 +110,18 @@ impl Scratch {
             .with_context(|| format!("cannot write {}", scratch.0.display()))?;
         Ok(scratch)
     }
+
+    /// Starts the copy over with `contents`.
+    fn rewrite(&self, contents: &[u8]) -> anyhow::Result<()> {
+        let mut file = OpenOptions::new()
+            .write(true)
+            .truncate(true)
+            .open(&self.0)
+            .with_context(|| format!("cannot write {}", self.0.display()))?;
+        file.write_all(contents)
+            .and_then(|()| file.sync_all())
+            .with_context(|| format!("cannot write {}", self.0.display()))
+    }
 }
 
 impl Drop for Scratch {
@@ -137,12 +158,6 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let target = target_path(&args)?;
     let interactive = io::stdin().is_terminal();
     let _lock = EditLock::take(&args.policy, interactive)?;
-    let existing = match fs::metadata(&target) {
-        Ok(meta) if meta.is_file() => Some(meta),
-        Ok(_) => bail!("{} is not a regular file", target.display()),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
-        Err(e) => return Err(e).with_context(|| format!("cannot read {}", target.display())),
-    };
     if args.dropin.is_some() {
         if !args.policy.exists() {
             bail!(
@@ -158,21 +173,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 .with_context(|| format!("cannot create {}", dir.display()))?;
         }
     }
-    // Before the editor starts: an edit that could not be installed is not offered.
-    let placement = install::placement(
-        existing.as_ref(),
-        args.allow_insecure_owner,
-        rustix::process::geteuid().as_raw(),
-        rustix::process::getegid().as_raw(),
-    )?;
-    let original = match &existing {
-        Some(_) => {
-            fs::read(&target).with_context(|| format!("cannot read {}", target.display()))?
-        }
-        None if args.dropin.is_some() => NEW_DROPIN.as_bytes().to_vec(),
-        None => NEW_POLICY.as_bytes().to_vec(),
-    };
-    let scratch = Scratch::create(&target, &original)?;
+    let mut base = Base::read(&args, &target)?;
+    let scratch = Scratch::create(&target, &base.original)?;
     let editor = editor::command_line()?;
     loop {
         let status = editor::edit(&editor, &scratch.0)?;
@@ -185,42 +187,136 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         let edited = fs::read(&scratch.0)
             .with_context(|| format!("cannot read the edited copy {}", scratch.0.display()))?;
-        if edited == original {
+        if edited == base.original {
             return finish(&args, &target, None, None);
         }
-        match check(&args, &target, &scratch.0, &edited)? {
-            Ok(loaded) => {
-                for warning in &loaded.warnings {
-                    eprintln!("{}\n", warning.render(&loaded.sources));
-                }
-                let before = live::snapshot(args.socket.as_deref());
-                install::install(&target, &edited, placement, args.allow_insecure_owner)?;
-                let hash = loaded.policy.sha256_hex().to_owned();
-                let live = live::wait(before, &args.policy, &hash, Duration::from_secs(args.wait));
-                return finish(&args, &target, Some(hash), Some(live));
-            }
-            Err(problems) => {
-                eprint!("{}", problems.text);
-                if interactive && ask_edit_again()? {
-                    continue;
-                }
-                let message = format!(
-                    "invalid edit discarded: {} unchanged ({})",
-                    target.display(),
-                    problems.summary
-                );
-                if args.json {
-                    println!(
-                        "{}",
-                        json!({"ok": false, "error": message, "code": DISCARDED,
-                               "diagnostics": problems.lines})
-                    );
-                } else {
-                    eprintln!("metalift: {message}");
-                }
-                return Ok(ExitCode::from(DISCARDED));
-            }
+        // Seen now, the change is reported before validating (whose answer would
+        // be about a file that is no longer there); `install` looks again last.
+        let now = base
+            .seen
+            .check(&target)
+            .with_context(|| format!("cannot read {} to see if it changed", target.display()))?;
+        let change = match now {
+            Some(change) => change,
+            None => match install_valid(&args, &target, &scratch, &edited, &base, interactive)? {
+                Attempt::Over(code) => return Ok(code),
+                Attempt::EditAgain => continue,
+                Attempt::Changed(change) => change,
+            },
+        };
+        let kept = changed::keep(&target, &edited)?;
+        changed::report(&args, &target, &kept, change);
+        if interactive && !args.json && changed::ask_edit_new_file()? {
+            base = Base::read(&args, &target)?;
+            scratch.rewrite(&base.original)?;
+            continue;
         }
+        return Ok(ExitCode::from(changed::NOT_INSTALLED));
+    }
+}
+
+/// How [`install_valid`] ended.
+enum Attempt {
+    /// The edit is over with this exit status (installed, or invalid and discarded).
+    Over(ExitCode),
+    /// The edit was invalid and the admin chose to edit it again.
+    EditAgain,
+    /// The file changed after the last look, before the rename.
+    Changed(Change),
+}
+
+/// Validates `edited` and installs it if it is valid and the file is still what
+/// `base` saw.
+fn install_valid(
+    args: &Args,
+    target: &Path,
+    scratch: &Scratch,
+    edited: &[u8],
+    base: &Base,
+    interactive: bool,
+) -> anyhow::Result<Attempt> {
+    match check(args, target, &scratch.0, edited)? {
+        Ok(loaded) => {
+            for warning in &loaded.warnings {
+                eprintln!("{}\n", warning.render(&loaded.sources));
+            }
+            let before = live::snapshot(args.socket.as_deref());
+            let change = install::install(
+                target,
+                edited,
+                base.placement,
+                args.allow_insecure_owner,
+                &base.seen,
+            )?;
+            if let Some(change) = change {
+                return Ok(Attempt::Changed(change));
+            }
+            let hash = loaded.policy.sha256_hex().to_owned();
+            let live = live::wait(before, &args.policy, &hash, Duration::from_secs(args.wait));
+            Ok(Attempt::Over(finish(args, target, Some(hash), Some(live))?))
+        }
+        Err(problems) => {
+            eprint!("{}", problems.text);
+            if interactive && ask_edit_again()? {
+                return Ok(Attempt::EditAgain);
+            }
+            let message = format!(
+                "invalid edit discarded: {} unchanged ({})",
+                target.display(),
+                problems.summary
+            );
+            if args.json {
+                println!(
+                    "{}",
+                    json!({"ok": false, "error": message, "code": DISCARDED,
+                           "diagnostics": problems.lines})
+                );
+            } else {
+                eprintln!("metalift: {message}");
+            }
+            Ok(Attempt::Over(ExitCode::from(DISCARDED)))
+        }
+    }
+}
+
+/// What an edit starts from (again, when it restarts on a file that changed).
+struct Base {
+    /// The file as it was copied: the install happens only if it is still this
+    /// (same kind, same link, same bytes).
+    seen: Seen,
+    /// What the editor is given: the file's bytes, or a template for a new file.
+    original: Vec<u8>,
+    /// The new file's owner and mode, decided before the editor starts: an edit
+    /// that could not be installed is not offered.
+    placement: install::Placement,
+}
+
+impl Base {
+    fn read(args: &Args, target: &Path) -> anyhow::Result<Base> {
+        let existing = match fs::metadata(target) {
+            Ok(meta) if meta.is_file() => Some(meta),
+            Ok(_) => bail!("{} is not a regular file", target.display()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+            Err(e) => return Err(e).with_context(|| format!("cannot read {}", target.display())),
+        };
+        let placement = install::placement(
+            existing.as_ref(),
+            args.allow_insecure_owner,
+            rustix::process::geteuid().as_raw(),
+            rustix::process::getegid().as_raw(),
+        )?;
+        let (seen, copied) =
+            Seen::read(target).with_context(|| format!("cannot read {}", target.display()))?;
+        let original = match &existing {
+            Some(_) => copied,
+            None if args.dropin.is_some() => NEW_DROPIN.as_bytes().to_vec(),
+            None => NEW_POLICY.as_bytes().to_vec(),
+        };
+        Ok(Base {
+            seen,
+            original,
+            placement,
+        })
     }
 }
 

@@ -14,6 +14,7 @@ Exit status (every command; each command's --help says which apply):
   2    usage or runtime error (unreadable file, no daemon); doctor found failures
   3    status: the policy on disk was refused or differs from the live one
   4    exec --require-unlock: the command was not unlocked (or it could not be learned)
+  5    edit: not installed, the file changed during the edit (the edited copy is kept)
   126  exec: the command is not executable
   127  exec: the command was not found
 With --json, an error is one object on stdout: {\"ok\":false,\"error\":\"...\",\"code\":N}.

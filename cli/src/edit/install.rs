@@ -1,7 +1,8 @@
 //! Installing an edited policy atomically, with the owner and mode metaliftd
 //! requires: written to a new file in the same directory, flushed, owned and
-//! permissioned, checked, renamed over the old one, and the directory flushed.
-//! At every instant the path names either the whole old file or the whole new one.
+//! permissioned, checked, renamed over the old one — only if the old one is still
+//! what the edit copied (see `replace`) — and the directory flushed. At every
+//! instant the path names either the whole old file or the whole new one.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
@@ -9,6 +10,9 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context as _};
+
+use super::replace;
+use super::seen::{Change, Seen};
 
 /// Who owns the installed file, and its mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,14 +85,17 @@ impl Drop for NewFile {
     }
 }
 
-/// Installs `contents` at `target` with `placement`. Refuses (leaving the old
-/// file untouched) if the result would not be secure, unless `allow_insecure_owner`.
+/// Installs `contents` at `target` with `placement`, if `target` is still what
+/// the edit `seen`; `Ok(Some(change))`: it changed, nothing was installed. Refuses
+/// (leaving the old file untouched) if the result would not be secure, unless
+/// `allow_insecure_owner`.
 pub fn install(
     target: &Path,
     contents: &[u8],
     placement: Placement,
     allow_insecure_owner: bool,
-) -> anyhow::Result<()> {
+    seen: &Seen,
+) -> anyhow::Result<Option<Change>> {
     let dir = target.parent().unwrap_or_else(|| Path::new("."));
     let name = target
         .file_name()
@@ -131,19 +138,17 @@ pub fn install(
         );
     }
     drop(file);
-    fs::rename(&new_path, target).with_context(|| {
-        format!(
-            "cannot rename {} over {}",
-            new_path.display(),
-            target.display()
-        )
-    })?;
+    // From here `rename_if_unchanged` removes the new file whatever happens (or,
+    // if the swap cannot be undone, says where the other writer's file is).
     guard.0 = None;
+    if let Some(change) = replace::rename_if_unchanged(&new_path, target, seen)? {
+        return Ok(Some(change));
+    }
     // The rename is durable once the directory is.
     File::open(dir)
         .and_then(|d| d.sync_all())
         .with_context(|| format!("cannot flush directory {}", dir.display()))?;
-    Ok(())
+    Ok(None)
 }
 
 #[cfg(test)]
@@ -190,5 +195,35 @@ mod tests {
                 mode: 0o644
             }
         );
+    }
+
+    #[test]
+    fn given_the_file_changed_since_it_was_copied_nothing_is_installed_and_no_new_file_is_left() {
+        let tmp = tempfile::tempdir().unwrap();
+        let target = tmp.path().join("policy.toml");
+        fs::write(&target, "copied").unwrap();
+        let (seen, _) = Seen::read(&target).unwrap();
+        fs::write(&target, "theirs").unwrap();
+        let meta = fs::metadata(&target).unwrap();
+        let placement = Placement {
+            uid: meta.uid(),
+            gid: meta.gid(),
+            mode: 0o644,
+        };
+        let change = install(&target, b"mine", placement, true, &seen).unwrap();
+        assert_eq!(change, Some(Change::Rewritten));
+        assert_eq!(fs::read_to_string(&target).unwrap(), "theirs");
+        let names: Vec<_> = fs::read_dir(tmp.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["policy.toml"]);
+        // Unchanged since it was copied: installed.
+        let (seen, _) = Seen::read(&target).unwrap();
+        assert_eq!(
+            install(&target, b"mine", placement, true, &seen).unwrap(),
+            None
+        );
+        assert_eq!(fs::read_to_string(&target).unwrap(), "mine");
     }
 }
