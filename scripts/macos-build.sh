@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# Links arm64 Mach-O for everything metalift ships, on Linux, without an SDK.
+# Links Mach-O for everything metalift ships, on Linux, without an SDK.
 #
 #   scripts/macos-build.sh OUTDIR [--release]
 #
 # Output (OUTDIR):
-#   bin/metaliftd bin/metalift bin/metalift-probe   MH_EXECUTE, cargo-zigbuild
-#   lib/libmetalift.dylib                           MH_DYLIB, the C shim (shim/c/*.c)
-#   lib/libmetalift-inert.dylib                     MH_DYLIB, uninstall's inert stub
-# All arm64, minimum macOS 13.0 (LC_BUILD_VERSION), ad-hoc signed by the linker
-# (LC_CODE_SIGNATURE: arm64 macOS refuses unsigned code). scripts/macos-check.sh
+#   bin/metaliftd bin/metalift bin/metalift-probe   MH_EXECUTE arm64, cargo-zigbuild
+#   lib/libmetalift.dylib                           MH_DYLIB arm64 + x86_64, the C shim (shim/c/*.c)
+#   lib/libmetalift-inert.dylib                     MH_DYLIB arm64 + x86_64, uninstall's inert stub
+# Minimum macOS 13.0 (LC_BUILD_VERSION), every file and slice ad-hoc signed by the
+# linker (LC_CODE_SIGNATURE: arm64 macOS refuses unsigned code). scripts/macos-check.sh
 # verifies all of that; scripts/ci-macos.sh runs both.
 #
 # How:
@@ -21,15 +21,27 @@
 #   the optimised build. Target directory: target/macos (kept apart so the
 #   host builds and `cargo check --target aarch64-apple-darwin` stay warm).
 #   daemon/build.rs compiles daemon/c/oslog.c with zig's C compiler (CC_<target>).
-# - The shim and the inert stub: compiled by `zig cc -target aarch64-macos.13.0`
-#   (it ships macOS libc headers), linked by ld64.lld-22: zig's own linker
-#   ignores -exported_symbols_list (checked: it exported every global) and lld
-#   honours it. lld-22 cannot parse zig's libSystem.tbd (unknown arch
-#   "arm64e.x1"), so target/macos/tbd/lld/libSystem.tbd is zig's with those targets renamed arm64.
+#   arm64 only: these processes are never injected anywhere.
+# - The shim and the inert stub, once per slice: compiled by `zig cc -target
+#   aarch64-macos.13.0` / `x86_64-macos.13.0` (it ships macOS libc headers),
+#   linked by ld64.lld-22 (`-arch arm64` / `-arch x86_64`, `-adhoc_codesign`),
+#   joined by `llvm-lipo-22 -create` into one universal file. The x86_64 slice
+#   is there for Rosetta: an x86_64 child of an injected process inherits
+#   DYLD_INSERT_LIBRARIES, and dyld terminates a process whose inserted library
+#   has no slice for it (dyld DyldRuntimeState.cpp, RuntimeState::loadInsertedLibraries:
+#   "terminating because inserted dylib ... could not be loaded"). arm64e comes
+#   only from pkg/build.sh (Apple's ld): ld64.lld-22 cannot link it (checked:
+#   `-arch arm64e` writes cpusubtype ARM64_ALL, and it rejects the
+#   ARM64_RELOC_AUTHENTICATED_POINTER relocations of an arm64e object as
+#   "INVALID relocation"). zig's own linker ignores -exported_symbols_list
+#   (checked: it exported every global) and lld honours it. lld-22 cannot parse
+#   zig's libSystem.tbd (unknown arch "arm64e.x1"), so
+#   target/macos/tbd/lld/libSystem.tbd is zig's with those targets renamed arm64.
 #   Install name /usr/local/metalift/lib/libmetalift.dylib (where pkg installs
 #   it); exports exactly shim/c/exports.macos.txt (nothing). Only libSystem is linked.
 #
-# Env: SHIM_C_DIR (default shim/c), LD64_LLD (default ld64.lld-22).
+# Env: SHIM_C_DIR (default shim/c), LD64_LLD (default ld64.lld-22), LIPO
+# (default llvm-lipo-22).
 set -euo pipefail
 
 usage() { echo "usage: $0 OUTDIR [--release]" >&2; exit 64; }
@@ -49,6 +61,7 @@ tbd=$repo/target/macos/tbd
 mkdir -p "$tbd"
 shim_dir=${SHIM_C_DIR:-$repo/shim/c}
 lld=${LD64_LLD:-ld64.lld-22}
+lipo=${LIPO:-llvm-lipo-22}
 readonly install_name=/usr/local/metalift/lib/libmetalift.dylib
 export MACOSX_DEPLOYMENT_TARGET=13.0
 
@@ -78,17 +91,16 @@ for bin in metaliftd metalift metalift-probe; do
 done
 echo "macos-build: Rust binaries in $(( $(date +%s) - start )) s"
 
-# c_dylib OUTPUT EXPORTS_FILE_OR_EMPTY SOURCES...: compile with zig cc, link with lld.
+# The slices of the shim and the inert stub: lld's -arch and zig's target.
+readonly slices="arm64:aarch64 x86_64:x86_64"
+
+# c_dylib OUTPUT EXPORTS_FILE_OR_EMPTY SOURCES...: compile with zig cc and link
+# with lld once per slice, then lipo the slices into OUTPUT.
 c_dylib() {
-  local output=$1 exports=$2 objdir src
+  local output=$1 exports=$2 objdir src slice arch
   shift 2
   objdir=$(mktemp -d)
-  local -a objects=() export_flags=()
-  for src in "$@"; do
-    python3 -m ziglang cc -target aarch64-macos.13.0 -c -fPIC -O2 -Wall -fno-jump-tables \
-      -o "$objdir/$(basename "$src" .c).o" "$src"
-    objects+=("$objdir/$(basename "$src" .c).o")
-  done
+  local -a export_flags=() thin=()
   if [ -n "$exports" ]; then
     # Mach-O spells C names with a leading underscore.
     { grep -v '^[[:space:]]*\(#\|$\)' "$exports" || true; } | sed 's/^[[:space:]]*/_/; s/[[:space:]]*$//' >"$objdir/exports"
@@ -96,9 +108,22 @@ c_dylib() {
     : >"$objdir/exports"
   fi
   export_flags=(-exported_symbols_list "$objdir/exports")
-  "$lld" -dylib -arch arm64 -platform_version macos 13.0 13.0 \
-    -install_name "$install_name" "${export_flags[@]}" \
-    -L "$tbd/lld" -lSystem -o "$output" "${objects[@]}"
+  for slice in $slices; do
+    arch=${slice%%:*}
+    local -a objects=()
+    mkdir -p "$objdir/$arch"
+    for src in "$@"; do
+      python3 -m ziglang cc -target "${slice##*:}-macos.13.0" -c -fPIC -O2 -Wall -fno-jump-tables \
+        -o "$objdir/$arch/$(basename "$src" .c).o" "$src"
+      objects+=("$objdir/$arch/$(basename "$src" .c).o")
+    done
+    "$lld" -dylib -arch "$arch" -platform_version macos 13.0 13.0 -adhoc_codesign \
+      -install_name "$install_name" "${export_flags[@]}" \
+      -L "$tbd/lld" -lSystem -o "$objdir/$arch.dylib" "${objects[@]}"
+    thin+=("$objdir/$arch.dylib")
+  done
+  "$lipo" -create -output "$output" "${thin[@]}"
+  "$lipo" -info "$output"
   rm -rf "$objdir"
 }
 
@@ -113,4 +138,4 @@ sources=("$shim_dir"/*.c)
 c_dylib "$out/lib/libmetalift.dylib" "$shim_dir/exports.macos.txt" "${sources[@]}"
 
 echo
-echo "macos-build: arm64 Mach-O in $out"
+echo "macos-build: Mach-O in $out (binaries arm64; the shim and the inert stub arm64 + x86_64)"

@@ -13,7 +13,7 @@
 //!   as `env!("METALIFT_SHIM_LIBRARY")` ([`metalift_shim::LIBRARY`]).
 //! - **macOS host and target**: `libmetalift.dylib` with clang, install name
 //!   `/usr/local/metalift/lib/libmetalift.dylib`, no exported symbol, copied the
-//!   same way. (pkg/build.sh builds the shipped arm64 + arm64e slices itself.)
+//!   same way. (pkg/build.sh builds the shipped arm64 + arm64e + x86_64 slices itself.)
 //! - **Any other combination** (e.g. `cargo check --target aarch64-apple-darwin`
 //!   on Linux): nothing; the crate has no C then.
 //! - **For this crate's own tests** (whenever the target is the host): the pure
@@ -124,7 +124,7 @@ fn build_linux(out: &Path) -> PathBuf {
 }
 
 fn build_macos(out: &Path) -> PathBuf {
-    // The slice cargo asked for (pkg/build.sh builds arm64 and arm64e and lipos them).
+    // The slice cargo asked for (pkg/build.sh builds arm64, arm64e and x86_64 and lipos them).
     let target = std::env::var("TARGET").unwrap_or_default();
     let arch = if target.starts_with("arm64e") {
         "arm64e"

@@ -7,7 +7,9 @@
  * constructor, no data, no exported function and no import but libSystem (the
  * linker adds it); a process that loads it runs stock.
  *
- * Built by pkg/build.sh (arm64 + arm64e, Apple clang), scripts/macos-build.sh
- * (arm64, zig) and pkg/stage.sh (an ELF .so on Linux, for the tests).
+ * Every slice an injected process can be (dyld kills a process whose inserted
+ * library lacks its slice, Rosetta's x86_64 included): built by pkg/build.sh
+ * (arm64 + arm64e + x86_64, Apple clang), scripts/macos-build.sh (arm64 +
+ * x86_64, zig) and pkg/stage.sh (an ELF .so on Linux, for the tests).
  */
 typedef int metalift_inert_has_no_code;

@@ -79,15 +79,28 @@ fn human(bytes: u64) -> String {
     }
 }
 
-/// The architectures the shim must contain on this platform: arm64 and arm64e
-/// on macOS (arm64e processes load only arm64e code), the host's own ELF
-/// elsewhere.
+/// The architectures the shim must contain on this platform (see [`needed_arches_on`]).
 #[must_use]
 pub fn needed_arches() -> Vec<Arch> {
-    if cfg!(target_os = "macos") {
-        return vec![Arch::MachArm64, Arch::MachArm64e];
+    needed_arches_on(cfg!(target_os = "macos"), std::env::consts::ARCH)
+}
+
+/// The architectures the shim must contain: on macOS arm64, arm64e (arm64e
+/// processes, Apple's own binaries, load only arm64e code: dyld
+/// GradedArchitectures.cpp) and x86_64 (Rosetta processes); elsewhere the host's
+/// own ELF (`host_arch` as in `std::env::consts::ARCH`).
+///
+/// On macOS a missing slice is fatal, not stock: an injected library is inherited
+/// by every child, and dyld terminates a process whose inserted library has no
+/// slice for it (dyld DyldRuntimeState.cpp, RuntimeState::loadInsertedLibraries:
+/// "terminating because inserted dylib ... could not be loaded"), so without
+/// x86_64 every Rosetta child of an injected CI agent dies at launch.
+#[must_use]
+pub fn needed_arches_on(macos: bool, host_arch: &str) -> Vec<Arch> {
+    if macos {
+        return vec![Arch::MachArm64, Arch::MachArm64e, Arch::MachX86_64];
     }
-    let machine = match std::env::consts::ARCH {
+    let machine = match host_arch {
         "x86_64" => 0x3e,
         "aarch64" => 0xb7,
         _ => return Vec::new(),
@@ -95,8 +108,13 @@ pub fn needed_arches() -> Vec<Arch> {
     vec![Arch::Elf { class: 2, machine }]
 }
 
-/// The shim: present, a library, with the architectures it needs.
+/// The shim: present, a library, with the architectures this platform needs.
 pub fn shim(path: &Path) -> Check {
+    shim_needing(path, &needed_arches())
+}
+
+/// The shim at `path`: present, a library, with every architecture in `needed`.
+pub fn shim_needing(path: &Path, needed: &[Arch]) -> Check {
     let shown = path.display();
     let arches = match read_format(path) {
         Ok(Format::Native(arches)) => arches,
@@ -124,22 +142,118 @@ pub fn shim(path: &Path) -> Check {
             .collect::<Vec<_>>()
             .join(" + ")
     };
-    let missing: Vec<Arch> = needed_arches()
-        .into_iter()
+    let missing: Vec<Arch> = needed
+        .iter()
+        .copied()
         .filter(|need| !arches.contains(need))
         .collect();
     if missing.is_empty() {
-        Check::new("shim", Status::Ok, format!("{shown}: {}", list(&arches)))
+        return Check::new("shim", Status::Ok, format!("{shown}: {}", list(&arches)));
+    }
+    // ld.so skips a preload of the wrong ELF class (the process runs stock); dyld
+    // terminates the process instead (see needed_arches_on).
+    let mach = missing.iter().any(|a| !matches!(a, Arch::Elf { .. }));
+    let consequence = if !mach {
+        "processes of that architecture run stock"
+    } else if missing.contains(&Arch::MachX86_64) {
+        "dyld terminates every process of that architecture that inherits \
+         DYLD_INSERT_LIBRARIES (x86_64: every Rosetta child of an injected process)"
     } else {
-        Check::new(
-            "shim",
-            Status::Fail,
-            format!(
-                "{shown} has {} but lacks {}: processes of that architecture run stock",
-                list(&arches),
-                list(&missing)
-            ),
-        )
-        .fix("reinstall metalift (the .pkg ships a universal arm64 + arm64e shim)")
+        "dyld terminates every process of that architecture that inherits \
+         DYLD_INSERT_LIBRARIES"
+    };
+    Check::new(
+        "shim",
+        Status::Fail,
+        format!(
+            "{shown} has {} but lacks {}: {consequence}",
+            list(&arches),
+            list(&missing)
+        ),
+    )
+    .fix("reinstall metalift (the .pkg ships a universal arm64 + arm64e + x86_64 shim)")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fat Mach-O header (`fat_header` + `fat_arch` entries, big-endian, as
+    /// `lipo -create` writes it) with the given (cputype, cpusubtype) slices.
+    fn fat_file(dir: &Path, slices: &[(u32, u32)]) -> std::path::PathBuf {
+        let mut bytes = 0xcafe_babe_u32.to_be_bytes().to_vec();
+        bytes.extend_from_slice(&(slices.len() as u32).to_be_bytes());
+        for (i, (cpu, sub)) in slices.iter().enumerate() {
+            bytes.extend_from_slice(&cpu.to_be_bytes());
+            bytes.extend_from_slice(&sub.to_be_bytes());
+            let offset = 0x4000 * (i as u32 + 1);
+            for field in [offset, 0x4000, 14] {
+                bytes.extend_from_slice(&field.to_be_bytes());
+            }
+        }
+        let path = dir.join("libmetalift.dylib");
+        std::fs::write(&path, bytes).unwrap();
+        path
+    }
+
+    const ARM64: (u32, u32) = (0x0100_000c, 0);
+    /// CPU_SUBTYPE_ARM64E with the PTRAUTH_ABI capability bit, as Apple clang writes it.
+    const ARM64E: (u32, u32) = (0x0100_000c, 0x8000_0002);
+    const X86_64: (u32, u32) = (0x0100_0007, 3);
+
+    #[test]
+    fn given_macos_then_the_shim_needs_arm64_arm64e_and_x86_64() {
+        assert_eq!(
+            needed_arches_on(true, "aarch64"),
+            [Arch::MachArm64, Arch::MachArm64e, Arch::MachX86_64]
+        );
+        assert_eq!(
+            needed_arches_on(false, "x86_64"),
+            [Arch::Elf {
+                class: 2,
+                machine: 0x3e
+            }]
+        );
+    }
+
+    #[test]
+    fn given_a_universal_shim_with_every_macos_slice_then_the_check_is_ok() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = fat_file(dir.path(), &[X86_64, ARM64, ARM64E]);
+        let check = shim_needing(&path, &needed_arches_on(true, "aarch64"));
+        assert_eq!(check.status, Status::Ok, "{check:?}");
+        assert!(
+            check.message.ends_with(": x86_64 + arm64 + arm64e"),
+            "{check:?}"
+        );
+    }
+
+    #[test]
+    fn given_a_shim_without_x86_64_then_the_check_fails_naming_rosetta() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = fat_file(dir.path(), &[ARM64, ARM64E]);
+        let check = shim_needing(&path, &needed_arches_on(true, "aarch64"));
+        assert_eq!(check.status, Status::Fail, "{check:?}");
+        assert!(
+            check
+                .message
+                .contains("has arm64 + arm64e but lacks x86_64: dyld terminates"),
+            "{check:?}"
+        );
+        assert!(check.message.contains("Rosetta"), "{check:?}");
+        assert!(check.fix.contains("x86_64"), "{check:?}");
+    }
+
+    #[test]
+    fn given_a_shim_without_arm64e_then_the_check_fails_without_blaming_rosetta() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = fat_file(dir.path(), &[ARM64, X86_64]);
+        let check = shim_needing(&path, &needed_arches_on(true, "aarch64"));
+        assert_eq!(check.status, Status::Fail, "{check:?}");
+        assert!(
+            check.message.contains("lacks arm64e: dyld terminates"),
+            "{check:?}"
+        );
+        assert!(!check.message.contains("Rosetta"), "{check:?}");
     }
 }

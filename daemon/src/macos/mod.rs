@@ -14,11 +14,16 @@
 //!
 //! - **Linked Mach-O** (`scripts/macos-build.sh`, checked by `scripts/macos-check.sh`
 //!   in `scripts/ci-macos.sh`): metaliftd, metalift, metalift-probe are `MH_EXECUTE`,
-//!   the shim and the inert stub `MH_DYLIB`; all arm64, `LC_BUILD_VERSION` macOS
-//!   minos 13.0, an embedded ad-hoc signature (`LC_CODE_SIGNATURE`, CodeDirectory
-//!   flagged adhoc); the shim loads `/usr/lib/libSystem.B.dylib` only, exports exactly
-//!   `shim/c/exports.txt`, install name `/usr/local/metalift/lib/libmetalift.dylib`;
-//!   the inert stub exports nothing and has no initializer section. Every framework
+//!   the shim and the inert stub `MH_DYLIB`; the binaries arm64, the shim and the
+//!   inert stub universal with exactly arm64 and x86_64 (`llvm-lipo-22`; arm64e only
+//!   from pkg/build.sh, ld64.lld-22 cannot link it), every file and slice
+//!   `LC_BUILD_VERSION` macOS minos 13.0 with an embedded ad-hoc signature
+//!   (`LC_CODE_SIGNATURE`, CodeDirectory flagged adhoc); each shim slice loads
+//!   `/usr/lib/libSystem.B.dylib` only, imports only what zig's `libSystem.tbd`
+//!   exports for its target (x86_64: `_fstat$INODE64`, never the 32-bit-inode
+//!   `_fstat`), exports exactly `shim/c/exports.macos.txt`, install name
+//!   `/usr/local/metalift/lib/libmetalift.dylib`, has an initializer; each inert
+//!   stub slice exports nothing and has no initializer section. Every framework
 //!   symbol the daemon, CLI and probe import resolves against `scripts/tbd/*.symbols`.
 //! - **The os_log C layer** (`daemon/c/oslog.c`): compiled by clang, linked into
 //!   metaliftd (`_metalift_oslog_*` defined, `__os_log_impl` imported, checked);
@@ -111,6 +116,21 @@
 //!    creates a device (`/usr/local/metalift/bin/metalift --version` with the shim
 //!    inserted) leaves no decision in the audit log; (h) `dlerror()` is NULL in a
 //!    shimmed process after start-up (no `RTLD_NOLOAD` probe any more).
+//! 11. **Rosetta**: an x86_64 process under Rosetta with the shim inserted starts
+//!     and checks in (arch `x86_64`), and Metal there answers as the verdict says.
+//!     How: `softwareupdate --install-rosetta --agree-to-license`; `rustup target add
+//!     x86_64-apple-darwin && cargo build --target x86_64-apple-darwin -p
+//!     metalift-probe` (`lipo -archs` on it says `x86_64` only, so the kernel runs it
+//!     translated); then `DYLD_INSERT_LIBRARIES=/usr/local/metalift/lib/libmetalift.dylib
+//!     target/x86_64-apple-darwin/debug/metalift-probe` exits 0 and prints the device,
+//!     and the last decision record in `/var/log/metalift/audit.jsonl` for it has
+//!     `"arch":"x86_64"`. Not through `/usr/bin/env` or `arch -x86_64 env …`: under
+//!     SIP dyld ignores `DYLD_*` for system binaries and deletes it from their
+//!     environment, so their children never see it (dyld DyldProcessConfig.cpp,
+//!     `ProcessConfig::Security::pruneEnvVars`); `arch -x86_64 -e
+//!     DYLD_INSERT_LIBRARIES=… ./probe` works, `arch` setting it for the child. The
+//!     same launch with an arm64 + arm64e-only shim must die with "terminating
+//!     because inserted dylib … need 'x86_64'" (why the x86_64 slice exists).
 #![allow(unsafe_code)]
 
 pub mod audit_token;
