@@ -113,7 +113,7 @@ c_dylib() {
     local -a objects=()
     mkdir -p "$objdir/$arch"
     for src in "$@"; do
-      python3 -m ziglang cc -target "${slice##*:}-macos.13.0" -c -fPIC -O2 -Wall -fno-jump-tables \
+      python3 -m ziglang cc -target "${slice##*:}-macos.13.0" -c -fPIC -O2 -Wall -fno-jump-tables -fblocks \
         -o "$objdir/$arch/$(basename "$src" .c).o" "$src"
       objects+=("$objdir/$arch/$(basename "$src" .c).o")
     done

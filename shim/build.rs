@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// The shim's C sources, one concern each (see c/metalift_shim.h).
-const SOURCES: [&str; 7] = [
+const SOURCES: [&str; 9] = [
     "c/loader.c",
     "c/session.c",
     "c/socket.c",
@@ -37,9 +37,14 @@ const SOURCES: [&str; 7] = [
     "c/hook.c",
     "c/log.c",
     "c/config.c",
+    "c/xpc_dict.c",
+    "c/xpc.c",
 ];
-/// The pure helpers the Rust tests and the fuzz target call.
-const TESTED: [&str; 2] = ["c/wire.c", "c/config.c"];
+/// The pure helpers the Rust tests and the fuzz target call. `xpc_dict.c` is
+/// compiled with `-DML_XPC_FAKE`: its libxpc calls are answered by the tests'
+/// in-memory stand-in (`tests/xpc_cross.rs`), and only a test that calls it
+/// pulls its object out of the archive.
+const TESTED: [&str; 3] = ["c/wire.c", "c/config.c", "c/xpc_dict.c"];
 /// `-fno-jump-tables`: on arm64e a jump table's `br` is an indirect branch no
 /// pointer-authentication key covers (scripts/shim-arm64e-check.sh refuses it);
 /// the same flags on every target keep one object code shape.
@@ -138,6 +143,7 @@ fn build_macos(out: &Path) -> PathBuf {
     let library = out.join("libmetalift.dylib");
     let mut cmd = Command::new(compiler("clang"));
     cmd.args(FLAGS)
+        .arg("-fblocks")
         .args(["-arch", arch, "-dynamiclib", "-mmacosx-version-min=13.0"])
         .arg("-Wl,-install_name,/usr/local/metalift/lib/libmetalift.dylib")
         .arg(format!("-Wl,-exported_symbols_list,{}", empty.display()))
@@ -165,6 +171,7 @@ fn build_test_helpers(out: &Path) {
         let mut cmd = Command::new(&cc);
         cmd.args(FLAGS)
             .args(extra)
+            .arg("-DML_XPC_FAKE")
             .arg("-c")
             .arg(source)
             .arg("-o")

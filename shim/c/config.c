@@ -120,6 +120,7 @@ void ml_config_load(struct ml_config *out)
     out->socket_too_long =
         !ml_config_socket_path(out->socket, sizeof out->socket, explicit_socket, system_exists,
                                getenv("XDG_RUNTIME_DIR"), (unsigned)getuid());
+    out->system_daemon = system_exists;
 #ifdef __APPLE__
     /* /Users/Shared/metalift is mode 1777: anyone can create another user's
      * <uid> directory first. Only the caller's own (or root's), never a link. */

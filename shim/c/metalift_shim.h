@@ -130,6 +130,7 @@ typedef struct _opaque_pthread_t *pthread_t;
 #define EINTR 4
 #define EIO 5
 #define EBADF 9
+#define ENOMEM 12
 #define EACCES 13
 #define ENOTDIR 20
 #define EMFILE 24
@@ -141,6 +142,7 @@ typedef struct _opaque_pthread_t *pthread_t;
 #define ECONNREFUSED 61
 #define ENAMETOOLONG 63
 #define ESTALE 70
+#define EPROTO 100
 extern int *__error(void);
 #define errno (*__error())
 extern int access(const char *path, int mode);
@@ -320,12 +322,89 @@ ML_HIDDEN size_t ml_wire_encode_check_in(uint8_t *buf, size_t cap, const char *s
                                          const char *arch, const char *claimed);
 /* wire.rs encode_frame(Message::Outcome), as above. */
 ML_HIDDEN size_t ml_wire_encode_outcome(uint8_t *buf, size_t cap, const struct ml_outcome *o);
+/* The length of the longest valid UTF-8 prefix of s[0..len], by Rust's
+ * from_utf8 rules (no overlongs, no surrogates, nothing above U+10FFFF). */
+ML_HIDDEN size_t ml_utf8_valid_prefix(const uint8_t *s, size_t len);
 /* What a device must answer once the verdict's capabilities apply over `stock`
  * (hook.rs expected_answers / profile.rs Capabilities). */
 ML_HIDDEN struct ml_answers ml_expected_answers(const struct ml_verdict *v,
                                                 struct ml_answers stock);
 /* Capabilities::supports_family: the effective answer given the stock one. */
 ML_HIDDEN bool ml_caps_supports_family(const struct ml_verdict *v, int64_t family, bool stock);
+
+/* ----------------------------------------------------------- xpc_dict.c -- */
+
+/* The mach service metaliftd's LaunchDaemon advertises (xpc/src/dict.rs
+ * DEFAULT_SERVICE). */
+#define ML_XPC_SERVICE "com.metalift.policy"
+
+/*
+ * libxpc's dictionary API, declared by hand (the same declarations as
+ * <xpc/xpc.h>, macOS 10.7+). Compiled on macOS, and on Linux only into the
+ * shim crate's test library (ML_XPC_FAKE), where the tests provide these
+ * functions over an in-memory map: libmetalift.so itself has no XPC.
+ */
+#if defined(__APPLE__) || defined(ML_XPC_FAKE)
+typedef void *xpc_object_t;
+typedef const struct _xpc_type_s *xpc_type_t;
+extern const struct _xpc_type_s _xpc_type_uint64;
+extern const struct _xpc_type_s _xpc_type_bool;
+extern const struct _xpc_type_s _xpc_type_string;
+extern const struct _xpc_type_s _xpc_type_error;
+extern xpc_object_t xpc_dictionary_create(const char *const *keys, const xpc_object_t *values,
+                                          size_t count);
+extern void xpc_dictionary_set_uint64(xpc_object_t dict, const char *key, uint64_t value);
+extern void xpc_dictionary_set_bool(xpc_object_t dict, const char *key, bool value);
+extern void xpc_dictionary_set_string(xpc_object_t dict, const char *key, const char *value);
+extern xpc_object_t xpc_dictionary_get_value(xpc_object_t dict, const char *key);
+extern xpc_type_t xpc_get_type(xpc_object_t object);
+extern uint64_t xpc_uint64_get_value(xpc_object_t object);
+extern bool xpc_bool_get_value(xpc_object_t object);
+extern size_t xpc_string_get_length(xpc_object_t object);
+extern const char *xpc_string_get_string_ptr(xpc_object_t object);
+extern xpc_object_t xpc_retain(xpc_object_t object);
+extern void xpc_release(xpc_object_t object);
+
+
+/* xpc/src/dict.rs encode(Message::CheckIn) into `dict` (advisory fields). */
+ML_HIDDEN void ml_xpc_encode_check_in(xpc_object_t dict, const char *shim_version,
+                                      const char *arch);
+/* xpc/src/dict.rs encode(Message::Outcome) into `dict`. */
+ML_HIDDEN void ml_xpc_encode_outcome(xpc_object_t dict, const struct ml_outcome *o);
+/* xpc/src/dict.rs decode restricted to verdicts, as ml_wire_decode_verdict is
+ * to frames: OK exactly when decode returns Ok(Message::Verdict), NOT_VERDICT
+ * (value: the wire kind byte) for another message, else decode's error. The
+ * strings point into `dict`, which must outlive *out. */
+ML_HIDDEN struct ml_wire_error ml_xpc_decode_verdict(xpc_object_t dict, struct ml_verdict *out);
+#endif
+
+/* ---------------------------------------------------------------- xpc.c -- */
+
+#ifdef __APPLE__
+/* The XPC check-in (macOS): the kernel stamps every message with the sender's
+ * audit token, so the daemon identifies each one (check-in and outcome) by
+ * pid and pid version; a Unix socket's LOCAL_PEERTOKEN names only whoever last
+ * used the socket (README, "Who is asking"). */
+
+/* Opens a connection to ML_XPC_SERVICE in the system domain and sends the
+ * check-in; the verdict arrives asynchronously. Returns 0, or an errno value. */
+ML_HIDDEN int ml_xpc_check_in(const char *shim_version, const char *arch);
+/* Waits until `deadline_ms` (ml_now_ms clock) for the verdict. 0: *out is
+ * decoded (its strings live until ml_xpc_close); -ETIMEDOUT; -ECONNREFUSED:
+ * no such service (the daemon is not installed as a LaunchDaemon, or has XPC
+ * off: the caller falls back to the socket); -ECONNRESET: the daemon went away;
+ * -EPROTO with *error set: the reply did not decode. */
+ML_HIDDEN int ml_xpc_read_verdict(int64_t deadline_ms, struct ml_verdict *out,
+                                  struct ml_wire_error *error);
+/* Sends the outcome on the same connection (same process: the daemon checks
+ * the audit token against the check-in's) and closes it once sent. */
+ML_HIDDEN void ml_xpc_report(const struct ml_outcome *o);
+/* Closes the connection (after the outcome, or when the verdict is unusable). */
+ML_HIDDEN void ml_xpc_close(void);
+/* A forked child: forget the parent's connection without touching libxpc
+ * (which is unusable after fork without exec). */
+ML_HIDDEN void ml_xpc_forget(void);
+#endif
 
 /* -------------------------------------------------------------- config.c -- */
 
@@ -339,6 +418,9 @@ struct ml_config {
     /* macOS: the per-user agent's directory is not the caller's (or root's), or
      * others can write it: a squatter's daemon could answer. Do not connect. */
     bool socket_untrusted;
+    /* `socket` is the system daemon's (METALIFT_SOCKET unset, the daemon's
+     * socket exists): on macOS that daemon is reached over XPC. */
+    bool system_daemon;
     int timeout_ms;
     bool debug;
     const char *warning; /* static text, or NULL */
@@ -447,6 +529,9 @@ ML_HIDDEN void ml_hook_atfork_child(void);
 #ifdef __linux__
 ML_HIDDEN bool ml_metal_mapped(void);
 #endif
+/* The pid the constructor ran in: another pid is a child forked without exec
+ * (libxpc is not usable there). */
+ML_HIDDEN pid_t ml_loader_pid(void);
 /* Metal was seen (at load, on a dlopen, in dyld's callback): try to hook,
  * remembering "pending" when _MTLDevice is not there yet. No check-in: that
  * waits for the first device creation (hook.c). */

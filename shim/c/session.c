@@ -9,6 +9,12 @@
  * connection of its own, so the daemon identifies the child by its own pid and
  * the child never writes on the parent's connection.
  *
+ * Transport: the daemon's Unix socket (socket.c) on Linux; on macOS XPC
+ * (xpc.c) whenever the system daemon is the one asked and the process is not a
+ * child forked without exec, so the kernel names the sender of every message.
+ * An XPC reply "no such service" (the daemon runs as the opt-in agent, or has
+ * XPC off) falls back to the socket within the same deadline.
+ *
  * The verdict becomes a plan here and only here (ml_plan_from_verdict): an
  * unlock needs an enforce-mode verdict that says unlock and carries
  * capabilities, read in this process before the deadline. Anything else is
@@ -31,6 +37,8 @@ static pthread_mutex_t session_lock = PTHREAD_MUTEX_INITIALIZER;
 static enum state state = IDLE;
 static pid_t owner;                /* the pid this state belongs to */
 static struct ml_sock sock = {-1, 0, 0};
+static bool via_xpc;               /* this check-in went out over XPC (macOS) */
+static char socket_path[104];      /* where the socket check-in goes (or went) */
 static int timeout_ms = ML_DEFAULT_TIMEOUT_MS;
 static char reason_unreachable[200];
 /* Bytes of the verdict frame read so far (a frame is at most this long). */
@@ -92,9 +100,28 @@ static void reset_if_forked(void)
     if (owner != 0)
         ml_sock_close(&sock);
     sock = ML_SOCK_NONE;
+#ifdef __APPLE__
+    if (via_xpc)
+        ml_xpc_forget(); /* the parent's; libxpc is unusable in a forked child */
+#endif
+    via_xpc = false;
     state = IDLE;
     rx_len = 0;
     owner = me;
+}
+
+/* Connects to socket_path and sends the check-in frame: 0 or an errno value. */
+static int socket_check_in(void)
+{
+    int e = ml_sock_connect(&sock, socket_path);
+    if (e == 0) {
+        uint8_t frame[256];
+        size_t n = ml_wire_encode_check_in(frame, sizeof frame, ML_SHIM_VERSION, arch_name(), NULL);
+        e = ml_sock_send(&sock, frame, n, 0);
+        if (e != 0)
+            ml_sock_close(&sock);
+    }
+    return e;
 }
 
 void ml_session_check_in(void)
@@ -123,17 +150,17 @@ void ml_session_check_in(void)
         ml_log(ML_WARN, "%s", reason_unreachable);
         state = UNREACHABLE;
     } else {
-        int e = ml_sock_connect(&sock, config.socket);
+        snprintf(socket_path, sizeof socket_path, "%s", config.socket);
+        int e;
+#ifdef __APPLE__
+        via_xpc = config.system_daemon && ml_loader_pid() == getpid();
+        e = via_xpc ? ml_xpc_check_in(ML_SHIM_VERSION, arch_name()) : socket_check_in();
+#else
+        e = socket_check_in();
+#endif
         if (e == 0) {
-            uint8_t frame[256];
-            size_t n = ml_wire_encode_check_in(frame, sizeof frame, ML_SHIM_VERSION, arch_name(),
-                                               NULL);
-            e = ml_sock_send(&sock, frame, n, 0);
-            if (e != 0)
-                ml_sock_close(&sock);
-        }
-        if (e == 0) {
-            ml_log(ML_DEBUG, "checked in at %s", config.socket);
+            ml_log(ML_DEBUG, "checked in at %s", via_xpc ? "mach service " ML_XPC_SERVICE
+                                                         : config.socket);
             state = SENT;
         } else {
             snprintf(reason_unreachable, sizeof reason_unreachable, "no daemon at %s: %s",
@@ -265,13 +292,51 @@ static void read_verdict(struct ml_plan *out, int64_t deadline)
     }
 }
 
+#ifdef __APPLE__
+/* The XPC twin of read_verdict; "no such service" falls back to the socket. */
+static void read_xpc_verdict(struct ml_plan *out, int64_t deadline)
+{
+    struct ml_verdict v;
+    struct ml_wire_error e = {ML_WIRE_OK, NULL, 0};
+    int r = ml_xpc_read_verdict(deadline, &v, &e);
+    if (r == 0) {
+        ml_plan_from_verdict(&v, out);
+    } else if (r == -ECONNREFUSED) {
+        ml_xpc_close();
+        via_xpc = false;
+        ml_log(ML_DEBUG, "no mach service %s; checking in at %s", ML_XPC_SERVICE,
+               socket_path);
+        int err = socket_check_in();
+        if (err == 0) {
+            read_verdict(out, deadline);
+        } else {
+            snprintf(out->reason, sizeof out->reason, "no daemon at %s: %s", socket_path,
+                     errno_text(err));
+        }
+    } else if (r == -ETIMEDOUT) {
+        snprintf(out->reason, sizeof out->reason, "no verdict before the deadline (%d ms)",
+                 timeout_ms);
+    } else if (r == -EPROTO) {
+        describe_wire_error(out, e);
+    } else {
+        set_stock(out, 0, "the daemon closed the connection without a verdict");
+    }
+}
+#endif
+
 void ml_session_plan(struct ml_plan *out, bool wait)
 {
     memset(out, 0, sizeof *out);
     pthread_mutex_lock(&session_lock);
     reset_if_forked();
     if (state == SENT) {
-        read_verdict(out, ml_now_ms() + (wait ? timeout_ms : 0));
+        int64_t deadline = ml_now_ms() + (wait ? timeout_ms : 0);
+#ifdef __APPLE__
+        if (via_xpc)
+            read_xpc_verdict(out, deadline);
+        else
+#endif
+            read_verdict(out, deadline);
         state = DECIDED;
     } else if (state == UNREACHABLE) {
         set_stock(out, 0, reason_unreachable);
@@ -289,6 +354,14 @@ void ml_session_report(const struct ml_outcome *o)
 {
     pthread_mutex_lock(&session_lock);
     if (owner == getpid() && state == DECIDED) {
+#ifdef __APPLE__
+        if (via_xpc) {
+            ml_xpc_report(o);
+            state = CLOSED;
+            pthread_mutex_unlock(&session_lock);
+            return;
+        }
+#endif
         uint8_t frame[1024];
         size_t n = ml_wire_encode_outcome(frame, sizeof frame, o);
         /* Best effort, bounded: a daemon that stopped reading loses the record. */

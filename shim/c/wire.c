@@ -70,7 +70,7 @@ static struct ml_wire_error err(enum ml_wire_status status, const char *field, u
 
 /* Length of the longest valid UTF-8 prefix of s[0..len] (Rust's from_utf8 rules:
  * no overlongs, no surrogates, nothing above U+10FFFF). */
-static size_t utf8_valid_prefix(const uint8_t *s, size_t len)
+size_t ml_utf8_valid_prefix(const uint8_t *s, size_t len)
 {
     size_t i = 0;
     while (i < len) {
@@ -147,7 +147,7 @@ static struct ml_wire_error f_str(const struct fields *f, int tag, const char *n
         *out = NULL;
     if (!f->present[tag])
         return ok();
-    if (utf8_valid_prefix(f->value[tag], f->len[tag]) != f->len[tag])
+    if (ml_utf8_valid_prefix(f->value[tag], f->len[tag]) != f->len[tag])
         return err(ML_WIRE_BAD_FIELD, name, 0);
     if (out) {
         *out = (const char *)f->value[tag];
@@ -376,7 +376,7 @@ static void body_field(struct body *b, uint8_t tag, const uint8_t *value, size_t
 static void body_str(struct body *b, uint8_t tag, const char *s)
 {
     const uint8_t *p = (const uint8_t *)s;
-    size_t n = utf8_valid_prefix(p, strlen(s));
+    size_t n = ml_utf8_valid_prefix(p, strlen(s));
     size_t room = body_room(b);
     size_t end = n;
     if (end > room)

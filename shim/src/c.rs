@@ -18,10 +18,10 @@ struct RawAnswers {
     working_set: u64,
 }
 
-/// `struct ml_verdict`.
+/// `struct ml_verdict`: what a C verdict decoder fills (see [`decode_with`]).
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
-struct RawVerdict {
+pub struct RawVerdict {
     decision_id: u64,
     unlock: u8,
     has_caps: u8,
@@ -37,18 +37,19 @@ struct RawVerdict {
     would_unlock: u8,
 }
 
-/// `struct ml_wire_error`.
+/// `struct ml_wire_error`: what a C decoder returns (see [`decode_with`]).
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
-struct RawError {
+pub struct RawError {
     status: u32,
     field: *const c_char,
     value: u64,
 }
 
-/// `struct ml_outcome`.
+/// `struct ml_outcome`, as [`with_raw_outcome`] lends it to a C encoder.
 #[repr(C)]
-struct RawOutcome {
+#[derive(Debug)]
+pub struct RawOutcome {
     decision_id: u64,
     result: u8,
     reason: *const c_char,
@@ -143,10 +144,19 @@ pub fn frame_length(prefix: [u8; 4]) -> Result<usize, CWireError> {
 
 /// `ml_wire_decode_verdict` on a frame body, as the Rust type.
 pub fn decode_verdict(body: &[u8]) -> Result<VerdictMsg, CWireError> {
+    // SAFETY: `body` is readable for its length; `out` is the valid out-pointer
+    // decode_with passes.
+    decode_with(|out| unsafe { ml_wire_decode_verdict(body.as_ptr(), body.len(), out) })
+}
+
+/// Runs a C verdict decoder (`ml_wire_decode_verdict`, `ml_xpc_decode_verdict`)
+/// that fills the out-pointer it is given, and reads its answer as the Rust
+/// type. The decoder's strings must still be alive when it returns.
+pub fn decode_with(
+    decode: impl FnOnce(*mut RawVerdict) -> RawError,
+) -> Result<VerdictMsg, CWireError> {
     let mut raw = std::mem::MaybeUninit::<RawVerdict>::zeroed();
-    // SAFETY: `body` is readable for its length; `raw` is a valid out-pointer
-    // (zeroed: a valid RawVerdict, and the decoder fills it).
-    let status = unsafe { ml_wire_decode_verdict(body.as_ptr(), body.len(), raw.as_mut_ptr()) };
+    let status = decode(raw.as_mut_ptr());
     if let Some(e) = error(status) {
         return Err(e);
     }
@@ -156,7 +166,7 @@ pub fn decode_verdict(body: &[u8]) -> Result<VerdictMsg, CWireError> {
         if ptr.is_null() {
             return None;
         }
-        // SAFETY: the decoder points into `body`, `len` bytes it checked as UTF-8.
+        // SAFETY: the decoder points into its input, `len` bytes it checked as UTF-8.
         let bytes = unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) };
         Some(String::from_utf8_lossy(bytes).into_owned())
     };
@@ -217,6 +227,18 @@ fn raw_answers(a: Answers) -> RawAnswers {
 
 /// `ml_wire_encode_outcome` with a buffer of `cap` bytes.
 pub fn encode_outcome(outcome: &Outcome, cap: usize) -> Vec<u8> {
+    let mut buf = vec![0u8; cap.max(64)];
+    let n = with_raw_outcome(outcome, |raw| {
+        // SAFETY: `buf` is writable for its length; `raw` and its strings live across the call.
+        unsafe { ml_wire_encode_outcome(buf.as_mut_ptr(), buf.len(), raw) }
+    });
+    buf.truncate(n);
+    buf
+}
+
+/// Lends `outcome` as a `struct ml_outcome` (its strings alive for the call) to
+/// a C encoder (`ml_wire_encode_outcome`, `ml_xpc_encode_outcome`).
+pub fn with_raw_outcome<R>(outcome: &Outcome, encode: impl FnOnce(*const RawOutcome) -> R) -> R {
     let reason = c_string(&outcome.reason);
     let class = c_string(&outcome.device_class);
     let raw = RawOutcome {
@@ -231,11 +253,7 @@ pub fn encode_outcome(outcome: &Outcome, cap: usize) -> Vec<u8> {
         stock: raw_answers(outcome.stock),
         effective: raw_answers(outcome.effective),
     };
-    let mut buf = vec![0u8; cap.max(64)];
-    // SAFETY: `buf` is writable for its length; `raw` and its strings live across the call.
-    let n = unsafe { ml_wire_encode_outcome(buf.as_mut_ptr(), buf.len(), &raw) };
-    buf.truncate(n);
-    buf
+    encode(&raw)
 }
 
 /// `ml_expected_answers`: what a device answers with `caps` applied over `stock`.

@@ -1,0 +1,159 @@
+/*
+ * xpc.c — the check-in over XPC (macOS): the transport the shim uses to reach
+ * the LaunchDaemon, so that the kernel names the sender of every message.
+ *
+ * Why: on a Unix socket, LOCAL_PEERTOKEN is computed when the daemon asks,
+ * from the peer socket's last_pid — whichever process last sent, received or
+ * polled on it (apple-oss-distributions/xnu bsd/kern/uipc_usrreq.c,
+ * uipc_ctloutput; bsd/kern/uipc_socket.c, so_update_last_owner_locked) — so a
+ * client could check in, then exec another binary or hand the descriptor to
+ * another process before the daemon looks. An XPC message carries the audit
+ * token the kernel stamped on that message, and metaliftd binds the outcome to
+ * the check-in's pid and pid version (xpc/src/exchange.rs).
+ *
+ * Shape: one connection to the mach service ML_XPC_SERVICE in the system
+ * domain (XPC_CONNECTION_MACH_SERVICE_PRIVILEGED: a job of the same name in a
+ * user's own launchd domain cannot answer instead), the check-in sent with
+ * xpc_connection_send_message_with_reply, the reply awaited on a dispatch
+ * semaphore until the session's deadline, the outcome sent on the same
+ * connection and the connection cancelled behind a barrier once it is out.
+ *
+ * Blocks: libxpc takes its handlers as blocks. Every block here captures
+ * nothing (it reads and writes this file's statics), so clang emits each as a
+ * global block (_NSConcreteGlobalBlock, in libSystem): no Block_copy, no heap,
+ * no blocks runtime call. On arm64e clang signs each block's invoke pointer
+ * (scripts/shim-arm64e-check.sh checks the object code). Still libSystem only:
+ * libxpc and libdispatch are part of it.
+ *
+ * fork: libxpc cannot be used in a forked child that did not exec; session.c
+ * never asks for XPC there (it uses the daemon's socket) and drops an inherited
+ * connection with ml_xpc_forget, without a libxpc call.
+ */
+#include "metalift_shim.h"
+
+#ifdef __APPLE__
+
+typedef void *dispatch_queue_t;
+typedef void *dispatch_semaphore_t;
+typedef uint64_t dispatch_time_t;
+typedef void (^dispatch_block_t)(void);
+typedef void (^xpc_handler_t)(xpc_object_t object);
+typedef xpc_object_t xpc_connection_t;
+
+extern dispatch_queue_t dispatch_get_global_queue(intptr_t identifier, uintptr_t flags);
+extern dispatch_semaphore_t dispatch_semaphore_create(intptr_t value);
+extern intptr_t dispatch_semaphore_wait(dispatch_semaphore_t sema, dispatch_time_t timeout);
+extern intptr_t dispatch_semaphore_signal(dispatch_semaphore_t sema);
+extern dispatch_time_t dispatch_time(dispatch_time_t when, int64_t delta);
+extern xpc_connection_t xpc_connection_create_mach_service(const char *name,
+                                                           dispatch_queue_t targetq,
+                                                           uint64_t flags);
+extern void xpc_connection_set_event_handler(xpc_connection_t connection, xpc_handler_t handler);
+extern void xpc_connection_resume(xpc_connection_t connection);
+extern void xpc_connection_send_message(xpc_connection_t connection, xpc_object_t message);
+extern void xpc_connection_send_message_with_reply(xpc_connection_t connection,
+                                                   xpc_object_t message,
+                                                   dispatch_queue_t replyq,
+                                                   xpc_handler_t handler);
+extern void xpc_connection_send_barrier(xpc_connection_t connection, dispatch_block_t barrier);
+extern void xpc_connection_cancel(xpc_connection_t connection);
+extern const struct _xpc_dictionary_s _xpc_error_connection_invalid;
+extern const struct _xpc_dictionary_s _xpc_error_connection_interrupted;
+
+#define ML_DISPATCH_TIME_NOW 0ull
+#define ML_XPC_PRIVILEGED (1ull << 1)
+
+static xpc_connection_t connection;
+static dispatch_semaphore_t reply_ready; /* signalled once per check-in */
+static xpc_object_t reply;               /* retained; set by the reply handler */
+static volatile bool replied;
+
+int ml_xpc_check_in(const char *shim_version, const char *arch)
+{
+    if (reply_ready == NULL)
+        reply_ready = dispatch_semaphore_create(0);
+    if (reply_ready == NULL)
+        return ENOMEM;
+    connection = xpc_connection_create_mach_service(ML_XPC_SERVICE, NULL, ML_XPC_PRIVILEGED);
+    if (connection == NULL)
+        return ENOMEM;
+    /* Connection events (invalid, interrupted) also reach the reply handler. */
+    xpc_connection_set_event_handler(connection, ^(xpc_object_t event) {
+        (void)event;
+    });
+    xpc_connection_resume(connection);
+    xpc_object_t message = xpc_dictionary_create(NULL, NULL, 0);
+    if (message == NULL) {
+        ml_xpc_close();
+        return ENOMEM;
+    }
+    ml_xpc_encode_check_in(message, shim_version, arch);
+    replied = false;
+    xpc_connection_send_message_with_reply(connection, message, dispatch_get_global_queue(0, 0),
+                                           ^(xpc_object_t answer) {
+                                               reply = xpc_retain(answer);
+                                               replied = true;
+                                               dispatch_semaphore_signal(reply_ready);
+                                           });
+    xpc_release(message);
+    return 0;
+}
+
+int ml_xpc_read_verdict(int64_t deadline_ms, struct ml_verdict *out, struct ml_wire_error *error)
+{
+    int64_t left = deadline_ms - ml_now_ms();
+    if (left < 0)
+        left = 0;
+    if (dispatch_semaphore_wait(reply_ready,
+                                dispatch_time(ML_DISPATCH_TIME_NOW, left * 1000000)) != 0)
+        return -ETIMEDOUT;
+    if (!replied || reply == NULL)
+        return -ECONNRESET;
+    if (reply == (xpc_object_t)&_xpc_error_connection_invalid)
+        return -ECONNREFUSED;
+    if (xpc_get_type(reply) == &_xpc_type_error)
+        return -ECONNRESET;
+    *error = ml_xpc_decode_verdict(reply, out);
+    return error->status == ML_WIRE_OK ? 0 : -EPROTO;
+}
+
+void ml_xpc_report(const struct ml_outcome *o)
+{
+    if (connection == NULL)
+        return;
+    xpc_object_t message = xpc_dictionary_create(NULL, NULL, 0);
+    if (message != NULL) {
+        ml_xpc_encode_outcome(message, o);
+        xpc_connection_send_message(connection, message);
+        xpc_release(message);
+    }
+    ml_xpc_close();
+}
+
+void ml_xpc_close(void)
+{
+    if (connection == NULL)
+        return;
+    /* The barrier runs once everything sent before it is out; only then is the
+     * connection cancelled and released (its last reference). */
+    xpc_connection_send_barrier(connection, ^{
+        xpc_connection_t c = connection;
+        connection = NULL;
+        xpc_connection_cancel(c);
+        xpc_release(c);
+        if (reply != NULL) {
+            xpc_release(reply);
+            reply = NULL;
+        }
+    });
+}
+
+void ml_xpc_forget(void)
+{
+    connection = NULL;
+    reply = NULL;
+    reply_ready = NULL;
+    replied = false;
+}
+
+#endif /* __APPLE__ */
