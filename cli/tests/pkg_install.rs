@@ -18,6 +18,8 @@ use plist::Value;
 mod agent_launcher;
 #[path = "pkg_install/uninstall_refusal.rs"]
 mod uninstall_refusal;
+#[path = "pkg_install/well_formed.rs"]
+mod well_formed;
 
 mod support;
 
