@@ -450,8 +450,31 @@ fn agent_with_the_marker_runs_the_launcher_in_the_background_session() {
     assert!(!machine
         .at("/Library/LaunchDaemons/com.metalift.metaliftd.plist")
         .exists());
-    // The parent of every user's socket directory: sticky, like /tmp.
-    assert_eq!(mode(&machine.at("/Users/Shared/metalift")), 0o1777);
+    // Nothing shared between users: each agent's socket is in its user's own
+    // DARWIN_USER_TEMP_DIR (policy/src/socket_path.rs).
+    assert!(!machine.at("/Users/Shared/metalift").exists());
+}
+
+#[test]
+fn install_removes_the_squattable_socket_directories_of_earlier_releases() {
+    let machine = Machine::new();
+    machine.choose_agent();
+    // What an earlier release left: a 1777 parent with per-uid directories, one
+    // of them a symlink a squatter planted to a directory of theirs.
+    let old = machine.at("/Users/Shared/metalift");
+    fs::create_dir_all(old.join("501")).unwrap();
+    fs::set_permissions(&old, fs::Permissions::from_mode(0o1777)).unwrap();
+    let theirs = machine.dir.path().join("theirs");
+    fs::create_dir(&theirs).unwrap();
+    fs::write(theirs.join("keep"), "").unwrap();
+    symlink(&theirs, old.join("502")).unwrap();
+    let out = machine.install();
+    assert!(!old.exists());
+    assert!(
+        theirs.join("keep").exists(),
+        "a planted symlink's target is not followed"
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("DARWIN_USER_TEMP_DIR"));
 }
 
 #[test]

@@ -9,6 +9,8 @@
 //! - [`audit_token`]: pid, pid version, euid and executable from a kernel audit token.
 //! - [`code_identity`]: `SecCode` from an audit token → team id, signing id, cdhash.
 //! - [`panic_boundary`]: every callback libxpc/libdispatch invokes runs inside it.
+//! - [`user_temp_dir`]: `confstr(_CS_DARWIN_USER_TEMP_DIR)`, where a per-user
+//!   daemon's socket lives.
 //!
 //! # Verified by construction here (object code, load commands, tests; Linux CI)
 //!
@@ -92,3 +94,4 @@
 pub mod audit_token;
 pub mod code_identity;
 pub mod panic_boundary;
+pub mod user_temp_dir;
