@@ -36,7 +36,8 @@
 # - The inert stub (pkg/inert/libmetalift-inert.c, uninstall.sh --force) the
 #   same way: arm64 + arm64e + x86_64, no code.
 # - Stage the payload with pkg/stage.sh, codesign, pkgbuild the component with
-#   pkg/scripts, productbuild with pkg/Distribution.xml, optionally productsign.
+#   pkg/scripts (payload: /usr/local/metalift only), productbuild with
+#   pkg/Distribution.xml, optionally productsign.
 set -euo pipefail
 
 usage() {
@@ -187,9 +188,13 @@ codesign --verify --strict --verbose=1 "$bin/metaliftd" "$bin/metalift" "$bin/me
   "$root/usr/local/metalift/libexec/libmetalift-inert.dylib"
 
 step "pkgbuild + productbuild"
-pkgbuild --root "$root" --scripts pkg/scripts \
+# The payload is metalift's own directory and nothing above it (pkg/stage.sh):
+# with --install-location / and --root "$root", the BOM would also list usr,
+# usr/local and whatever else the tree holds, and Installer would apply the
+# recorded owner and mode to those existing, shared directories.
+pkgbuild --root "$root/usr/local/metalift" --scripts pkg/scripts \
   --identifier com.metalift.pkg --version "$version" \
-  --install-location / --ownership recommended \
+  --install-location /usr/local/metalift --ownership recommended \
   "$out/metalift-component.pkg"
 productbuild --distribution pkg/Distribution.xml --package-path "$out" \
   "$out/metalift-$version-unsigned.pkg"

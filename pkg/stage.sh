@@ -17,25 +17,31 @@
 # staged Linux tree is never mistaken for a Mac payload (and `metalift exec` run
 # from it finds its shim next to itself, as on a Mac).
 #
-# Payload (paths relative to the target volume's root):
-#   usr/local/metalift/bin/{metaliftd,metalift,metalift-probe}         0755
-#   usr/local/metalift/lib/libmetalift.dylib                           0755
-#   usr/local/metalift/libexec/uninstall.sh                            0755
-#   usr/local/metalift/libexec/metaliftd-agent                         0755
-#   usr/local/metalift/libexec/libmetalift-inert.dylib                 0755
-#   usr/local/metalift/share/launchd/LaunchAgents/com.metalift.metaliftd.plist   0644
-#   usr/local/metalift/share/launchd/LaunchDaemons/com.metalift.metaliftd.plist  0644
-#   usr/local/metalift/share/default-policy.toml                       0644
-#   usr/local/bin/metalift -> ../metalift/bin/metalift
-#   usr/local/bin/metalift-probe -> ../metalift/bin/metalift-probe
-#   private/etc/metalift/policy.d/                                     0755
+# Payload: exactly the tree under DESTDIR/usr/local/metalift, which build.sh
+# hands to pkgbuild as --root with --install-location /usr/local/metalift. It
+# holds only metalift's own directories, so Installer never re-owns or re-modes a
+# directory that other software shares (/usr/local/bin, /usr/local/share/man,
+# the shells' completion directories): those get symlinks from postinstall,
+# which creates a missing one root:wheel 0755 and never changes an existing one.
+# DESTDIR/usr and DESTDIR/usr/local are staging scaffolding, not payload.
+#   bin/{metaliftd,metalift,metalift-probe}                            0755
+#   lib/libmetalift.dylib                                              0755
+#   libexec/{uninstall.sh,metaliftd-agent,libmetalift-inert.dylib}     0755
+#   share/launchd/Launch{Agents,Daemons}/com.metalift.metaliftd.plist  0644
+#   share/default-policy.toml                                          0644
+#   share/man/man{1,5,8}/*, share/completions/*, share/schema/*.json   0644
+#   share/links                                                        0644
+# share/links is the one list of the links postinstall makes and uninstall
+# removes: one "LINK TARGET" line each, LINK relative to the volume's root
+# (usr/local/bin/metalift), TARGET the symlink's relative value
+# (../metalift/bin/metalift), so a link is recognised as ours by its value.
 #
 # Deliberately not in the payload (postinstall owns them, so an upgrade can never
-# overwrite an admin's file or loosen a mode): /etc/metalift/policy.toml (copied
-# from share/default-policy.toml only when absent), the plist under
-# /Library/Launch{Agents,Daemons} (one of the two, see postinstall) and
-# /var/log/metalift. On macOS /etc is a symlink to /private/etc; a payload must
-# name the real directory or Installer would replace the symlink.
+# overwrite an admin's file or loosen a mode): /etc/metalift and policy.d/
+# (root:wheel 0755), /etc/metalift/policy.toml (copied from
+# share/default-policy.toml only when absent), the plist under
+# /Library/Launch{Agents,Daemons} (one of the two, see postinstall),
+# /var/log/metalift, and the links above.
 set -euo pipefail
 
 usage() {
@@ -81,7 +87,8 @@ default_policy="$repo/examples/default-policy.toml"
 prefix="$dest/usr/local/metalift"
 mkdir -p "$prefix/bin" "$prefix/lib" "$prefix/libexec" \
   "$prefix/share/launchd/LaunchAgents" "$prefix/share/launchd/LaunchDaemons" \
-  "$dest/usr/local/bin" "$dest/private/etc/metalift/policy.d"
+  "$prefix/share/man/man1" "$prefix/share/man/man5" "$prefix/share/man/man8" \
+  "$prefix/share/completions" "$prefix/share/schema"
 
 put() { # put MODE SOURCE TARGET: copy (replacing) and set the mode explicitly
   rm -f "$3"
@@ -108,29 +115,38 @@ for kind in LaunchAgents LaunchDaemons; do
     "$prefix/share/launchd/$kind/com.metalift.metaliftd.plist"
 done
 put 0644 "$default_policy" "$prefix/share/default-policy.toml"
-for link in metalift metalift-probe; do
-  ln -sfn "../metalift/bin/$link" "$dest/usr/local/bin/$link"
-done
 
-# Man pages, completions and the policy's JSON Schema, where macOS's man, zsh,
-# bash-completion, fish and taplo-based editors look (generated from the CLI's
-# definitions and committed: man/, completions/, schema/).
-share="$dest/usr/local/share"
-mkdir -p "$share/man/man1" "$share/man/man5" "$share/man/man8" "$share/zsh/site-functions" \
-  "$share/fish/vendor_completions.d" "$share/metalift" "$dest/usr/local/etc/bash_completion.d"
-for page in "$repo"/man/*.[158]; do
-  put 0644 "$page" "$share/man/man${page##*.}/$(basename "$page")"
+# Man pages, completions and the policy's JSON Schema (generated from the CLI's
+# definitions and committed: man/, completions/, schema/), linked by postinstall
+# from where macOS's man, zsh, bash-completion, fish and taplo-based editors look.
+links="$prefix/share/links"
+: >"$links.new"
+link() { # link LINK TARGET_IN_PREFIX: one line of share/links, TARGET made relative
+  local dir=${1%/*} up=""
+  dir=${dir#usr/local}
+  while [ -n "$dir" ]; do up="../$up"; dir=${dir%/*}; done
+  printf '%s %smetalift/%s\n' "$1" "$up" "$2" >>"$links.new"
+}
+for bin in metalift metalift-probe; do
+  link "usr/local/bin/$bin" "bin/$bin"
 done
-put 0644 "$repo/completions/_metalift" "$share/zsh/site-functions/_metalift"
-put 0644 "$repo/completions/metalift.fish" "$share/fish/vendor_completions.d/metalift.fish"
-put 0644 "$repo/completions/metalift.bash" "$dest/usr/local/etc/bash_completion.d/metalift"
-put 0644 "$repo/schema/metalift-policy.schema.json" "$share/metalift/metalift-policy.schema.json"
+for page in "$repo"/man/*.[158]; do
+  name=$(basename "$page")
+  put 0644 "$page" "$prefix/share/man/man${page##*.}/$name"
+  link "usr/local/share/man/man${page##*.}/$name" "share/man/man${page##*.}/$name"
+done
+put 0644 "$repo/completions/_metalift" "$prefix/share/completions/_metalift"
+link usr/local/share/zsh/site-functions/_metalift share/completions/_metalift
+put 0644 "$repo/completions/metalift.fish" "$prefix/share/completions/metalift.fish"
+link usr/local/share/fish/vendor_completions.d/metalift.fish share/completions/metalift.fish
+put 0644 "$repo/completions/metalift.bash" "$prefix/share/completions/metalift.bash"
+link usr/local/etc/bash_completion.d/metalift share/completions/metalift.bash
+put 0644 "$repo/schema/metalift-policy.schema.json" "$prefix/share/schema/metalift-policy.schema.json"
+link usr/local/share/metalift/metalift-policy.schema.json share/schema/metalift-policy.schema.json
+put 0644 "$links.new" "$links"
+rm -f "$links.new"
 
 # Directories: 0755 whatever the caller's umask (pkgbuild records these modes).
-# The system's own directories (usr, usr/local, private/etc, ...) get their stock
-# macOS modes too: Installer applies a payload directory's mode to an existing one.
-find "$dest/usr/local/metalift" "$dest/private/etc/metalift" -type d -exec chmod 0755 {} +
-chmod 0755 "$dest/usr" "$dest/usr/local" "$dest/usr/local/bin" "$dest/private" "$dest/private/etc"
-find "$share" "$dest/usr/local/etc" -type d -exec chmod 0755 {} +
+find "$prefix" -type d -exec chmod 0755 {} +
 
 echo "stage: payload in $dest (shim: $(basename "$shim"))"

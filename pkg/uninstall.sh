@@ -4,8 +4,10 @@
 #   sudo /usr/local/metalift/libexec/uninstall.sh [--purge] [--force]
 #
 # Stops metaliftd (the daemon and every user's agent), removes the binaries, the
-# shim, both plists, the /usr/local/bin links and the socket directories, and
-# forgets the package receipt. Keeps /etc/metalift (the policy, policy.d/ and
+# shim, both plists, the links postinstall made (the payload's share/links: in
+# /usr/local/bin, the man, completion and schema directories; each only while it
+# still holds metalift's value, and never the directories, which other software
+# shares) and the socket directories, and forgets the package receipt. Keeps /etc/metalift (the policy, policy.d/ and
 # the markers) and the audit logs (/var/log/metalift, and each user's
 # ~/Library/Logs/metalift from the opt-in agent) unless --purge is given.
 #
@@ -139,10 +141,36 @@ inert_for() { # inert_for SHIM
   esac
 }
 
+# The links listed in the payload's share/links ("LINK TARGET" per line), each
+# only while it still points where postinstall pointed it: a file or a link
+# someone else put at that name stays. Then metalift's own schema directory, if
+# that left it empty. The shared directories themselves always stay.
+link_table() {
+  if [ -f "$prefix/share/links" ]; then
+    cat "$prefix/share/links"
+  else
+    # A partial install without the table: the two links every release made.
+    printf '%s\n' "usr/local/bin/metalift ../metalift/bin/metalift" \
+      "usr/local/bin/metalift-probe ../metalift/bin/metalift-probe"
+  fi
+}
+
+unlink_shared_places() {
+  local link target path
+  while read -r link target; do
+    [ -n "$link" ] || continue
+    path=$root/$link
+    if [ -L "$path" ] && [ "$(readlink "$path")" = "$target" ]; then
+      rm -f "$path"
+    fi
+  done < <(link_table)
+  rmdir "$root/usr/local/share/metalift" 2>/dev/null || true
+}
+
 # Everything runs from main, which bash has read whole before it starts: this
 # script deletes its own directory.
 main() {
-  local purge=no force=no uid link refs shim inert keep=""
+  local purge=no force=no uid refs shim inert keep=""
   while [ $# -gt 0 ]; do
     case "$1" in
       --purge) purge=yes; shift ;;
@@ -184,21 +212,9 @@ main() {
   say "stopped $label"
 
   rm -f "$root/Library/LaunchAgents/$label.plist" "$root/Library/LaunchDaemons/$label.plist"
-  for link in metalift metalift-probe; do
-    # Only our own link: never a metalift some other installer put there.
-    case "$(readlink "$root/usr/local/bin/$link" 2>/dev/null || true)" in
-      */metalift/bin/"$link") rm -f "$root/usr/local/bin/$link" ;;
-    esac
-  done
+  unlink_shared_places
   rm -rf "$prefix" "$root/Users/Shared/metalift" "$root/var/run/metalift"
-  # The docs the pkg put in the shared places (files only: the directories are shared).
-  rm -f "$root"/usr/local/share/man/man1/metalift.1 "$root"/usr/local/share/man/man1/metalift-*.1 \
-    "$root/usr/local/share/man/man5/metalift-policy.5" "$root/usr/local/share/man/man8/metaliftd.8" \
-    "$root/usr/local/share/zsh/site-functions/_metalift" \
-    "$root/usr/local/share/fish/vendor_completions.d/metalift.fish" \
-    "$root/usr/local/etc/bash_completion.d/metalift"
-  rm -rf "$root/usr/local/share/metalift"
-  say "removed /usr/local/metalift, the launchd plists, links, man pages and completions"
+  say "removed /usr/local/metalift, the launchd plists and metalift's links"
 
   if [ -n "$keep" ]; then
     mkdir -p "$(dirname "$shim")"

@@ -34,8 +34,8 @@ pub const EXIT_DISK_NOT_LIVE: u8 = 3;
 pub struct Args {
     /// The daemon's socket [default: the system daemon's socket when it exists
     /// (/run/metalift/metalift.sock; /var/run/metalift/metalift.sock on macOS),
-    /// else the user's ($XDG_RUNTIME_DIR/metalift.sock; on macOS
-    /// /Users/Shared/metalift/<uid>/metalift.sock)].
+    /// else the user's ($XDG_RUNTIME_DIR/metalift.sock; on macOS metalift.sock in
+    /// the user's own DARWIN_USER_TEMP_DIR)].
     #[arg(long, value_name = "PATH")]
     pub socket: Option<PathBuf>,
     /// Print one JSON object (also when the daemon is down) instead of text.

@@ -496,6 +496,10 @@ fn peak_rss_kib(child: &mut std::process::Child) -> u64 {
 }
 
 #[test]
+#[cfg_attr(
+    not(target_os = "linux"),
+    ignore = "reads peak memory from /proc/<pid>/status (Linux)"
+)]
 fn a_large_log_is_joined_in_bounded_memory() {
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join("audit.jsonl");

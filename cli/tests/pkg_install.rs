@@ -16,8 +16,12 @@ use plist::Value;
 
 #[path = "pkg_install/agent_launcher.rs"]
 mod agent_launcher;
+#[path = "pkg_install/shared_places.rs"]
+mod shared_places;
 #[path = "pkg_install/uninstall_refusal.rs"]
 mod uninstall_refusal;
+#[path = "pkg_install/well_formed.rs"]
+mod well_formed;
 
 mod support;
 
@@ -37,7 +41,7 @@ fn bin_dir() -> PathBuf {
         .parent()
         .expect("binary has a directory")
         .to_path_buf();
-    for needed in ["metalift-probe", "libmetalift.so"] {
+    for needed in ["metalift-probe", shim_file()] {
         assert!(
             dir.join(needed).exists(),
             "{} is missing: build the workspace first (cargo build --workspace, as scripts/test.sh does)",
@@ -446,8 +450,31 @@ fn agent_with_the_marker_runs_the_launcher_in_the_background_session() {
     assert!(!machine
         .at("/Library/LaunchDaemons/com.metalift.metaliftd.plist")
         .exists());
-    // The parent of every user's socket directory: sticky, like /tmp.
-    assert_eq!(mode(&machine.at("/Users/Shared/metalift")), 0o1777);
+    // Nothing shared between users: each agent's socket is in its user's own
+    // DARWIN_USER_TEMP_DIR (policy/src/socket_path.rs).
+    assert!(!machine.at("/Users/Shared/metalift").exists());
+}
+
+#[test]
+fn install_removes_the_squattable_socket_directories_of_earlier_releases() {
+    let machine = Machine::new();
+    machine.choose_agent();
+    // What an earlier release left: a 1777 parent with per-uid directories, one
+    // of them a symlink a squatter planted to a directory of theirs.
+    let old = machine.at("/Users/Shared/metalift");
+    fs::create_dir_all(old.join("501")).unwrap();
+    fs::set_permissions(&old, fs::Permissions::from_mode(0o1777)).unwrap();
+    let theirs = machine.dir.path().join("theirs");
+    fs::create_dir(&theirs).unwrap();
+    fs::write(theirs.join("keep"), "").unwrap();
+    symlink(&theirs, old.join("502")).unwrap();
+    let out = machine.install();
+    assert!(!old.exists());
+    assert!(
+        theirs.join("keep").exists(),
+        "a planted symlink's target is not followed"
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("DARWIN_USER_TEMP_DIR"));
 }
 
 #[test]
@@ -463,21 +490,20 @@ fn staged_payload_has_exactly_the_expected_files_and_modes() {
         expected.insert(path.to_owned(), what.to_owned());
     };
     for d in [
-        "private",
-        "private/etc",
-        "private/etc/metalift",
-        "private/etc/metalift/policy.d",
-        "usr",
-        "usr/local",
-        "usr/local/bin",
         "usr/local/metalift",
         "usr/local/metalift/bin",
         "usr/local/metalift/lib",
         "usr/local/metalift/libexec",
         "usr/local/metalift/share",
+        "usr/local/metalift/share/completions",
         "usr/local/metalift/share/launchd",
         "usr/local/metalift/share/launchd/LaunchAgents",
         "usr/local/metalift/share/launchd/LaunchDaemons",
+        "usr/local/metalift/share/man",
+        "usr/local/metalift/share/man/man1",
+        "usr/local/metalift/share/man/man5",
+        "usr/local/metalift/share/man/man8",
+        "usr/local/metalift/share/schema",
     ] {
         expect(d, "dir 755");
     }
@@ -496,49 +522,31 @@ fn staged_payload_has_exactly_the_expected_files_and_modes() {
         "usr/local/metalift/share/launchd/LaunchAgents/com.metalift.metaliftd.plist",
         "usr/local/metalift/share/launchd/LaunchDaemons/com.metalift.metaliftd.plist",
         "usr/local/metalift/share/default-policy.toml",
+        "usr/local/metalift/share/links",
+        "usr/local/metalift/share/completions/_metalift",
+        "usr/local/metalift/share/completions/metalift.bash",
+        "usr/local/metalift/share/completions/metalift.fish",
+        "usr/local/metalift/share/schema/metalift-policy.schema.json",
     ] {
         expect(f, "file 644");
     }
-    expect("usr/local/bin/metalift", "link -> ../metalift/bin/metalift");
-    expect(
-        "usr/local/bin/metalift-probe",
-        "link -> ../metalift/bin/metalift-probe",
-    );
-    // The man pages, completions and schema, where man, the shells and editors look.
-    for d in [
-        "usr/local/etc",
-        "usr/local/etc/bash_completion.d",
-        "usr/local/share",
-        "usr/local/share/fish",
-        "usr/local/share/fish/vendor_completions.d",
-        "usr/local/share/man",
-        "usr/local/share/man/man1",
-        "usr/local/share/man/man5",
-        "usr/local/share/man/man8",
-        "usr/local/share/metalift",
-        "usr/local/share/zsh",
-        "usr/local/share/zsh/site-functions",
-    ] {
-        expect(d, "dir 755");
-    }
-    let mut docs = vec![
-        "usr/local/etc/bash_completion.d/metalift".to_owned(),
-        "usr/local/share/fish/vendor_completions.d/metalift.fish".to_owned(),
-        "usr/local/share/zsh/site-functions/_metalift".to_owned(),
-        "usr/local/share/metalift/metalift-policy.schema.json".to_owned(),
-    ];
+    let mut pages = 0;
     for page in fs::read_dir(repo().join("man")).unwrap() {
         let name = page.unwrap().file_name().into_string().unwrap();
         let section = name.rsplit('.').next().unwrap().to_owned();
-        docs.push(format!("usr/local/share/man/man{section}/{name}"));
+        expect(
+            &format!("usr/local/metalift/share/man/man{section}/{name}"),
+            "file 644",
+        );
+        pages += 1;
     }
-    assert!(docs.len() >= 7, "man pages missing from man/: {docs:?}");
-    for f in &docs {
-        expect(f, "file 644");
-    }
+    assert!(pages >= 3, "man pages missing from man/");
 
     let actual: BTreeMap<String, String> = snapshot(&root)
         .into_iter()
+        // Staging scaffolding, not payload: build.sh hands pkgbuild
+        // usr/local/metalift as the root (the_payload_holds_only_metalifts_own_directories).
+        .filter(|(path, _)| path != "usr" && path != "usr/local")
         .map(|(path, what)| {
             // Drop content hashes: kinds and modes are what this test is about.
             let what = match what.strip_prefix("file ") {
@@ -569,11 +577,11 @@ fn staged_payload_has_exactly_the_expected_files_and_modes() {
         &repo().join("pkg/uninstall.sh"),
     );
     same(
-        "usr/local/share/man/man5/metalift-policy.5",
+        "usr/local/metalift/share/man/man5/metalift-policy.5",
         &repo().join("man/metalift-policy.5"),
     );
     same(
-        "usr/local/share/zsh/site-functions/_metalift",
+        "usr/local/metalift/share/completions/_metalift",
         &repo().join("completions/_metalift"),
     );
 }
@@ -945,22 +953,24 @@ fn default_policy_is_valid_and_unlocks_nothing() {
 }
 
 #[test]
+#[cfg_attr(
+    not(target_os = "linux"),
+    ignore = "reads LD_PRELOAD from /bin/sh; on macOS SIP strips DYLD_* from protected binaries"
+)]
 fn installed_metalift_exec_finds_the_installed_shim_through_the_usr_local_bin_link() {
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("payload");
-    let bins = frozen_bins(dir.path());
-    stage(&root, &bins);
-    let out = Command::new(root.join("usr/local/bin/metalift"))
+    let machine = Machine::new();
+    machine.install();
+    let out = Command::new(machine.at("/usr/local/bin/metalift"))
         .args(["exec", "--", "sh", "-c", "echo \"$LD_PRELOAD\""])
         .env_remove("LD_PRELOAD")
         .env_remove("DYLD_INSERT_LIBRARIES")
         .env_remove("METALIFT_SHIM")
-        .env("METALIFT_SOCKET", dir.path().join("absent.sock"))
+        .env("METALIFT_SOCKET", machine.dir.path().join("absent.sock"))
         .output()
         .unwrap();
-    let out = check(out, "metalift exec from the staged tree");
-    let shim = root
-        .join("usr/local/metalift/lib")
+    let out = check(out, "metalift exec through the /usr/local/bin link");
+    let shim = machine
+        .at("/usr/local/metalift/lib")
         .join(shim_file())
         .canonicalize()
         .unwrap();

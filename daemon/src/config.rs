@@ -29,7 +29,7 @@ pub struct DaemonArgs {
 
     /// The Unix socket to listen on [default: /run/metalift/metalift.sock as root,
     /// else $XDG_RUNTIME_DIR/metalift.sock; on macOS /var/run/metalift/metalift.sock
-    /// as root, else /Users/Shared/metalift/<uid>/metalift.sock].
+    /// as root, else metalift.sock in the user's own DARWIN_USER_TEMP_DIR].
     #[arg(long, value_name = "PATH")]
     pub socket: Option<PathBuf>,
 
@@ -120,8 +120,12 @@ pub struct Config {
 /// A flag combination metaliftd cannot run with.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    /// Not root, no `--socket`, and no `$XDG_RUNTIME_DIR` to put the socket in.
-    #[error("no --socket given and $XDG_RUNTIME_DIR is not set (a non-root daemon puts its socket there)")]
+    /// Not root, no `--socket`, and no private directory to put the socket in
+    /// (`$XDG_RUNTIME_DIR` on Linux, `confstr(_CS_DARWIN_USER_TEMP_DIR)` on macOS).
+    #[error(
+        "no --socket given and {} names no directory (a non-root daemon puts its socket there)",
+        socket_path::PRIVATE_DIR
+    )]
     NoRuntimeDir,
     /// A limit is zero.
     #[error("--{0} must be greater than 0")]
@@ -139,10 +143,11 @@ impl DaemonArgs {
     pub fn resolve(self) -> Result<Config, ConfigError> {
         let socket = match self.socket {
             Some(s) => s,
-            None => default_socket(
-                rustix::process::geteuid().as_raw(),
-                std::env::var_os("XDG_RUNTIME_DIR"),
-            )?,
+            None => {
+                let uid = rustix::process::geteuid().as_raw();
+                // Root never needs (nor creates, as confstr would) a private directory.
+                default_socket(uid, if uid == 0 { None } else { user_private_dir() })?
+            }
         };
         for (name, value) in [
             ("max-connections", self.max_connections as u64),
@@ -185,23 +190,43 @@ impl DaemonArgs {
 }
 
 /// The socket path when `--socket` is not given, for a daemon running as `uid`
-/// (root: the system socket; a user: that user's own, per `socket_path`). Used by
+/// with the user's private directory `private_dir` ([`user_private_dir`]):
+/// root: the system socket; a user: that user's own, per `socket_path`. Used by
 /// `metalift` too.
 pub fn default_socket(
     uid: u32,
-    runtime_dir: Option<std::ffi::OsString>,
+    private_dir: Option<std::ffi::OsString>,
 ) -> Result<PathBuf, ConfigError> {
-    socket_path::daemon_socket_for(uid, runtime_dir.as_deref()).ok_or(ConfigError::NoRuntimeDir)
+    socket_path::daemon_socket_for(uid, private_dir.as_deref()).ok_or(ConfigError::NoRuntimeDir)
 }
 
 /// The socket a `metalift` command talks to without `--socket`: the system
 /// daemon's when it exists (as the shim chooses), else the current user's.
 pub fn default_client_socket() -> Result<PathBuf, ConfigError> {
-    client_socket(
-        Path::new(DEFAULT_ROOT_SOCKET).exists(),
-        rustix::process::geteuid().as_raw(),
-        std::env::var_os("XDG_RUNTIME_DIR"),
-    )
+    let system_exists = Path::new(DEFAULT_ROOT_SOCKET).exists();
+    let uid = rustix::process::geteuid().as_raw();
+    let private_dir = if system_exists || uid == 0 {
+        None
+    } else {
+        user_private_dir()
+    };
+    client_socket(system_exists, uid, private_dir)
+}
+
+/// The current user's private directory, where a per-user daemon's socket lives
+/// (`metalift_policy::socket_path`): `$XDG_RUNTIME_DIR` on Linux; on macOS
+/// `confstr(_CS_DARWIN_USER_TEMP_DIR)`, never an environment variable (any
+/// process may set one to a directory another user controls).
+#[must_use]
+pub fn user_private_dir() -> Option<std::ffi::OsString> {
+    #[cfg(target_os = "macos")]
+    {
+        crate::macos::user_temp_dir::darwin_user_temp_dir()
+    }
+    #[cfg(not(target_os = "macos"))]
+    {
+        std::env::var_os("XDG_RUNTIME_DIR")
+    }
 }
 
 fn client_socket(

@@ -6,9 +6,10 @@
 //! Directories, never files, each non-recursively: the directory of every entry
 //! the kernel walks to reach the policy and `policy.d/` (see [`chain`]). So:
 //!
-//! - in-place writes, `cp` over: the file's own directory sees the write; on
-//!   Linux the file is read only once its writer closes it ([`open_writes`]), so
-//!   a slow writer's half-written file never goes live;
+//! - in-place writes, `cp` over: the file's own directory sees the write; the
+//!   file is read only once its writer closes it ([`open_writes`]: inotify's
+//!   `IN_CLOSE_WRITE` on Linux, the content change xnu reports at the close on
+//!   macOS), so a slow writer's half-written file never goes live;
 //! - editors' atomic saves (a temp file renamed over), vim's backup dance
 //!   (rename away, write anew), `mv` over: the rename/create onto the name;
 //! - `policy.d/` drops and removals: `policy.d/` itself is watched;
@@ -54,9 +55,11 @@ use tokio::time::{sleep_until, Instant};
 
 mod chain;
 mod open_writes;
+#[cfg(test)]
+mod seam_tests;
 
 use self::chain::Chain;
-use self::open_writes::OpenWrites;
+use self::open_writes::{CloseSignal, OpenWrites};
 use crate::audit::AuditLog;
 use crate::policy_store::{PolicyStore, ReloadOutcome, Trigger};
 
@@ -298,63 +301,99 @@ struct Watches {
     writers: Arc<OpenWrites>,
 }
 
-impl Watches {
-    fn new(policy: &Path, tx: mpsc::Sender<()>) -> Watches {
-        let chain = Arc::new(RwLock::new(Chain::resolve(policy)));
-        let writers = Arc::new(OpenWrites::default());
-        let handler = {
-            let chain = Arc::clone(&chain);
-            let writers = Arc::clone(&writers);
-            move |event: notify::Result<notify::Event>| {
-                let relevant = match &event {
-                    Ok(event) if event.need_rescan() => {
-                        // Events were lost (queue overflow), closes among them.
-                        writers.forget();
-                        true
-                    }
-                    Ok(event) => {
-                        !is_read_only_access(&event.kind)
-                            && (event.paths.is_empty() || {
-                                let chain = chain.read().unwrap_or_else(PoisonError::into_inner);
-                                let mut concerns = false;
-                                for p in event.paths.iter().filter(|p| chain.concerns(p)) {
-                                    writers.observe(&event.kind, p);
-                                    concerns = true;
-                                }
-                                concerns
-                            })
-                    }
-                    Err(error) => {
-                        tracing::warn!(%error, "policy watcher event error; reloading to be safe");
-                        true
-                    }
-                };
-                if relevant {
-                    // A full queue already holds a pending reload: dropping this one loses nothing.
-                    let _ = tx.try_send(());
-                }
+/// The backend's event handler: judges each event's relevance against the chain,
+/// tells [`OpenWrites`] about writers, and wakes the watcher. The seam tests feed
+/// synthetic events through (a macOS backend's, on Linux).
+#[derive(Clone)]
+struct EventSink {
+    chain: Arc<RwLock<Chain>>,
+    writers: Arc<OpenWrites>,
+    tx: mpsc::Sender<()>,
+}
+
+impl EventSink {
+    fn take(&self, event: notify::Result<notify::Event>) {
+        let relevant = match &event {
+            Ok(event) if event.need_rescan() => {
+                // Events were lost (queue overflow), closes among them.
+                self.writers.forget();
+                true
             }
-        };
-        let backend: Box<dyn Watcher + Send> = match notify::recommended_watcher(handler.clone()) {
-            Ok(w) => {
-                // inotify reports a writer's close (IN_CLOSE_WRITE); FSEvents does not.
-                if cfg!(target_os = "linux") {
-                    writers.enable();
-                }
-                Box::new(w)
+            Ok(event) => {
+                !is_read_only_access(&event.kind)
+                    && (event.paths.is_empty() || {
+                        let chain = self.chain.read().unwrap_or_else(PoisonError::into_inner);
+                        let mut concerns = false;
+                        for p in event.paths.iter().filter(|p| chain.concerns(p)) {
+                            self.writers.observe(&event.kind, p);
+                            concerns = true;
+                        }
+                        concerns
+                    })
             }
             Err(error) => {
-                tracing::warn!(%error, "native file watching unavailable; polling every {POLL_INTERVAL:?}");
-                let config = notify::Config::default().with_poll_interval(POLL_INTERVAL);
-                match notify::PollWatcher::new(handler, config) {
-                    Ok(w) => Box::new(w),
-                    Err(error) => {
-                        tracing::error!(%error, "no file watching at all; re-checking every {RECHECK_INTERVAL:?}");
-                        Box::new(notify::NullWatcher)
+                tracing::warn!(%error, "policy watcher event error; reloading to be safe");
+                true
+            }
+        };
+        if relevant {
+            // A full queue already holds a pending reload: dropping this one loses nothing.
+            let _ = self.tx.try_send(());
+        }
+    }
+}
+
+impl notify::EventHandler for EventSink {
+    fn handle_event(&mut self, event: notify::Result<notify::Event>) {
+        self.take(event);
+    }
+}
+
+/// How the native backend of this platform says a writer is done.
+const NATIVE_CLOSE_SIGNAL: CloseSignal = if cfg!(target_os = "linux") {
+    CloseSignal::CloseWrite
+} else if cfg!(target_os = "macos") {
+    CloseSignal::ContentModified
+} else {
+    CloseSignal::None
+};
+
+impl Watches {
+    fn new(policy: &Path, tx: mpsc::Sender<()>) -> Watches {
+        Watches::with_backend(policy, tx, |sink| {
+            match notify::recommended_watcher(sink.clone()) {
+                Ok(w) => (Box::new(w) as Box<dyn Watcher + Send>, NATIVE_CLOSE_SIGNAL),
+                Err(error) => {
+                    tracing::warn!(%error, "native file watching unavailable; polling every {POLL_INTERVAL:?}");
+                    let config = notify::Config::default().with_poll_interval(POLL_INTERVAL);
+                    match notify::PollWatcher::new(sink, config) {
+                        Ok(w) => (Box::new(w), CloseSignal::None),
+                        Err(error) => {
+                            tracing::error!(%error, "no file watching at all; re-checking every {RECHECK_INTERVAL:?}");
+                            (Box::new(notify::NullWatcher), CloseSignal::None)
+                        }
                     }
                 }
             }
+        })
+    }
+
+    /// Watches with the backend `start` makes from the event handler, and the
+    /// [`CloseSignal`] that backend reports.
+    fn with_backend(
+        policy: &Path,
+        tx: mpsc::Sender<()>,
+        start: impl FnOnce(EventSink) -> (Box<dyn Watcher + Send>, CloseSignal),
+    ) -> Watches {
+        let chain = Arc::new(RwLock::new(Chain::resolve(policy)));
+        let writers = Arc::new(OpenWrites::default());
+        let sink = EventSink {
+            chain: Arc::clone(&chain),
+            writers: Arc::clone(&writers),
+            tx,
         };
+        let (backend, signal) = start(sink);
+        writers.enable(signal);
         Watches {
             policy: policy.to_owned(),
             backend,

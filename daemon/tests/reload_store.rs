@@ -65,6 +65,10 @@ fn setup(initial: Option<&str>) -> Setup {
 }
 
 #[test]
+#[cfg_attr(
+    not(target_os = "linux"),
+    ignore = "the default LoadOptions accept only root-owned policy files: macos.yml runs these under sudo"
+)]
 fn given_no_policy_file_at_start_then_no_rules_and_the_start_is_audited() {
     let s = setup(None);
     let store = PolicyStore::load_initial(&s.policy, LoadOptions::default(), &s.audit).unwrap();
@@ -76,6 +80,10 @@ fn given_no_policy_file_at_start_then_no_rules_and_the_start_is_audited() {
 }
 
 #[test]
+#[cfg_attr(
+    not(target_os = "linux"),
+    ignore = "the default LoadOptions accept only root-owned policy files: macos.yml runs these under sudo"
+)]
 fn given_invalid_policy_at_start_then_the_daemon_runs_stock_and_says_why() {
     let s = setup(Some("version = 1\nrule = 3\n"));
     let store = PolicyStore::load_initial(&s.policy, LoadOptions::default(), &s.audit).unwrap();
@@ -96,6 +104,10 @@ fn given_invalid_policy_at_start_then_the_daemon_runs_stock_and_says_why() {
 }
 
 #[test]
+#[cfg_attr(
+    not(target_os = "linux"),
+    ignore = "the default LoadOptions accept only root-owned policy files: macos.yml runs these under sudo"
+)]
 fn given_the_same_content_again_then_reload_changes_and_audits_nothing() {
     let s = setup(Some(&policy_with_rules(1)));
     let store = PolicyStore::load_initial(&s.policy, LoadOptions::default(), &s.audit).unwrap();
@@ -108,6 +120,10 @@ fn given_the_same_content_again_then_reload_changes_and_audits_nothing() {
 }
 
 #[test]
+#[cfg_attr(
+    not(target_os = "linux"),
+    ignore = "the default LoadOptions accept only root-owned policy files: macos.yml runs these under sudo"
+)]
 fn given_the_same_refusal_twice_then_it_is_audited_once() {
     let s = setup(Some(&policy_with_rules(1)));
     let store = PolicyStore::load_initial(&s.policy, LoadOptions::default(), &s.audit).unwrap();
@@ -124,6 +140,10 @@ fn given_the_same_refusal_twice_then_it_is_audited_once() {
 }
 
 #[test]
+#[cfg_attr(
+    not(target_os = "linux"),
+    ignore = "the default LoadOptions accept only root-owned policy files: macos.yml runs these under sudo"
+)]
 fn given_a_refused_edit_reverted_then_the_error_clears_and_the_revert_is_audited() {
     let good = policy_with_rules(1);
     let s = setup(Some(&good));
@@ -152,6 +172,10 @@ fn given_a_refused_edit_reverted_then_the_error_clears_and_the_revert_is_audited
 }
 
 #[test]
+#[cfg_attr(
+    not(target_os = "linux"),
+    ignore = "the default LoadOptions accept only root-owned policy files: macos.yml runs these under sudo"
+)]
 fn given_reloads_under_load_then_every_check_in_sees_one_whole_policy() {
     let s = setup(Some(&policy_with_rules(1)));
     let store =
@@ -188,6 +212,10 @@ fn given_reloads_under_load_then_every_check_in_sees_one_whole_policy() {
 /// old error in two steps, so `metalift status` could show a new policy beside
 /// the error that an older edit drew. Each published snapshot must be one state.
 #[test]
+#[cfg_attr(
+    not(target_os = "linux"),
+    ignore = "the default LoadOptions accept only root-owned policy files: macos.yml runs these under sudo"
+)]
 fn given_refusals_and_loads_racing_readers_then_no_snapshot_mixes_a_policy_with_another_ones_error()
 {
     let s = setup(Some(&policy_with_rules(1)));

@@ -151,6 +151,10 @@ fn write_atomically(path: &Path, text: &str) {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(target_os = "linux"),
+    ignore = "the default LoadOptions accept only root-owned policy files: macos.yml runs these under sudo"
+)]
 async fn given_atomic_rename_over_then_the_new_policy_is_live_and_audited() {
     let fx = Fixture::start(Some(&policy_with_rules(1)));
     write_atomically(&fx.policy, &policy_with_rules(2));
@@ -160,6 +164,10 @@ async fn given_atomic_rename_over_then_the_new_policy_is_live_and_audited() {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(target_os = "linux"),
+    ignore = "the default LoadOptions accept only root-owned policy files: macos.yml runs these under sudo"
+)]
 async fn given_in_place_rewrite_then_the_new_policy_is_live() {
     let fx = Fixture::start(Some(&policy_with_rules(1)));
     // Same inode: truncate and write, as `echo > policy.toml` or vim without backups do.
@@ -170,6 +178,10 @@ async fn given_in_place_rewrite_then_the_new_policy_is_live() {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(target_os = "linux"),
+    ignore = "the default LoadOptions accept only root-owned policy files: macos.yml runs these under sudo"
+)]
 async fn given_an_in_place_write_that_pauses_halfway_then_only_the_whole_file_goes_live() {
     use std::io::Write;
     let fx = Fixture::start(Some(&policy_with_rules(2)));
@@ -199,6 +211,10 @@ async fn given_an_in_place_write_that_pauses_halfway_then_only_the_whole_file_go
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(target_os = "linux"),
+    ignore = "the default LoadOptions accept only root-owned policy files: macos.yml runs these under sudo"
+)]
 async fn given_a_writer_that_keeps_the_policy_open_then_what_it_wrote_goes_live_anyway() {
     use std::io::Write;
     let fx = Fixture::start(Some(&policy_with_rules(2)));
@@ -215,6 +231,10 @@ async fn given_a_writer_that_keeps_the_policy_open_then_what_it_wrote_goes_live_
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(target_os = "linux"),
+    ignore = "the default LoadOptions accept only root-owned policy files: macos.yml runs these under sudo"
+)]
 async fn given_delete_then_everything_is_stock_and_recreate_brings_rules_back() {
     let fx = Fixture::start(Some(&policy_with_rules(2)));
     std::fs::remove_file(&fx.policy).unwrap();
@@ -231,6 +251,10 @@ async fn given_delete_then_everything_is_stock_and_recreate_brings_rules_back() 
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(target_os = "linux"),
+    ignore = "the default LoadOptions accept only root-owned policy files: macos.yml runs these under sudo"
+)]
 async fn given_symlink_swap_then_the_new_target_is_live_and_its_edits_are_seen() {
     // policy.toml -> <tmp>/versions/a.toml, then re-pointed at b.toml with `ln -sfn`
     // semantics (a new link renamed over the old one).
@@ -259,6 +283,10 @@ async fn given_symlink_swap_then_the_new_target_is_live_and_its_edits_are_seen()
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(target_os = "linux"),
+    ignore = "the default LoadOptions accept only root-owned policy files: macos.yml runs these under sudo"
+)]
 async fn given_policy_d_created_after_start_then_files_added_and_removed_are_seen() {
     let fx = Fixture::start(Some(&policy_with_rules(1)));
     let dropins = fx.etc.join("policy.d");
@@ -282,6 +310,10 @@ async fn given_policy_d_created_after_start_then_files_added_and_removed_are_see
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(target_os = "linux"),
+    ignore = "the default LoadOptions accept only root-owned policy files: macos.yml runs these under sudo"
+)]
 async fn given_invalid_edit_then_last_good_policy_stays_live_and_the_refusal_is_audited() {
     let fx = Fixture::start(Some(&policy_with_rules(2)));
     let good = fx.store.current();
@@ -318,6 +350,10 @@ async fn given_invalid_edit_then_last_good_policy_stays_live_and_the_refusal_is_
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(target_os = "linux"),
+    ignore = "the default LoadOptions accept only root-owned policy files: macos.yml runs these under sudo"
+)]
 async fn given_group_writable_policy_then_it_is_refused_audited_and_last_good_kept() {
     let fx = Fixture::start(Some(&policy_with_rules(1)));
     let good = fx.store.current();
@@ -343,6 +379,10 @@ async fn given_group_writable_policy_then_it_is_refused_audited_and_last_good_ke
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(target_os = "linux"),
+    ignore = "the default LoadOptions accept only root-owned policy files: macos.yml runs these under sudo"
+)]
 async fn given_drop_in_owned_by_another_user_then_it_is_refused_and_last_good_kept() {
     let fx = Fixture::start(Some(&policy_with_rules(1)));
     let good = fx.store.current();
@@ -368,6 +408,10 @@ async fn given_drop_in_owned_by_another_user_then_it_is_refused_and_last_good_ke
 // ---------------------------------------------------------------------------
 
 #[tokio::test]
+#[cfg_attr(
+    not(target_os = "linux"),
+    ignore = "the default LoadOptions accept only root-owned policy files: macos.yml runs these under sudo"
+)]
 async fn given_vims_backup_rename_save_then_the_new_policy_is_live_and_never_deleted() {
     let fx = Fixture::start(Some(&policy_with_rules(1)));
     // vim with `backupcopy=no`: rename the original away, write a new file under
@@ -391,6 +435,10 @@ async fn given_vims_backup_rename_save_then_the_new_policy_is_live_and_never_del
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(target_os = "linux"),
+    ignore = "the default LoadOptions accept only root-owned policy files: macos.yml runs these under sudo"
+)]
 async fn given_cp_over_the_policy_then_the_new_policy_is_live() {
     let fx = Fixture::start(Some(&policy_with_rules(1)));
     let staging = fx.etc.parent().unwrap().join("staging");
@@ -404,6 +452,10 @@ async fn given_cp_over_the_policy_then_the_new_policy_is_live() {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(target_os = "linux"),
+    ignore = "the default LoadOptions accept only root-owned policy files: macos.yml runs these under sudo"
+)]
 async fn given_mv_from_another_directory_over_the_policy_then_the_new_policy_is_live() {
     let fx = Fixture::start(Some(&policy_with_rules(1)));
     let staging = fx.etc.parent().unwrap().join("staging");
@@ -417,6 +469,10 @@ async fn given_mv_from_another_directory_over_the_policy_then_the_new_policy_is_
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(target_os = "linux"),
+    ignore = "the default LoadOptions accept only root-owned policy files: macos.yml runs these under sudo"
+)]
 async fn given_a_kubernetes_configmap_data_swap_then_the_new_version_is_live() {
     // etc/policy.toml -> ..data/policy.toml, ..data -> ..v1 (what kubelet writes).
     let fx = Fixture::start(None);
@@ -442,6 +498,10 @@ async fn given_a_kubernetes_configmap_data_swap_then_the_new_version_is_live() {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(target_os = "linux"),
+    ignore = "the default LoadOptions accept only root-owned policy files: macos.yml runs these under sudo"
+)]
 async fn given_a_link_in_the_middle_of_the_chain_swapped_elsewhere_then_the_new_target_is_live() {
     // etc/policy.toml -> <tmp>/app/current/policy.toml, current -> releases/1:
     // a deploy re-points `current`, in a directory etc/ knows nothing about.
@@ -472,6 +532,10 @@ async fn given_a_link_in_the_middle_of_the_chain_swapped_elsewhere_then_the_new_
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(target_os = "linux"),
+    ignore = "the default LoadOptions accept only root-owned policy files: macos.yml runs these under sudo"
+)]
 async fn given_the_policy_directory_deleted_and_created_again_then_the_new_policy_is_live() {
     let fx = Fixture::start(Some(&policy_with_rules(2)));
     std::fs::remove_dir_all(&fx.etc).unwrap();
@@ -490,6 +554,10 @@ async fn given_the_policy_directory_deleted_and_created_again_then_the_new_polic
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(target_os = "linux"),
+    ignore = "the default LoadOptions accept only root-owned policy files: macos.yml runs these under sudo"
+)]
 async fn given_policy_d_replaced_by_a_symlinked_directory_then_its_drop_ins_are_live() {
     let fx = Fixture::start(Some(&policy_with_rules(1)));
     let fleet = fx.etc.parent().unwrap().join("fleet");
@@ -506,6 +574,10 @@ async fn given_policy_d_replaced_by_a_symlinked_directory_then_its_drop_ins_are_
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(target_os = "linux"),
+    ignore = "the default LoadOptions accept only root-owned policy files: macos.yml runs these under sudo"
+)]
 async fn given_files_written_beside_the_policy_then_only_the_policy_edit_is_audited() {
     let fx = Fixture::start(Some(&policy_with_rules(1)));
     let before = fx.audit().len();

@@ -9,6 +9,8 @@
 //! - [`audit_token`]: pid, pid version, euid and executable from a kernel audit token.
 //! - [`code_identity`]: `SecCode` from an audit token → team id, signing id, cdhash.
 //! - [`panic_boundary`]: every callback libxpc/libdispatch invokes runs inside it.
+//! - [`user_temp_dir`]: `confstr(_CS_DARWIN_USER_TEMP_DIR)`, where a per-user
+//!   daemon's socket lives.
 //!
 //! # Verified by construction here (object code, load commands, tests; Linux CI)
 //!
@@ -36,14 +38,26 @@
 //! - **The panic boundary** ([`panic_boundary`]): unit-tested on Linux (a panicking
 //!   callback yields its fallback and is logged); both XPC handlers are wrapped
 //!   (compiled for `aarch64-apple-darwin`).
-//! - **launchd and the pkg scripts** (`cli/tests/pkg_install.rs`): both plists
-//!   parse, name only installed paths and flags metaliftd has, restart only after a
-//!   failure (`KeepAlive`/`SuccessfulExit = false`) with `ThrottleInterval` ≥ 10 s,
-//!   and keep no stdout/stderr file; pre/postinstall and uninstall run against a
-//!   temporary root with stub `launchctl`/`stat`/`ps`; the agent launcher runs for
-//!   real (own 0700 socket directory, refuses a squatted one with status 73, an
-//!   unwritable log with 74); metaliftd's one-line failure on an unopenable socket
-//!   or log (status 1).
+//! - **launchd and the pkg scripts** (`cli/tests/pkg_install.rs`): every plist
+//!   (and `pkg/*.xml`) is well-formed XML to a strict parser (roxmltree); both
+//!   plists name only installed paths and flags metaliftd has, run `ProcessType`
+//!   `Interactive`, restart only after a failure (`KeepAlive`/`SuccessfulExit =
+//!   false`) with a `ThrottleInterval` of 30 s (launchd.plist(5): a job is spawned
+//!   at most once per interval, counted from its previous *start*; the default is
+//!   10 s; so a crash after 30 s of running restarts at once, and only a job that
+//!   dies sooner waits out the rest), and keep no stdout/stderr file; the staged
+//!   payload holds only `/usr/local/metalift`; pre/postinstall and uninstall run
+//!   against a temporary root with stub `launchctl`/`stat`/`ps`: postinstall's
+//!   links into `/usr/local/bin`, man, completion and schema directories leave an
+//!   existing directory's owner and mode alone, uninstall removes only links that
+//!   still point into metalift; the agent launcher runs for real (its log, status
+//!   74 for an unwritable one, no `--socket`: metaliftd's default is the user's
+//!   `DARWIN_USER_TEMP_DIR`, pure in `socket_path.rs`); metaliftd's one-line
+//!   failure on an unopenable socket or log.
+//! - **The watcher on FSEvents** (`watcher/seam_tests.rs`): fed the events
+//!   FSEvents delivers for an in-place write (the open's truncate or create, then
+//!   the content change xnu's `vn_close` reports), a half-written policy never
+//!   goes live.
 //! - **Uninstall**: refuses (exit 1, nothing changed) while a plist, `launchctl
 //!   getenv`, a profile or a process environment names the shim; `--force` leaves the
 //!   inert stub at the shim's path (tests; the stub's object code is checked above).
@@ -75,10 +89,12 @@
 //!    pkg is linked by Apple's ld), so check `log show` with that binary too.
 //! 5. **launchd behaviour**: the LaunchDaemon starts at boot and serves every user
 //!    (an ssh session and a second user reach `/var/run/metalift/metalift.sock`);
-//!    `kill -9` restarts it no sooner than 30 s; an agent exiting 73 is retried at
-//!    the throttle, not in a loop (`launchctl print … | grep -i "last exit"`); two
-//!    users' agents get `/Users/Shared/metalift/<uid>/` (0700, `Umask` 077); launchd
-//!    sets `HOME` for the agent.
+//!    `launchctl print system/com.metalift.metaliftd` shows the process type
+//!    `Interactive` (workflow: "Install the pkg"); a `kill -9` after the daemon ran
+//!    longer than 30 s restarts it at once, one within 30 s of its start is
+//!    restarted 30 s after that start ("Pushing respawn out by" in `log show`), an
+//!    agent exiting 74 likewise, never in a loop (`launchctl print … | grep -i
+//!    "last exit"`); launchd sets `HOME` for the agent.
 //! 6. **dyld and uninstall**: `DYLD_INSERT_LIBRARIES=/nonexistent.dylib
 //!    /usr/local/bin/metalift --version` stops with "terminating because inserted
 //!    dylib" (the reason uninstall refuses), and the inert stub in its place lets it
@@ -131,8 +147,31 @@
 //!     DYLD_INSERT_LIBRARIES=… ./probe` works, `arch` setting it for the child. The
 //!     same launch with an arm64 + arm64e-only shim must die with "terminating
 //!     because inserted dylib … need 'x86_64'" (why the x86_64 slice exists).
+//! 12. **The installer and shared directories** (workflow: "The pkg's payload is
+//!     /usr/local/metalift only", "Install the pkg", "Uninstall"): the expanded
+//!     pkg's `install-location` is `/usr/local/metalift` and its BOM climbs out of
+//!     it nowhere; `stat` of `/usr/local`, `/usr/local/bin`, `/usr/local/share`,
+//!     `/usr/local/share/man`, `/usr/local/etc` is the same before and after
+//!     install and after uninstall (one that was absent comes out `root:wheel
+//!     755`); Installer creates a missing `/usr/local` for the install location
+//!     `root:wheel 0755` (not checkable on a runner that has it: by hand on a fresh
+//!     VM); `man -w metalift` finds the linked page.
+//! 13. **The per-user socket in `DARWIN_USER_TEMP_DIR`** ([`user_temp_dir`];
+//!     workflow: "Per-user daemon socket"): `confstr` names the user's own 0700
+//!     directory and a non-root metaliftd binds `metalift.sock` there; by hand: two
+//!     users' agents (opt-in install) each bind their own; a sandboxed host or one
+//!     with `DIRHELPER_USER_DIR_SUFFIX` set gets another directory from `confstr`
+//!     and stays stock; the socket survives the system's cleaning of `T/` while the
+//!     agent runs for days (`ls -l "$(getconf DARWIN_USER_TEMP_DIR)metalift.sock"`).
+//! 14. **In-place writes on FSEvents** (workflow: "An in-place write with a pause",
+//!     and `reload_watcher` under sudo in "Tests that need root-owned policy
+//!     files"): a drop-in truncated, half-written, paused 2 s and completed loads
+//!     once, whole. If FSEvents coalesces the truncate's `ItemInodeMetaMod` with
+//!     the close's `ItemModified` differently than notify's order suggests, this is
+//!     where it shows.
 #![allow(unsafe_code)]
 
 pub mod audit_token;
 pub mod code_identity;
 pub mod panic_boundary;
+pub mod user_temp_dir;
