@@ -71,30 +71,32 @@ static bool join(char *buf, size_t cap, const char *a, const char *b, const char
 }
 
 bool ml_config_socket_path(char *buf, size_t cap, const char *metalift_socket,
-                           bool system_exists, const char *xdg_runtime_dir, unsigned uid)
+                           bool system_exists, const char *private_dir)
 {
     if (metalift_socket != NULL && metalift_socket[0] != '\0')
         return join(buf, cap, metalift_socket, "", "");
     if (system_exists)
         return join(buf, cap, SYSTEM_SOCKET, "", "");
-#ifdef __APPLE__
-    (void)xdg_runtime_dir;
-    char digits[16];
-    size_t n = 0;
-    char rev[16];
-    do {
-        rev[n++] = (char)('0' + uid % 10);
-        uid /= 10;
-    } while (uid != 0 && n < sizeof rev);
-    for (size_t i = 0; i < n; i++)
-        digits[i] = rev[n - 1 - i];
-    digits[n] = '\0';
-    return join(buf, cap, "/Users/Shared/metalift/", digits, "/metalift.sock");
-#else
-    (void)uid;
-    if (xdg_runtime_dir != NULL && xdg_runtime_dir[0] != '\0')
-        return join(buf, cap, xdg_runtime_dir, "/", "metalift.sock");
+    if (private_dir != NULL && private_dir[0] != '\0') {
+        size_t n = strlen(private_dir);
+        return join(buf, cap, private_dir, private_dir[n - 1] == '/' ? "" : "/", "metalift.sock");
+    }
     return join(buf, cap, SYSTEM_SOCKET, "", "");
+}
+
+/* The user's private directory (socket_path.rs): $XDG_RUNTIME_DIR on Linux;
+ * on macOS confstr(_CS_DARWIN_USER_TEMP_DIR), the per-user T/ directory that
+ * Libc's dirhelper makes 0700 for that user alone (never an environment
+ * variable there). NULL when there is none. */
+static const char *private_dir(char *buf, size_t cap)
+{
+#ifdef __APPLE__
+    size_t n = confstr(ML_CS_DARWIN_USER_TEMP_DIR, buf, cap);
+    return n == 0 || n > cap ? NULL : buf;
+#else
+    (void)buf;
+    (void)cap;
+    return getenv("XDG_RUNTIME_DIR");
 #endif
 }
 
@@ -117,15 +119,18 @@ void ml_config_load(struct ml_config *out)
     bool system_exists = false;
     if (explicit_socket == NULL || explicit_socket[0] == '\0')
         system_exists = access(SYSTEM_SOCKET, F_OK) == 0;
+    char dir_buf[1024];
+    const char *dir = NULL;
+    if ((explicit_socket == NULL || explicit_socket[0] == '\0') && !system_exists)
+        dir = private_dir(dir_buf, sizeof dir_buf);
     out->socket_too_long =
-        !ml_config_socket_path(out->socket, sizeof out->socket, explicit_socket, system_exists,
-                               getenv("XDG_RUNTIME_DIR"), (unsigned)getuid());
+        !ml_config_socket_path(out->socket, sizeof out->socket, explicit_socket, system_exists, dir);
     out->system_daemon = system_exists;
 #ifdef __APPLE__
-    /* /Users/Shared/metalift is mode 1777: anyone can create another user's
-     * <uid> directory first. Only the caller's own (or root's), never a link. */
-    if (!out->socket_too_long && (explicit_socket == NULL || explicit_socket[0] == '\0') &&
-        !system_exists) {
+    /* A per-user daemon's directory must be the caller's own (or root's) and
+     * writable by nobody else, never a link: otherwise a squatter's daemon
+     * could answer. (DARWIN_USER_TEMP_DIR passes: the user's own, 0700.) */
+    if (!out->socket_too_long && dir != NULL) {
         char dir[sizeof out->socket];
         memcpy(dir, out->socket, sizeof dir);
         char *slash = strrchr(dir, '/');

@@ -167,6 +167,8 @@ extern int fstat(int fd, struct stat *st);
 extern int lstat(const char *path, struct stat *st);
 #endif
 extern char *getenv(const char *name);
+extern size_t confstr(int name, char *buf, size_t len);
+#define ML_CS_DARWIN_USER_TEMP_DIR 65537
 extern pid_t getpid(void);
 extern const char *getprogname(void);
 extern uid_t getuid(void);
@@ -433,13 +435,13 @@ ML_HIDDEN void ml_config_load(struct ml_config *out);
 /* METALIFT_TIMEOUT_MS's value parsed like Rust's `s.trim().parse::<u64>()`,
  * capped at ML_MAX_TIMEOUT_MS; -1 when garbled. NULL gives the default. */
 ML_HIDDEN int ml_config_parse_timeout(const char *raw);
-/* Contract 6 (PLAN.md), mirroring policy/src/socket_path.rs: METALIFT_SOCKET;
- * else the system socket if it exists; else the per-user one. Writes at most
- * cap bytes; returns false when the path does not fit. `system_exists` and the
- * variables are passed in so tests need no environment. */
+/* Mirroring policy/src/socket_path.rs client_socket: METALIFT_SOCKET; else the
+ * system socket if it exists; else metalift.sock in the user's private
+ * directory ($XDG_RUNTIME_DIR on Linux, DARWIN_USER_TEMP_DIR on macOS); else
+ * the system socket. Writes at most cap bytes; returns false when the path
+ * does not fit. The inputs are passed in so tests need no environment. */
 ML_HIDDEN bool ml_config_socket_path(char *buf, size_t cap, const char *metalift_socket,
-                                     bool system_exists, const char *xdg_runtime_dir,
-                                     unsigned uid);
+                                     bool system_exists, const char *private_dir);
 
 /* Whether a per-user agent's socket directory may be trusted: owned by the
  * caller or root, writable by nobody else (socket_path.rs

@@ -77,8 +77,7 @@ extern "C" {
         cap: usize,
         metalift_socket: *const c_char,
         system_exists: bool,
-        xdg_runtime_dir: *const c_char,
-        uid: u32,
+        private_dir: *const c_char,
     ) -> bool;
     fn ml_config_agent_dir_trustworthy(dir_uid: u32, dir_mode: u32, caller_uid: u32) -> bool;
 }
@@ -295,11 +294,10 @@ pub fn parse_timeout(raw: Option<&str>) -> Option<u32> {
 pub fn socket_path(
     metalift_socket: Option<&str>,
     system_exists: bool,
-    xdg_runtime_dir: Option<&str>,
-    uid: u32,
+    private_dir: Option<&str>,
 ) -> Option<String> {
     let socket = metalift_socket.map(c_string);
-    let xdg = xdg_runtime_dir.map(c_string);
+    let dir = private_dir.map(c_string);
     let mut buf = vec![0 as c_char; 104];
     // SAFETY: `buf` is writable for its length; the strings are NULL or
     // NUL-terminated and outlive the call.
@@ -309,8 +307,7 @@ pub fn socket_path(
             buf.len(),
             socket.as_ref().map_or(std::ptr::null(), |c| c.as_ptr()),
             system_exists,
-            xdg.as_ref().map_or(std::ptr::null(), |c| c.as_ptr()),
-            uid,
+            dir.as_ref().map_or(std::ptr::null(), |c| c.as_ptr()),
         )
     };
     if !fits {

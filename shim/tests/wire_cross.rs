@@ -342,31 +342,37 @@ fn the_timeout_parses_like_the_rust_shim_did() {
 }
 
 #[test]
-fn the_socket_path_follows_contract_6() {
+fn the_socket_path_is_the_one_socket_path_rs_gives() {
     use metalift_policy::socket_path::{client_socket, SYSTEM_SOCKET};
     use std::ffi::OsStr;
     assert_eq!(
-        c::socket_path(Some("/tmp/x.sock"), true, None, 501).as_deref(),
+        c::socket_path(Some("/tmp/x.sock"), true, None).as_deref(),
         Some("/tmp/x.sock")
     );
-    for (system, xdg) in [
+    for (system, dir) in [
         (true, Some("/run/user/501")),
         (false, Some("/run/user/501")),
+        (false, Some("/run/user/501/")),
+        // macOS: confstr(_CS_DARWIN_USER_TEMP_DIR) ends in a slash.
+        (
+            false,
+            Some("/var/folders/zz/zyxvpxvq6csfxvn_n0000000000000/T/"),
+        ),
         (false, None),
         (false, Some("")),
     ] {
-        let rust = client_socket(system, xdg.map(OsStr::new));
+        let rust = client_socket(system, dir.map(OsStr::new));
         assert_eq!(
-            c::socket_path(None, system, xdg, 501).as_deref(),
+            c::socket_path(None, system, dir).as_deref(),
             Some(rust.to_str().unwrap()),
-            "{system} {xdg:?}"
+            "{system} {dir:?}"
         );
     }
     assert_eq!(
-        c::socket_path(Some(""), true, None, 0).as_deref(),
+        c::socket_path(Some(""), true, None).as_deref(),
         Some(SYSTEM_SOCKET)
     );
-    assert_eq!(c::socket_path(Some(&"x".repeat(200)), false, None, 0), None);
+    assert_eq!(c::socket_path(Some(&"x".repeat(200)), false, None), None);
 }
 
 #[test]
