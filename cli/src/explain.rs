@@ -64,8 +64,9 @@ pub struct Args {
     /// `policies/` directory beside it. For --live and --decision.
     #[arg(long, value_name = "PATH", default_value = metalift_daemon::audit::DEFAULT_LOG_PATH)]
     pub log: PathBuf,
-    /// What if the host chip were this brand (for `apple_family_max = "host"`)
-    /// [default: this machine's `machdep.cpu.brand_string` on macOS].
+    /// What if the host chip were this brand (for `apple_family_max = "host"`, and the
+    /// family no profile is applied above) [default: this machine's
+    /// `machdep.cpu.brand_string` on macOS].
     #[arg(long, value_name = "BRAND")]
     pub host_chip_brand: Option<String>,
     /// The uid to decide for (default: the process's, or yours with --path).
