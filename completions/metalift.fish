@@ -39,7 +39,7 @@ complete -c metalift -n "__fish_metalift_needs_command" -f -a "completions" -d '
 complete -c metalift -n "__fish_metalift_needs_command" -f -a "__generate-docs" -d 'Write the man pages and completion scripts under DIR (for the repository and the .pkg)'
 complete -c metalift -n "__fish_metalift_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c metalift -n "__fish_metalift_using_subcommand validate" -l main -d 'Check PATH as a `policy.d/` drop-in of this installed main policy: with the main file and its other drop-ins, replacing one of the same file name' -r -F
-complete -c metalift -n "__fish_metalift_using_subcommand validate" -l host-chip-brand -d 'What `apple_family_max = "host"` resolves to: this chip brand (default: this machine\'s `machdep.cpu.brand_string` on macOS)' -r
+complete -c metalift -n "__fish_metalift_using_subcommand validate" -l host-chip-brand -d 'The host chip\'s brand: what `apple_family_max = "host"` resolves to, and the family no profile is applied above (default: this machine\'s `machdep.cpu.brand_string` on macOS; without it, a ceiling of 9 or more warns)' -r
 complete -c metalift -n "__fish_metalift_using_subcommand validate" -l strict -d 'Treat warnings about the policy\'s contents (lints included) as errors: exit 1. Owner and mode problems stay warnings'
 complete -c metalift -n "__fish_metalift_using_subcommand validate" -l json -d 'Print one JSON document instead of text'
 complete -c metalift -n "__fish_metalift_using_subcommand validate" -l skip-host-checks -d 'Skip the checks against this machine (rule paths that are symlinks or missing, uid vs user): for checking a policy somewhere other than where it will run'
@@ -51,7 +51,7 @@ complete -c metalift -n "__fish_metalift_using_subcommand explain" -l pid -d 'Ex
 complete -c metalift -n "__fish_metalift_using_subcommand explain" -l decision -d 'Re-explain this past decision (its id from the audit log) with the policy that was live then' -r
 complete -c metalift -n "__fish_metalift_using_subcommand explain" -l socket -d 'The daemon\'s socket, for --live [default: as `metalift status`]' -r -F
 complete -c metalift -n "__fish_metalift_using_subcommand explain" -l log -d 'The audit log (its rotated files are read too); the policy archive is the `policies/` directory beside it. For --live and --decision' -r -F
-complete -c metalift -n "__fish_metalift_using_subcommand explain" -l host-chip-brand -d 'What if the host chip were this brand (for `apple_family_max = "host"`) [default: this machine\'s `machdep.cpu.brand_string` on macOS]' -r
+complete -c metalift -n "__fish_metalift_using_subcommand explain" -l host-chip-brand -d 'What if the host chip were this brand (for `apple_family_max = "host"`, and the family no profile is applied above) [default: this machine\'s `machdep.cpu.brand_string` on macOS]' -r
 complete -c metalift -n "__fish_metalift_using_subcommand explain" -l uid -d 'The uid to decide for (default: the process\'s, or yours with --path)' -r
 complete -c metalift -n "__fish_metalift_using_subcommand explain" -l parent -d 'What if the parent process\'s executable were this' -r -F
 complete -c metalift -n "__fish_metalift_using_subcommand explain" -l team-id -d 'What if the executable\'s valid signature had this team id' -r

@@ -64,8 +64,9 @@ pub struct Args {
     /// `policies/` directory beside it. For --live and --decision.
     #[arg(long, value_name = "PATH", default_value = metalift_daemon::audit::DEFAULT_LOG_PATH)]
     pub log: PathBuf,
-    /// What if the host chip were this brand (for `apple_family_max = "host"`)
-    /// [default: this machine's `machdep.cpu.brand_string` on macOS].
+    /// What if the host chip were this brand (for `apple_family_max = "host"`, and the
+    /// family no profile is applied above) [default: this machine's
+    /// `machdep.cpu.brand_string` on macOS].
     #[arg(long, value_name = "BRAND")]
     pub host_chip_brand: Option<String>,
     /// The uid to decide for (default: the process's, or yours with --path).
@@ -364,9 +365,17 @@ fn size_text(bytes: u64) -> String {
     }
 }
 
-fn profile_lines(caps: &Capabilities, host: Option<&HostFamily>) -> String {
+fn profile_lines(policy: &Policy, profile: &str, caps: &Capabilities) -> String {
+    let host = policy.profile_host(profile);
+    // Never above the host: the value shown is the applied one; say what was asked.
+    let capped = policy.profile_cap(profile).map_or_else(String::new, |cap| {
+        format!(
+            "                           {} (never above the host)\n",
+            cap.describe(profile)
+        )
+    });
     format!(
-        "  apple_family_max         {}{} (supportsFamily: YES for Apple1..Apple{}; Metal3/Common/Mac unchanged)\n  max_threadgroup_memory   {} (floor)\n  recommended_working_set  {}\n",
+        "  apple_family_max         {}{} (supportsFamily: YES for Apple1..Apple{}; Metal3/Common/Mac unchanged)\n{capped}  max_threadgroup_memory   {} (floor)\n  recommended_working_set  {}\n",
         caps.apple_family_max,
         host.map(|h| format!(" (\"host\": {})", h.describe()))
             .unwrap_or_default(),
@@ -470,7 +479,7 @@ fn explain_text(
                 rule.as_deref().unwrap_or("-"),
                 v.mode.as_str()
             ));
-            out.push_str(&profile_lines(capabilities, policy.profile_host(profile)));
+            out.push_str(&profile_lines(policy, profile, capabilities));
         }
         (Action::Stock, None) => out.push_str(&format!(
             "  stock: no rule matches (mode {})\n",
@@ -482,7 +491,7 @@ fn explain_text(
                     "  stock (monitor mode): rule `{rule}` would unlock profile `{profile}`\n"
                 ));
                 if let Some(caps) = policy.profile(profile) {
-                    out.push_str(&profile_lines(caps, policy.profile_host(profile)));
+                    out.push_str(&profile_lines(policy, profile, caps));
                 }
             }
             None => out.push_str(&format!(
@@ -494,10 +503,13 @@ fn explain_text(
     out
 }
 
-fn caps_json(caps: &Capabilities, host: Option<&HostFamily>) -> Value {
+fn caps_json(policy: &Policy, profile: &str, caps: &Capabilities) -> Value {
+    let cap = policy.profile_cap(profile);
     json!({
         "apple_family_max": caps.apple_family_max,
-        "apple_family_max_from": host.map(HostFamily::describe),
+        "apple_family_max_from": policy.profile_host(profile).map(HostFamily::describe),
+        "apple_family_requested": cap.map_or(caps.apple_family_max, |c| c.requested),
+        "apple_family_capped": cap.map(|c| c.describe(profile)),
         "max_threadgroup_memory": caps.max_threadgroup_memory,
         "recommended_working_set": caps.recommended_working_set,
     })
@@ -510,11 +522,9 @@ fn explain_json(chosen: &Chosen, s: &Subject, hash: &HashNote, v: &Verdict) -> V
         (Action::Stock, Some(p)) => Some(p.clone()),
         (Action::Stock, None) => None,
     };
-    let capabilities = profile.as_deref().and_then(|p| {
-        policy
-            .profile(p)
-            .map(|c| caps_json(c, policy.profile_host(p)))
-    });
+    let capabilities = profile
+        .as_deref()
+        .and_then(|p| policy.profile(p).map(|c| caps_json(policy, p, c)));
     json!({
         "policy": {
             "path": chosen.origin,

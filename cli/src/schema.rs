@@ -91,7 +91,7 @@ pub fn policy_schema() -> Value {
                 "required": ["apple_family_max"],
                 "properties": {
                     "apple_family_max": {
-                        "description": "supportsFamily: answers YES for Apple1..AppleN. 5..10, or \"host\": the host chip's family.",
+                        "description": "supportsFamily: answers YES for Apple1..AppleN. 5..10, or \"host\" (recommended): the host chip's family. Never applied above the host chip's family where metaliftd knows the chip.",
                         "oneOf": [
                             {"type": "integer", "minimum": 5, "maximum": 10},
                             {"const": "host"}

@@ -50,8 +50,9 @@ pub struct Args {
     /// Do not report files not owned by root or writable by group/other.
     #[arg(long)]
     pub allow_insecure_owner: bool,
-    /// What `apple_family_max = "host"` resolves to: this chip brand (default: this
-    /// machine's `machdep.cpu.brand_string` on macOS).
+    /// The host chip's brand: what `apple_family_max = "host"` resolves to, and the
+    /// family no profile is applied above (default: this machine's
+    /// `machdep.cpu.brand_string` on macOS; without it, a ceiling of 9 or more warns).
     #[arg(long, value_name = "BRAND")]
     pub host_chip_brand: Option<String>,
 }

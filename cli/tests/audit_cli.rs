@@ -35,6 +35,8 @@ fn decision(id: u64, secs_ago: u64, exe: &str, rule: Option<&str>, action: &str)
         profile: (action == "unlock").then(|| "apple7".to_owned()),
         mode: "enforce".into(),
         apple_family_max: None,
+        apple_family_requested: None,
+        apple_family_capped: None,
         would_unlock: false,
         policy_sha256: "ab".repeat(32),
         latency_us: 90,

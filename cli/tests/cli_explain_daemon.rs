@@ -155,6 +155,73 @@ fn given_the_override_brand_apple_m3_max_the_daemon_unlocks_with_ceiling_9() {
 }
 
 #[test]
+fn given_an_m1_brand_a_profile_asking_apple9_is_unlocked_at_apple7_and_the_decision_says_why() {
+    let env = Env::new();
+    env.write_policy("9", "unlock = \"native\"");
+    let daemon = env.start(&[], &[("METALIFT_HOST_CHIP_BRAND", "Apple M1 (Virtual)")]);
+    let v = daemon.check_in();
+    assert_eq!(v.action, WireAction::Unlock, "{v:?}");
+    // The shim is told the applied value: never above the host.
+    assert_eq!(v.capabilities.map(|c| c.apple_family_max), Some(7), "{v:?}");
+    let why = "profile `native` asks Apple9; this host (Apple M1 (Virtual)) has Apple7: applied as Apple7";
+    let decision = env.records_of("decision").pop().expect("a decision record");
+    assert_eq!(decision["apple_family_max"], 7, "{decision}");
+    assert_eq!(decision["apple_family_requested"], 9, "{decision}");
+    assert_eq!(decision["apple_family_capped"], why, "{decision}");
+    // The policy's load said so too.
+    let loaded = env.records_of("policy_loaded");
+    assert!(
+        loaded[0]["warnings"][0]
+            .as_str()
+            .is_some_and(|w| w.contains(why) && w.contains("bf16 emulation off")),
+        "{loaded:?}"
+    );
+    // explain --decision shows what was recorded...
+    let o = env.explain(&["--decision", &v.decision_id.to_string()]);
+    let text = out(&o);
+    assert_eq!(o.status.code(), Some(0), "{text}");
+    assert!(
+        text.contains(&format!(
+            "apple_family_max 7, mode enforce)\n  never above the host: {why}\n"
+        )),
+        "{text}"
+    );
+    // ...and explain --live, told the same brand, shows the cap under the value.
+    let o = env.explain(&[
+        "--live",
+        "--path",
+        s(&me()),
+        "--host-chip-brand",
+        "Apple M1 (Virtual)",
+    ]);
+    let text = out(&o);
+    assert!(
+        text.contains(&format!(
+            "  apple_family_max         7 (supportsFamily: YES for Apple1..Apple7; Metal3/Common/Mac unchanged)\n                           {why} (never above the host)\n"
+        )),
+        "{text}"
+    );
+}
+
+#[test]
+fn given_an_m3_brand_a_profile_asking_apple9_stays_apple9() {
+    let env = Env::new();
+    env.write_policy("9", "unlock = \"native\"");
+    let daemon = env.start(
+        &[],
+        &[("METALIFT_HOST_CHIP_BRAND", "Apple M3 Max (Virtual)")],
+    );
+    let v = daemon.check_in();
+    assert_eq!(v.capabilities.map(|c| c.apple_family_max), Some(9), "{v:?}");
+    let decision = env.records_of("decision").pop().expect("a decision record");
+    assert_eq!(decision["apple_family_max"], 9, "{decision}");
+    assert_eq!(decision["apple_family_requested"], 9, "{decision}");
+    assert!(decision.get("apple_family_capped").is_none(), "{decision}");
+    let loaded = env.records_of("policy_loaded");
+    assert_eq!(loaded[0]["warnings"], serde_json::json!([]), "{loaded:?}");
+}
+
+#[test]
 fn without_a_brand_the_daemon_resolves_host_to_7_and_warns() {
     let env = Env::new();
     env.write_policy("\"host\"", "unlock = \"native\"");

@@ -1,6 +1,7 @@
-//! The host's chip brand, for `apple_family_max = "host"`: read once by metaliftd and
-//! handed to the policy compiler (the brand → family table is the policy crate's
-//! `chip` module, pure and tested).
+//! The host's chip brand, for `apple_family_max = "host"` and for the ceiling no
+//! unlock exceeds (never above the host: the policy crate's `ceiling` module): read
+//! once by metaliftd and handed to the policy compiler (the brand → family table is
+//! the policy crate's `chip` module, pure and tested).
 //!
 //! Where the brand comes from, first that answers:
 //!
@@ -10,7 +11,8 @@
 //!    explain` takes `--host-chip-brand` as an explicit what-if instead;
 //! 2. macOS: `sysctlbyname("machdep.cpu.brand_string")`. In a Virtualization.framework
 //!    guest it names the host's chip, e.g. "Apple M2 (Virtual)";
-//! 3. otherwise none: `"host"` resolves to 7, with a warning in the policy's load.
+//! 3. otherwise none: `"host"` resolves to 7, with a warning in the policy's load, and
+//!    a numeric ceiling cannot be capped (Apple9 and above draw a warning).
 
 use std::path::Path;
 use std::sync::OnceLock;

@@ -385,6 +385,14 @@ fn decision_record(
         Action::Unlock { profile, .. } => Some(profile.clone()),
         Action::Stock => verdict.would_unlock.clone(),
     };
+    // Never above the host: what the profile asked beside what was applied, and why.
+    let (apple_family_requested, apple_family_capped) = match &verdict.action {
+        Action::Unlock { profile, .. } => (
+            verdict.requested_family(),
+            verdict.family_cap.as_ref().map(|cap| cap.describe(profile)),
+        ),
+        Action::Stock => (None, None),
+    };
     DecisionRecord {
         time: SystemTime::now(),
         decision_id,
@@ -404,6 +412,8 @@ fn decision_record(
             Action::Unlock { capabilities, .. } => Some(capabilities.apple_family_max),
             Action::Stock => None,
         },
+        apple_family_requested,
+        apple_family_capped,
         would_unlock: verdict.would_unlock.is_some(),
         policy_sha256: policy_sha256.to_owned(),
         latency_us,
@@ -469,6 +479,7 @@ mod tests {
             rule: Some("llama".into()),
             mode: metalift_policy::Mode::Monitor,
             would_unlock: Some("apple7".into()),
+            family_cap: None,
             trace: Vec::new(),
         };
         let msg = verdict_msg(9, verdict);

@@ -27,6 +27,8 @@ fn decision(id: u64, exe: &str) -> Record {
         profile: Some("apple7".into()),
         mode: "enforce".into(),
         apple_family_max: None,
+        apple_family_requested: None,
+        apple_family_capped: None,
         would_unlock: false,
         policy_sha256: "ab".repeat(32),
         latency_us: 42,

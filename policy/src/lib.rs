@@ -24,7 +24,9 @@
 //! modules: [`profile`] (capability profiles), [`subject`] (who is asking),
 //! [`verdict`] (the `#[must_use]` decision and its trace), [`diagnostic`]
 //! (`file:line:col` problems), [`size`] (human sizes), [`wire`] (the check-in
-//! protocol shared with the shim), [`socket_path`] (where the daemon listens by default).
+//! protocol shared with the shim), [`socket_path`] (where the daemon listens by default),
+//! [`chip`] (the host chip's family) and [`ceiling`] (a profile is applied at most at
+//! the host chip's family: never above the host).
 //!
 //! # The policy file
 //!
@@ -33,7 +35,8 @@
 //! mode = "enforce"                 # or "monitor": decide and log, never unlock
 //!
 //! [profile.apple7]
-//! apple_family_max = 7             # Apple5..=Apple10, or "host" (see [`chip`])
+//! apple_family_max = 7             # Apple5..=Apple10, or "host" (see [`chip`]);
+//!                                  # never above the host chip's (see [`ceiling`])
 //! max_threadgroup_memory = 32768   # 1..=65536, a floor; warning above 32768
 //! recommended_working_set = "12 GiB"   # optional floor
 //!
@@ -134,6 +137,7 @@
 //! `sha256sum < policy.toml`.
 #![forbid(unsafe_code)]
 
+pub mod ceiling;
 pub mod chip;
 pub mod diagnostic;
 pub mod host;
@@ -150,6 +154,7 @@ mod validate;
 pub mod verdict;
 pub mod wire;
 
+pub use ceiling::FamilyCap;
 pub use chip::{apple_family_for_brand, CompileOptions, HostFamily};
 pub use diagnostic::{Diagnostic, Severity, Source};
 pub use host::{host_lints, Host, PathFact};

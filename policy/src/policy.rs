@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use sha2::{Digest, Sha256};
 
+use crate::ceiling::FamilyCap;
 use crate::chip::{CompileOptions, HostFamily};
 use crate::diagnostic::{Diagnostic, Source};
 use crate::matcher::Matcher;
@@ -46,6 +47,8 @@ pub struct Policy {
     /// Profiles whose `apple_family_max` is `"host"`, and the host they resolved for.
     host_profiles: std::collections::BTreeSet<String>,
     host: HostFamily,
+    /// Profiles the host chip capped (never above the host), by name.
+    capped: BTreeMap<String, FamilyCap>,
 }
 
 /// A successfully loaded policy, the warnings it drew, and the text it came from.
@@ -156,6 +159,7 @@ pub fn compile_sources_with(
         sha256_hex: sources_sha256(&sources),
         host_profiles: validated.host_profiles,
         host: opts.host.clone(),
+        capped: validated.capped,
     };
     Ok(Loaded {
         policy,
@@ -183,6 +187,7 @@ impl Policy {
             sha256_hex: sources_sha256(&[]),
             host_profiles: std::collections::BTreeSet::new(),
             host: HostFamily::default(),
+            capped: BTreeMap::new(),
         }
     }
 
@@ -266,11 +271,16 @@ impl Policy {
                 (Action::Stock, Some(profile.to_string()))
             }
         };
+        let family_cap = match &rule.effect {
+            Effect::Unlock { profile, .. } => self.profile_cap(profile).cloned(),
+            Effect::Stock => None,
+        };
         Verdict {
             action,
             rule: Some(rule.id.clone()),
             mode: self.mode,
             would_unlock,
+            family_cap,
             trace,
         }
     }
@@ -310,6 +320,13 @@ impl Policy {
     #[must_use]
     pub fn profile_host(&self, name: &str) -> Option<&HostFamily> {
         self.host_profiles.contains(name).then_some(&self.host)
+    }
+
+    /// When profile `name` asked more Apple family than the host chip has: what it
+    /// asked and what is applied (its [`Capabilities::apple_family_max`]).
+    #[must_use]
+    pub fn profile_cap(&self, name: &str) -> Option<&FamilyCap> {
+        self.capped.get(name)
     }
 
     /// The answers of profile `name`, if defined.

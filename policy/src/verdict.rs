@@ -1,5 +1,6 @@
 //! The outcome of evaluating a policy for one subject.
 
+use crate::ceiling::FamilyCap;
 use crate::profile::Capabilities;
 
 /// Whether the policy changes anything, or only says what it would do.
@@ -73,6 +74,11 @@ pub struct Verdict {
     pub mode: Mode,
     /// In monitor mode, the profile the winning rule would have unlocked.
     pub would_unlock: Option<String>,
+    /// When the unlocked (or, in monitor mode, would-be) profile asked more Apple
+    /// family than the host chip has: what it asked and what is applied. The action's
+    /// capabilities already hold the applied value; this says why they differ from
+    /// the profile's text.
+    pub family_cap: Option<FamilyCap>,
     /// Every rule of the policy, in file order, with why it matched, failed or lost.
     /// Filled by `Policy::explain`; empty from the fast `Policy::evaluate`.
     pub trace: Vec<Considered>,
@@ -86,7 +92,19 @@ impl Verdict {
             rule: None,
             mode,
             would_unlock: None,
+            family_cap: None,
             trace: Vec::new(),
+        }
+    }
+
+    /// The Apple family the winning profile asked for: its `apple_family_max` as
+    /// written (`"host"` resolved), before any cap. `None` for a stock verdict.
+    #[must_use]
+    pub fn requested_family(&self) -> Option<u8> {
+        match (&self.action, &self.family_cap) {
+            (_, Some(cap)) => Some(cap.requested),
+            (Action::Unlock { capabilities, .. }, None) => Some(capabilities.apple_family_max),
+            (Action::Stock, None) => None,
         }
     }
 }

@@ -231,6 +231,8 @@ mod tests {
             profile: Some("apple7".into()),
             mode: "enforce".into(),
             apple_family_max: None,
+            apple_family_requested: None,
+            apple_family_capped: None,
             would_unlock: false,
             policy_sha256: "ab".repeat(32),
             latency_us: 1,

@@ -190,6 +190,8 @@ mod tests {
             profile: None,
             mode: "enforce".into(),
             apple_family_max: None,
+            apple_family_requested: None,
+            apple_family_capped: None,
             would_unlock,
             policy_sha256: String::new(),
             latency_us: 0,

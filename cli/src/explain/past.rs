@@ -117,6 +117,8 @@ pub(super) struct DecisionSeen {
     pub(super) raw: serde_json::Value,
     /// The Apple family ceiling the verdict carried (unlock verdicts of daemons that record it).
     apple_family_max: Option<u8>,
+    /// Why the host chip lowered it below what the profile asked, when it did.
+    apple_family_capped: Option<String>,
     id: u64,
     time: String,
     pid: i64,
@@ -157,6 +159,7 @@ pub(super) fn find_decision(log: &Path, id: u64) -> anyhow::Result<Option<Decisi
     Ok(Some(DecisionSeen {
         raw: serde_json::to_value(&d).context("re-serialising the decision record")?,
         apple_family_max: d.apple_family_max,
+        apple_family_capped: d.apple_family_capped,
         id,
         time: metalift_daemon::audit::record::rfc3339::format(d.time),
         pid: i64::from(d.pid),
@@ -180,8 +183,13 @@ pub(super) fn decision_text(r: &DecisionSeen) -> String {
         .apple_family_max
         .map(|f| format!(", apple_family_max {f}"))
         .unwrap_or_default();
+    let capped = r
+        .apple_family_capped
+        .as_deref()
+        .map(|why| format!("  never above the host: {why}\n"))
+        .unwrap_or_default();
     format!(
-        "decision {} at {}\n  pid {} (uid {}) ran {}\n  decided: {} (rule {}, profile {}{family}, mode {})\n  policy sha256 {}\n\nre-explained with the policy that was live then:\n",
+        "decision {} at {}\n  pid {} (uid {}) ran {}\n  decided: {} (rule {}, profile {}{family}, mode {})\n{capped}  policy sha256 {}\n\nre-explained with the policy that was live then:\n",
         r.id,
         r.time,
         r.pid,

@@ -14,6 +14,11 @@ use serde::{Deserialize, Serialize};
 /// know (a newer daemon's) and defaulting descriptive fields an older one lacked.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
+// The daemon builds one record per event, borrows it to write it and drops it, and
+// readers stream them (`LogReader::read_to_end_each`), so the enum's size is never
+// multiplied, while boxing the decision would add an allocation to every check-in.
+// The decision outgrew clippy's 200-byte margin with the never-above-the-host fields.
+#[allow(clippy::large_enum_variant)]
 pub enum Record {
     /// A verdict the daemon decided, written before the verdict is sent.
     Decision(DecisionRecord),
@@ -151,6 +156,16 @@ pub struct DecisionRecord {
     /// `apple_family_max = "host"` is recorded resolved); `None` for stock.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub apple_family_max: Option<u8>,
+    /// The Apple family the unlocked profile asked for (`"host"` resolved), beside
+    /// `apple_family_max`, what was applied: they differ when the host chip capped it
+    /// (never above the host). `None` for stock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub apple_family_requested: Option<u8>,
+    /// Why `apple_family_max` is below `apple_family_requested`: "profile `apple9`
+    /// asks Apple9; this host (Apple M1 (Virtual)) has Apple7: applied as Apple7".
+    /// `None` when nothing was capped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub apple_family_capped: Option<String>,
     /// In monitor mode: the winning rule would have unlocked.
     #[serde(default)]
     pub would_unlock: bool,
@@ -339,6 +354,8 @@ mod tests {
             profile: None,
             mode: "enforce".into(),
             apple_family_max: None,
+            apple_family_requested: None,
+            apple_family_capped: None,
             would_unlock: false,
             policy_sha256: "ab".repeat(32),
             latency_us: 85,

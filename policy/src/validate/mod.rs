@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
 use std::sync::Arc;
 
+use crate::ceiling::FamilyCap;
 use crate::chip::CompileOptions;
 use crate::diagnostic::{Diagnostic, LineIndex, Severity, Source};
 use crate::model::{At, FamilyText, FileModel, RawProfile, SizeText};
@@ -20,6 +21,7 @@ use crate::rule::Rule;
 use crate::size::parse_size;
 use crate::verdict::Mode;
 
+mod ceiling;
 mod lint;
 mod rule;
 
@@ -42,6 +44,9 @@ pub(crate) struct Validated {
     pub rules: Vec<Rule>,
     /// Profiles whose `apple_family_max` is `"host"`.
     pub host_profiles: std::collections::BTreeSet<String>,
+    /// Profiles whose `apple_family_max` the host chip lowered (their entry in
+    /// `profiles` holds the applied value).
+    pub capped: BTreeMap<String, FamilyCap>,
     pub diagnostics: Vec<Diagnostic>,
 }
 
@@ -83,6 +88,10 @@ pub(crate) fn validate(
             }
             profile_sites.insert(name.value.clone(), (i, name.span.clone()));
             if let Some(caps) = v.profile(i, raw) {
+                let (caps, cap) = v.host_ceiling(i, &name.value, raw, caps);
+                if let Some(cap) = cap {
+                    result.capped.insert(name.value.clone(), cap);
+                }
                 if matches!(
                     &raw.apple_family_max,
                     Some(At {

@@ -1,27 +1,67 @@
-//! The example policies in examples/ are valid, warning-free, and decide as their comments say.
+//! The example policies in examples/ are valid, warning-free on the guest they are
+//! written for, and decide as their comments say.
 
 use std::path::PathBuf;
 
-use metalift_policy::{compile_sources, Action, Mode, Policy, Source, Subject};
+use metalift_policy::{
+    compile_sources_with, Action, CompileOptions, HostFamily, Loaded, Mode, Policy, Source, Subject,
+};
 
 use crate::{at, render_all, winner};
 
-fn example(name: &str) -> Policy {
+/// The brand a macOS guest on an M2 host reads (`machdep.cpu.brand_string`).
+const GUEST_BRAND: &str = "Apple M2 (Virtual)";
+
+fn compile_example(name: &str, brand: Option<&str>) -> Loaded {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../examples")
         .join(name);
     let text = std::fs::read_to_string(&path).expect("example exists");
-    match compile_sources(vec![Source::new(name, text)]) {
-        Ok(loaded) => {
-            assert!(
-                loaded.warnings.is_empty(),
-                "{}",
-                render_all(&loaded.warnings, &loaded.sources)
-            );
-            loaded.policy
-        }
+    let opts = CompileOptions {
+        host: HostFamily {
+            brand: brand.map(str::to_owned),
+        },
+    };
+    match compile_sources_with(vec![Source::new(name, text)], &opts) {
+        Ok(loaded) => loaded,
         Err(e) => panic!("{name}: {e}"),
     }
+}
+
+/// The example as metaliftd in an M2 guest compiles it, asserting it draws no warning.
+fn example(name: &str) -> Policy {
+    let loaded = compile_example(name, Some(GUEST_BRAND));
+    assert!(
+        loaded.warnings.is_empty(),
+        "{}",
+        render_all(&loaded.warnings, &loaded.sources)
+    );
+    loaded.policy
+}
+
+#[test]
+fn the_shipped_profiles_follow_the_host_chip() {
+    for name in ["default-policy.toml", "llama-fleet.toml"] {
+        let p = example(name);
+        for (profile, caps) in p.profiles() {
+            assert_eq!(caps.apple_family_max, 8, "{name}: {profile}");
+            assert!(p.profile_host(profile).is_some(), "{name}: {profile}");
+        }
+        // Where the chip cannot be read, "host" still loads, at 7, with a warning
+        // naming it (and nothing else).
+        let unread = compile_example(name, None);
+        assert!(!unread.warnings.is_empty(), "{name}");
+        for w in &unread.warnings {
+            assert!(
+                w.message
+                    .contains("apple_family_max = \"host\": the host chip could not be read here"),
+                "{name}: {w}"
+            );
+        }
+    }
+    // The development policy is for Linux rigs: no chip to follow, no warning there.
+    let dev = compile_example("dev-policy.toml", None);
+    assert!(dev.warnings.is_empty(), "{:?}", dev.warnings);
 }
 
 #[test]
@@ -29,7 +69,7 @@ fn the_default_policy_is_enforcing_defines_a_profile_and_unlocks_nothing() {
     let p = example("default-policy.toml");
     assert_eq!(p.mode(), Mode::Enforce);
     assert_eq!(p.rule_count(), 0);
-    assert!(p.profile("apple7").is_some());
+    assert!(p.profile("native").is_some());
     assert_eq!(
         p.evaluate(&at("/opt/llama.cpp/bin/llama-server")).action,
         Action::Stock
@@ -62,7 +102,7 @@ fn the_llama_fleet_policy_decides_as_documented() {
             profile,
             capabilities,
         } => {
-            assert_eq!(profile, "apple7-big");
+            assert_eq!(profile, "native-big");
             assert_eq!(capabilities.recommended_working_set, Some(20 << 30));
         }
         Action::Stock => panic!("the server is unlocked"),

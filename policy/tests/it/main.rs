@@ -1,6 +1,7 @@
 //! Integration tests of the policy engine, one module per concern, in one test binary.
 
 mod examples;
+mod host_ceiling;
 mod host_family;
 mod lints;
 mod load;
