@@ -1,6 +1,7 @@
 //! libmetalift against the real metaliftd: a process that never touches Metal
 //! leaves no audit record and no daemon log line; a Metal process leaves its
-//! decision and outcome (the positive control).
+//! decision and outcome (the positive control); a profile above the host chip's
+//! family is applied at the host's.
 //!
 //! Needs `metaliftd` next to the probe (`cargo build --workspace`, as
 //! `scripts/test.sh` does). Linux only (the simulated Metal).
@@ -20,6 +21,12 @@ struct Daemon {
 
 impl Daemon {
     fn start() -> Daemon {
+        Daemon::start_with(7, None)
+    }
+
+    /// A daemon whose `apple7` profile asks `family`, on a host whose chip brand
+    /// is `brand` (METALIFT_HOST_CHIP_BRAND, the daemon's own environment).
+    fn start_with(family: u8, brand: Option<&str>) -> Daemon {
         let bin_dir = probe().parent().unwrap().to_path_buf();
         let metaliftd = bin_dir.join("metaliftd");
         assert!(
@@ -32,9 +39,10 @@ impl Daemon {
         }
         // Unlocks the probe and, were they to ask, /bin/true and sh as well.
         let mut policy = String::from(
-            "version = 1\nmode = \"enforce\"\n\n[profile.apple7]\napple_family_max = 7\n\
+            "version = 1\nmode = \"enforce\"\n\n[profile.apple7]\napple_family_max = FAMILY\n\
              max_threadgroup_memory = 32768\n",
-        );
+        )
+        .replace("FAMILY", &family.to_string());
         for (id, path) in [
             ("probe", probe()),
             ("true", "/usr/bin/true".into()),
@@ -46,7 +54,12 @@ impl Daemon {
             ));
         }
         std::fs::write(dir.path().join("etc/policy.toml"), policy).unwrap();
-        let child = clean(&metaliftd)
+        let mut cmd = clean(&metaliftd);
+        cmd.env_remove("METALIFT_HOST_CHIP_BRAND");
+        if let Some(brand) = brand {
+            cmd.env("METALIFT_HOST_CHIP_BRAND", brand);
+        }
+        let child = cmd
             .arg("--policy")
             .arg(dir.path().join("etc/policy.toml"))
             .arg("--socket")
@@ -133,4 +146,33 @@ fn a_process_without_metal_leaves_no_audit_record_and_no_daemon_log_line() {
     let kinds: Vec<&str> = records.iter().filter_map(|r| r["kind"].as_str()).collect();
     assert_eq!(kinds, ["decision", "outcome"], "{records:?}");
     assert_eq!(records[1]["result"], "applied", "{records:?}");
+}
+
+#[test]
+fn given_an_m1_host_and_a_profile_asking_apple9_then_the_probe_is_apple7_and_the_record_says_why() {
+    let daemon = Daemon::start_with(9, Some("Apple M1 (Virtual)"));
+    let report = probe_json(injected(probe(), &daemon.socket()));
+    assert_apple7(&report);
+    // Metal's own bf16 emulation stays on: Apple9 was not claimed.
+    assert_eq!(report["requires_bf16_emulation"], true, "{report}");
+    let records = daemon.records();
+    let decision = &records[0];
+    assert_eq!(decision["kind"], "decision", "{records:?}");
+    assert_eq!(decision["apple_family_requested"], 9, "{decision}");
+    assert_eq!(decision["apple_family_max"], 7, "{decision}");
+    let why = decision["apple_family_capped"].as_str().unwrap_or_default();
+    assert!(
+        why.contains("Apple M1 (Virtual)") && why.contains("Apple7"),
+        "{decision}"
+    );
+    assert_eq!(records[1]["result"], "applied", "{records:?}");
+}
+
+#[test]
+fn given_an_m3_host_and_a_profile_asking_apple9_then_the_probe_is_apple9() {
+    let daemon = Daemon::start_with(9, Some("Apple M3 Max (Virtual)"));
+    let report = probe_json(injected(probe(), &daemon.socket()));
+    assert_eq!(report["apple_family"], 9, "{report}");
+    assert_eq!(report["requires_bf16_emulation"], false, "{report}");
+    assert!(daemon.records()[0]["apple_family_capped"].is_null());
 }
