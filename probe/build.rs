@@ -89,7 +89,7 @@ fn main() {
 
 fn hostile(cc: &str, normal: &Path, output: &Path, late: bool) {
     let mut cmd = Command::new(cc);
-    cmd.args(["-O2", "-Wall", "-Werror", "-o"])
+    cmd.args(["-O2", "-Wall", "-Werror", "-pthread", "-o"])
         .arg(output)
         .arg(HOSTILE);
     if late {

@@ -29,8 +29,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// The shim's C sources, one concern each (see c/metalift_shim.h).
-const SOURCES: [&str; 9] = [
+const SOURCES: [&str; 10] = [
     "c/loader.c",
+    "c/fork.c",
     "c/session.c",
     "c/socket.c",
     "c/wire.c",

@@ -18,6 +18,11 @@
  *                    onto 1 and 2, creates a device, prints to stdout and stderr.
  *   fork             fork; the child and then the parent create a device and
  *                    print "<role> <pid> family <N>" (with -late: before Metal).
+ *   forkwait         a thread creates the first device while the daemon is slow
+ *                    to answer; meanwhile the main thread forks; the child
+ *                    creates a device of its own (SIGALRM after 15 s: a child
+ *                    that inherited a held lock would hang), then the parent
+ *                    joins: "child <pid> family <N>", "parent <pid> family <N>".
  *   exec             exec `sh -c 'ls /proc/self/fd'` without creating a device.
  *   devexec          create a device (asking it nothing, so an unlocked shim's
  *                    connection is still open), then exec as `exec` does.
@@ -36,6 +41,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -99,13 +106,26 @@ static int dlerror_case(int argc, char **argv)
     return 0;
 }
 
+static int family_of(const char *creator);
+
 /* Creates the default device and returns the highest Apple family it claims. */
 static int device_family(void)
+{
+    return family_of("MTLCreateSystemDefaultDevice");
+}
+
+/* The same for a device created anew (the simulated Metal's SimMetalCreateDevice). */
+static int new_device_family(void)
+{
+    return family_of("SimMetalCreateDevice");
+}
+
+static int family_of(const char *creator)
 {
     create_fn create;
     msg_lookup_fn lookup;
     sel_fn sel;
-    void *s = sym("MTLCreateSystemDefaultDevice");
+    void *s = sym(creator);
     memcpy(&create, &s, sizeof s);
     s = sym("objc_msg_lookup");
     memcpy(&lookup, &s, sizeof s);
@@ -227,7 +247,7 @@ static int fork_both(void)
     if (child < 0)
         return 40;
     if (child == 0) {
-        printf("child %ld family %d\n", (long)getpid(), device_family());
+        printf("child %ld family %d\n", (long)getpid(), new_device_family());
         fflush(stdout);
         _exit(0);
     }
@@ -235,6 +255,36 @@ static int fork_both(void)
     waitpid(child, &status, 0);
     printf("parent %ld family %d\n", (long)getpid(), device_family());
     return WIFEXITED(status) ? WEXITSTATUS(status) : 41;
+}
+
+static void *first_device_thread(void *family)
+{
+    *(int *)family = device_family();
+    return NULL;
+}
+
+static int fork_while_waiting(void)
+{
+    int thread_family = 0;
+    pthread_t t;
+    if (pthread_create(&t, NULL, first_device_thread, &thread_family) != 0)
+        return 60;
+    usleep(300 * 1000); /* the thread is now inside its device init, waiting */
+    fflush(NULL);
+    pid_t child = fork();
+    if (child < 0)
+        return 61;
+    if (child == 0) {
+        alarm(15);
+        printf("child %ld family %d\n", (long)getpid(), new_device_family());
+        fflush(NULL);
+        _exit(0);
+    }
+    int status = 0;
+    waitpid(child, &status, 0);
+    pthread_join(t, NULL);
+    printf("parent %ld family %d\n", (long)getpid(), thread_family);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 62;
 }
 
 int main(int argc, char **argv)
@@ -249,6 +299,8 @@ int main(int argc, char **argv)
         return stdio_closed(argv[2]);
     if (strcmp(argv[1], "fork") == 0)
         return fork_both();
+    if (strcmp(argv[1], "forkwait") == 0)
+        return fork_while_waiting();
     if (strcmp(argv[1], "dlerror") == 0)
         return dlerror_case(argc, argv);
     if (strcmp(argv[1], "devexec") == 0)

@@ -244,6 +244,29 @@ fn a_child_forked_before_the_check_in_checks_in_itself_and_reports_its_own_outco
 }
 
 #[test]
+fn a_fork_while_the_first_device_waits_for_its_verdict_waits_for_it_and_the_child_checks_in_itself()
+{
+    // The daemon answers after 1 s: the fork lands while the first device's
+    // thread holds the shim's locks. Without the atfork handlers the child
+    // inherits them held and hangs (its alarm then kills it: exit 62).
+    let daemon = FakeDaemon::start_delayed(unlock(APPLE7), std::time::Duration::from_secs(1));
+    let mut cmd = injected(hostile("metalift-hostile"), &daemon.socket);
+    cmd.arg("forkwait");
+    let output = run(cmd, b"");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{output:?}");
+    assert!(
+        stdout.contains("child") && stdout.contains("family 7"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("parent") && !stdout.contains("family 5"),
+        "{stdout}"
+    );
+    assert_eq!(daemon.check_ins(), 2, "parent and child each checked in");
+}
+
+#[test]
 fn a_program_that_links_metal_but_creates_no_device_makes_no_connection_and_execs_untouched() {
     let daemon = FakeDaemon::start(unlock(APPLE7));
     let (plain, shimmed) = both("metalift-hostile", &["exec"], &daemon, &[]);

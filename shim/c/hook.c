@@ -531,7 +531,6 @@ bool ml_hook_try(void *scope)
     if (base == NULL)
         return false;
     init_hooked = true;
-    ml_session_register_atfork();
     ml_method m = rt.class_get_instance_method(base, rt.sel_register_name("initGPUFamilySupport"));
     if (m == NULL) {
         fail_without_device("selector -[_MTLDevice initGPUFamilySupport] is missing: this Metal "

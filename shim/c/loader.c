@@ -61,6 +61,7 @@ void ml_metal_arrived(void *scope)
 {
     pthread_mutex_lock(&loader_lock);
     metal_seen = true;
+    ml_fork_register();
     if (!hook_done) {
         hook_done = ml_hook_try(scope);
         if (!hook_done)

@@ -16,6 +16,9 @@
  *   hook.c     the Objective-C runtime (dlsym), the device-init hook, the
  *              capability IMPs, the finish step (self-check / roll-back).
  *   config.c   the environment: METALIFT_DISABLE, _SOCKET, _TIMEOUT_MS, _DEBUG.
+ *   fork.c     the pthread_atfork handlers (both hook.c's and session.c's locks).
+ *   xpc.c      macOS: the check-in over XPC (per-message audit tokens).
+ *   xpc_dict.c the messages on an XPC dictionary, twin of xpc/src/dict.rs.
  *   log.c      the system log (Linux /dev/log, macOS os_log) and debug stderr.
  *
  * Why C and why one library: see shim/c/README.md. In short: on arm64e every
@@ -506,8 +509,10 @@ ML_HIDDEN void ml_session_plan(struct ml_plan *out, bool wait);
 ML_HIDDEN void ml_session_report(const struct ml_outcome *o);
 /* Turns a decoded verdict into a plan (session.rs plan_from_verdict). */
 ML_HIDDEN void ml_plan_from_verdict(const struct ml_verdict *v, struct ml_plan *out);
-/* Registers pthread_atfork handlers (once; only when Metal is there). */
-ML_HIDDEN void ml_session_register_atfork(void);
+/* The session lock around fork (fork.c calls these, after hook.c's). */
+ML_HIDDEN void ml_session_atfork_prepare(void);
+ML_HIDDEN void ml_session_atfork_parent(void);
+ML_HIDDEN void ml_session_atfork_child(void);
 /* The process that owns the session's state (for fork checks elsewhere). */
 ML_HIDDEN pid_t ml_session_pid(void);
 
@@ -522,6 +527,12 @@ ML_HIDDEN bool ml_hook_try(void *scope);
 ML_HIDDEN void ml_hook_atfork_prepare(void);
 ML_HIDDEN void ml_hook_atfork_parent(void);
 ML_HIDDEN void ml_hook_atfork_child(void);
+
+/* ---------------------------------------------------------------- fork.c -- */
+
+/* Registers the pthread_atfork handlers (once; loader.c, when Metal is there):
+ * hook.c's locks, then session.c's, in the order a first device takes them. */
+ML_HIDDEN void ml_fork_register(void);
 
 /* -------------------------------------------------------------- loader.c -- */
 

@@ -372,33 +372,19 @@ void ml_session_report(const struct ml_outcome *o)
     pthread_mutex_unlock(&session_lock);
 }
 
-static void atfork_prepare(void)
+void ml_session_atfork_prepare(void)
 {
-    ml_hook_atfork_prepare();
     pthread_mutex_lock(&session_lock);
 }
 
-static void atfork_parent(void)
+void ml_session_atfork_parent(void)
 {
     pthread_mutex_unlock(&session_lock);
-    ml_hook_atfork_parent();
 }
 
-static void atfork_child(void)
+void ml_session_atfork_child(void)
 {
     /* The child's copy of a lock the parent held at fork is released here; the
      * state itself is reset lazily (reset_if_forked, by pid). */
     pthread_mutex_unlock(&session_lock);
-    ml_hook_atfork_child();
-}
-
-static void register_atfork_once(void)
-{
-    (void)pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
-}
-
-void ml_session_register_atfork(void)
-{
-    static pthread_once_t once = PTHREAD_ONCE_INIT;
-    (void)pthread_once(&once, register_atfork_once);
 }
