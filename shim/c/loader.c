@@ -52,7 +52,6 @@ enum loader_state {
 };
 
 static volatile int loader_state = LOADING;
-static pid_t constructor_pid;
 static volatile bool metal_seen; /* Metal's image has been seen */
 static volatile bool hook_done;  /* _MTLDevice found (hooked, or failed for good) */
 static pthread_mutex_t loader_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -159,14 +158,11 @@ static void image_added(const struct mach_header *mh, intptr_t slide)
 
 #endif /* __APPLE__ */
 
-pid_t ml_loader_pid(void)
-{
-    return constructor_pid;
-}
-
 __attribute__((constructor)) static void ml_constructor(void)
 {
-    constructor_pid = getpid();
+#ifdef __APPLE__
+    ml_xpc_note_image_start();
+#endif
     if (ml_config_disabled()) {
         loader_state = INERT;
         return;

@@ -391,6 +391,11 @@ ML_HIDDEN struct ml_wire_error ml_xpc_decode_verdict(xpc_object_t dict, struct m
  * pid and pid version; a Unix socket's LOCAL_PEERTOKEN names only whoever last
  * used the socket (README, "Who is asking"). */
 
+/* The constructor's note of the pid this image started in (no allocation). */
+ML_HIDDEN void ml_xpc_note_image_start(void);
+/* Whether libxpc may be used here: not in a child forked without exec, where
+ * libdispatch refuses to run (the pid differs from the one noted at start). */
+ML_HIDDEN bool ml_xpc_usable(void);
 /* Opens a connection to ML_XPC_SERVICE in the system domain and sends the
  * check-in; the verdict arrives asynchronously. Returns 0, or an errno value. */
 ML_HIDDEN int ml_xpc_check_in(const char *shim_version, const char *arch);
@@ -542,9 +547,6 @@ ML_HIDDEN void ml_fork_register(void);
 #ifdef __linux__
 ML_HIDDEN bool ml_metal_mapped(void);
 #endif
-/* The pid the constructor ran in: another pid is a child forked without exec
- * (libxpc is not usable there). */
-ML_HIDDEN pid_t ml_loader_pid(void);
 /* Metal was seen (at load, on a dlopen, in dyld's callback): try to hook,
  * remembering "pending" when _MTLDevice is not there yet. No check-in: that
  * waits for the first device creation (hook.c). */

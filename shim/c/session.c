@@ -153,7 +153,7 @@ void ml_session_check_in(void)
         snprintf(socket_path, sizeof socket_path, "%s", config.socket);
         int e;
 #ifdef __APPLE__
-        via_xpc = config.system_daemon && ml_loader_pid() == getpid();
+        via_xpc = config.system_daemon && ml_xpc_usable();
         e = via_xpc ? ml_xpc_check_in(ML_SHIM_VERSION, arch_name()) : socket_check_in();
 #else
         e = socket_check_in();

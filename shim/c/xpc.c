@@ -25,9 +25,11 @@
  * (scripts/shim-arm64e-check.sh checks the object code). Still libSystem only:
  * libxpc and libdispatch are part of it.
  *
- * fork: libxpc cannot be used in a forked child that did not exec; session.c
- * never asks for XPC there (it uses the daemon's socket) and drops an inherited
- * connection with ml_xpc_forget, without a libxpc call.
+ * fork: libxpc cannot be used in a forked child that did not exec (libdispatch
+ * stops such a child that touches it); the constructor notes the pid the image
+ * started in, session.c asks ml_xpc_usable before choosing XPC (else the
+ * daemon's socket) and drops an inherited connection with ml_xpc_forget,
+ * without a libxpc call.
  */
 #include "metalift_shim.h"
 
@@ -63,10 +65,21 @@ extern const struct _xpc_dictionary_s _xpc_error_connection_interrupted;
 #define ML_DISPATCH_TIME_NOW 0ull
 #define ML_XPC_PRIVILEGED (1ull << 1)
 
+static pid_t image_start_pid; /* the pid the constructor ran in */
 static xpc_connection_t connection;
 static dispatch_semaphore_t reply_ready; /* signalled once per check-in */
 static xpc_object_t reply;               /* retained; set by the reply handler */
 static volatile bool replied;
+
+void ml_xpc_note_image_start(void)
+{
+    image_start_pid = getpid();
+}
+
+bool ml_xpc_usable(void)
+{
+    return image_start_pid != 0 && image_start_pid == getpid();
+}
 
 int ml_xpc_check_in(const char *shim_version, const char *arch)
 {

@@ -6,7 +6,7 @@ use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom};
 use std::path::Path;
 
-use super::reader::{parse_line, Item};
+use super::line::{parse_line, Item};
 
 /// Bytes read per step backwards.
 const CHUNK: u64 = 64 * 1024;
