@@ -288,15 +288,25 @@ impl Core {
     /// Builds the subject from kernel facts, computing the costly fields only when
     /// some rule of the snapshot needs them.
     async fn subject(&self, peer: &PeerFacts, needs: Needs) -> Subject {
+        let mut unreadable = peer.unreadable.clone();
         let sha256 = match (&peer.exe_file, needs.sha256) {
             (Some(exe), true) => match self.cache.sha256(exe).await {
                 Ok(hash) => Some(hash),
                 Err(error) => {
                     tracing::warn!(pid = peer.pid, exe = %peer.exe.display(), %error,
                         "cannot hash the executable: sha256 rules will not match it");
+                    if let crate::identity_cache::HashError::Io(e) = &error {
+                        unreadable.get_or_insert_with(|| peer::read_failure(e));
+                    }
                     None
                 }
             },
+            (None, true) if unreadable.is_some() => {
+                tracing::warn!(pid = peer.pid, exe = %peer.exe.display(),
+                    why = unreadable.as_deref().unwrap_or_default(),
+                    "identity unreadable: sha256 rules will not match it (on macOS: does metaliftd have Full Disk Access? see `metalift doctor`)");
+                None
+            }
             _ => None,
         };
         let user = if needs.user {
@@ -309,11 +319,16 @@ impl Core {
         } else {
             None
         };
-        // Team and signing identifiers count only from a valid, non-ad-hoc
-        // signature. The cdhash names the exact code that runs, so the platform
-        // module keeps it for any signature that validated, ad hoc included.
+        // Team and signing identifiers count only from a signature that chains
+        // to Apple (`peer::signature::trusted_ids`, the one place that decides):
+        // the subject never carries a claim, so no rule, explanation or record
+        // can treat one as the developer's. The cdhash names the exact code that
+        // runs, so the platform module keeps it for any signature that
+        // validated, ad hoc and untrusted included.
         let signature = peer.code_signature.as_ref();
-        let trusted = signature.filter(|s| s.valid);
+        let (team_id, signing_id) = signature.map_or((None, None), |s| {
+            peer::signature::trusted_ids(s.anchor, s.team_id.as_deref(), s.signing_id.as_deref())
+        });
         Subject {
             path: peer.exe.clone(),
             uid: peer.uid,
@@ -321,8 +336,10 @@ impl Core {
             parent_path: peer.parent_exe.clone(),
             sha256,
             cdhash: signature.and_then(|s| s.cdhash.clone()),
-            team_id: trusted.and_then(|s| s.team_id.clone()),
-            signing_id: trusted.and_then(|s| s.signing_id.clone()),
+            team_id,
+            signing_id,
+            anchor: signature.map(|s| s.anchor),
+            unreadable,
         }
     }
 
@@ -395,6 +412,11 @@ fn decision_record(
         team_id: subject.team_id.clone(),
         signing_id: subject.signing_id.clone(),
         cdhash: subject.cdhash.as_deref().map(hex::encode),
+        anchor: subject.anchor.map(|a| a.as_str().to_owned()),
+        identity_error: subject
+            .unreadable
+            .as_ref()
+            .map(|why| format!("identity unreadable: {why}")),
         parent_exe: peer.parent_exe.as_ref().map(|p| p.display().to_string()),
         rule: verdict.rule.clone(),
         action: verdict.action.as_str().to_owned(),

@@ -91,12 +91,14 @@ fn identify(
     let exe_link = format!("/proc/{pid}/exe");
     let exe = std::fs::read_link(&exe_link).map_err(proc_err("exe"))?;
     // Opening may fail where readlink did not (e.g. no read permission on the
-    // binary): then only `sha256` rules cannot match.
+    // binary): then only `sha256` rules cannot match, and the decision says why.
+    let mut unreadable = None;
     let exe_file = if wants.exe_file {
         match File::open(&exe_link) {
             Ok(f) => Some(ExeFile::new(f)),
             Err(e) => {
                 tracing::debug!(pid, error = %e, "cannot open the peer's executable for hashing");
+                unreadable = Some(super::read_failure(&e));
                 None
             }
         }
@@ -124,6 +126,7 @@ fn identify(
         parent_exe,
         code_signature: None,
         exe_file,
+        unreadable,
     })
 }
 

@@ -21,6 +21,7 @@ use std::fs::File;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+pub mod signature;
 mod user;
 pub use user::user_name;
 
@@ -67,14 +68,16 @@ impl Wants {
 }
 
 /// A code signature as the OS verified it (macOS fills this; Linux has none).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CodeSignature {
-    /// Whether the signature validated and is not ad hoc. Only then may the
-    /// identifiers below reach a [`metalift_policy::Subject`].
-    pub valid: bool,
-    /// Team identifier.
+    /// What the signature is anchored at ([`signature::classify`]). Only when it
+    /// chains to Apple may the identifiers below reach a
+    /// [`metalift_policy::Subject`] ([`signature::trusted_ids`]).
+    pub anchor: metalift_policy::Anchor,
+    /// Team identifier, as recorded in the signature (a claim until the anchor
+    /// says otherwise).
     pub team_id: Option<String>,
-    /// Signing identifier.
+    /// Signing identifier, as recorded in the signature (likewise).
     pub signing_id: Option<String>,
     /// Code directory hash, from a signature that validated (ad hoc included:
     /// the hash pins the exact code, whoever signed it). `None` otherwise.
@@ -121,6 +124,11 @@ pub struct PeerFacts {
     pub code_signature: Option<CodeSignature>,
     /// The executable, opened, for `sha256` rules. `None` when it could not be opened.
     pub exe_file: Option<ExeFile>,
+    /// Why the executable could not be read when it was needed (e.g.
+    /// `permission denied`: on macOS a daemon without Full Disk Access, for an
+    /// executable in a TCC-protected folder). Decisions then say
+    /// `identity unreadable: ...`, never "unsigned".
+    pub unreadable: Option<String>,
 }
 
 /// Why a peer could not be identified. The connection is then closed unanswered:
@@ -153,4 +161,12 @@ pub enum PeerError {
     /// This platform has no kernel identity for Unix-socket peers in this build.
     #[error("peer identity is not implemented on this platform")]
     Unsupported,
+}
+
+/// How a failed read of the executable is worded in decisions: the error kind
+/// (`permission denied`, `not found`, ...), without the OS's errno suffix, so
+/// every platform and every reader (`jq`, `metalift audit`) sees the same words.
+#[must_use]
+pub fn read_failure(error: &std::io::Error) -> String {
+    error.kind().to_string()
 }
