@@ -10,6 +10,7 @@
 //! - [`transport`]: how check-ins arrive (Unix socket; XPC on macOS) and the limits.
 //! - [`peer`]: who is asking, from the kernel (`linux.rs`, `macos.rs`).
 //! - [`identity_cache`]: executable sha256 by (dev, ino, size, mtime, ctime).
+//! - [`blocking_pool`]: where identity work runs: blocking threads, bounded.
 //! - [`status`]: the counters `metalift status` shows, and its client.
 //! - [`memory`]: hands memory freed by a reload back to the system (glibc `malloc_trim`).
 //! - [`oslog`]: a `tracing` layer into the system log (the unified log on macOS).
@@ -22,6 +23,7 @@
 #![deny(unsafe_code)]
 
 pub mod audit;
+pub mod blocking_pool;
 pub mod config;
 pub mod host_chip;
 pub mod identity_cache;

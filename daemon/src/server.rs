@@ -22,6 +22,7 @@ use metalift_policy::wire::{CheckIn, Outcome, VerdictMsg, WireAction};
 use metalift_policy::{Action, Needs, Subject, Verdict};
 
 use crate::audit::{Advisory, AuditError, AuditLog, DecisionRecord, OutcomeRecord, Record};
+use crate::blocking_pool::BlockingPool;
 use crate::identity_cache::IdentityCache;
 use crate::peer::{self, PeerFacts};
 use crate::policy_store::PolicyStore;
@@ -36,6 +37,9 @@ pub struct Core {
     audit: Arc<AuditLog>,
     /// Executable hashes by file version, for `sha256` rules.
     cache: IdentityCache,
+    /// Where every transport's blocking identity work runs (peer facts, hashes,
+    /// user lookups): off the executor, a bounded number at once.
+    pool: BlockingPool,
     /// The next decision id (see [`first_decision_id`]).
     next_id: AtomicU64,
     /// Counters for `metalift status`; relaxed atomics, they are statistics only.
@@ -99,12 +103,19 @@ impl Core {
             policy,
             audit,
             cache: IdentityCache::new(cache_entries),
+            pool: BlockingPool::default(),
             next_id: AtomicU64::new(first_decision_id(started_at)),
             counters: Counters::default(),
             started_at,
             active: Arc::default(),
             waiting: Arc::default(),
         }
+    }
+
+    /// The bounded blocking pool every transport identifies peers on.
+    #[must_use]
+    pub fn blocking(&self) -> &BlockingPool {
+        &self.pool
     }
 
     /// Which subject fields the live policy's rules read.
@@ -290,7 +301,7 @@ impl Core {
     async fn subject(&self, peer: &PeerFacts, needs: Needs) -> Subject {
         let mut unreadable = peer.unreadable.clone();
         let sha256 = match (&peer.exe_file, needs.sha256) {
-            (Some(exe), true) => match self.cache.sha256(exe).await {
+            (Some(exe), true) => match self.cache.sha256(exe, &self.pool).await {
                 Ok(hash) => Some(hash),
                 Err(error) => {
                     tracing::warn!(pid = peer.pid, exe = %peer.exe.display(), %error,
@@ -312,7 +323,8 @@ impl Core {
         let user = if needs.user {
             let uid = peer.uid;
             // NSS may ask a directory service: keep it off the executor.
-            tokio::task::spawn_blocking(move || peer::user_name(uid))
+            self.pool
+                .run(move || peer::user_name(uid))
                 .await
                 .ok()
                 .flatten()

@@ -37,13 +37,13 @@ use super::{ExeFile, PeerError, PeerFacts, Wants};
 /// Identifies the process on the other end of `stream` (see the module doc for the
 /// order), with every optional fact.
 pub fn facts_from_unix_stream(stream: &tokio::net::UnixStream) -> Result<PeerFacts, PeerError> {
-    facts_for(stream, Wants::ALL)
+    facts_for(stream.as_fd(), Wants::ALL)
 }
 
-/// Identifies the process on the other end of `stream`, reading only the optional
-/// facts `wants` asks for.
-pub fn facts_for(stream: &tokio::net::UnixStream, wants: Wants) -> Result<PeerFacts, PeerError> {
-    identify(stream.as_fd(), PidfdSource::Socket, wants, &|_| {})
+/// Identifies the process on the other end of the connected `socket`, reading
+/// only the optional facts `wants` asks for.
+pub fn facts_for(socket: BorrowedFd<'_>, wants: Wants) -> Result<PeerFacts, PeerError> {
+    identify(socket, PidfdSource::Socket, wants, &|_| {})
 }
 
 /// Where the pidfd that pins the asker comes from.

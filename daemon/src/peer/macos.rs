@@ -44,14 +44,15 @@ pub fn facts_from_unix_stream(stream: &tokio::net::UnixStream) -> Result<PeerFac
     facts_from_audit_token(token)
 }
 
-/// Identifies the process on the other end of a Unix-socket connection. On macOS
+/// Identifies the process on the other end of a connected Unix socket. On macOS
 /// the optional facts come with the signature check at no extra cost worth
 /// skipping, so `wants` is not consulted.
 pub fn facts_for(
-    stream: &tokio::net::UnixStream,
+    socket: std::os::fd::BorrowedFd<'_>,
     _wants: super::Wants,
 ) -> Result<PeerFacts, PeerError> {
-    facts_from_unix_stream(stream)
+    let token = AuditToken::of_unix_peer(&socket).map_err(PeerError::Credentials)?;
+    facts_from_audit_token(token)
 }
 
 /// Identifies the process an audit token names (see the module doc for the order).

@@ -12,12 +12,16 @@
 //! server core:
 //!
 //! - `facts_from_unix_stream(&tokio::net::UnixStream) -> Result<PeerFacts, PeerError>`
-//! - `facts_for(&tokio::net::UnixStream, Wants)`: the same, reading the optional
-//!   facts (the open executable, the parent) only when [`Wants`] asks for them.
+//! - `facts_for(BorrowedFd, Wants)`: the same for a connected socket, reading the
+//!   optional facts (the open executable, the parent) only when [`Wants`] asks
+//!   for them. Blocking: the transports run it through
+//!   [`crate::blocking_pool::BlockingPool`], behind [`IdentifyPeer`] (the seam
+//!   tests replace with a slow or failing identity).
 //!
 //! and on macOS `facts_from_audit_token(AuditToken)` for the XPC transport.
 
 use std::fs::File;
+use std::os::fd::BorrowedFd;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -39,6 +43,24 @@ pub use macos::{facts_for, facts_from_audit_token, facts_from_unix_stream};
 mod unsupported;
 #[cfg(not(any(target_os = "linux", target_os = "macos")))]
 pub use unsupported::{facts_for, facts_from_unix_stream};
+
+/// How the Unix-socket transport learns who is on the other end of a connection.
+/// Blocking; called on the transport's [`crate::blocking_pool::BlockingPool`],
+/// never on the async executor.
+pub trait IdentifyPeer: Send + Sync + std::fmt::Debug + 'static {
+    /// The kernel's facts about the peer of the connected `socket`.
+    fn identify(&self, socket: BorrowedFd<'_>, wants: Wants) -> Result<PeerFacts, PeerError>;
+}
+
+/// The real identity: this platform's `facts_for`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct KernelIdentity;
+
+impl IdentifyPeer for KernelIdentity {
+    fn identify(&self, socket: BorrowedFd<'_>, wants: Wants) -> Result<PeerFacts, PeerError> {
+        facts_for(socket, wants)
+    }
+}
 
 /// Which costly, optional facts a check-in needs: the live policy's
 /// [`metalift_policy::Needs`], narrowed to what identification reads.
