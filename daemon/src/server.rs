@@ -50,6 +50,8 @@ pub struct Core {
     active: Arc<Gauge>,
     /// Answered connections waiting for an outcome report, over every transport.
     waiting: Arc<Gauge>,
+    /// Whether this daemon can read TCC-protected files (macOS), probed at start.
+    full_disk_access: Option<bool>,
 }
 
 /// A count of things alive now, kept by [`Counted`] guards. Statistics only.
@@ -109,6 +111,7 @@ impl Core {
             started_at,
             active: Arc::default(),
             waiting: Arc::default(),
+            full_disk_access: crate::full_disk_access::probe(),
         }
     }
 
@@ -276,6 +279,7 @@ impl Core {
             connections_active: self.active.get(),
             connections_waiting: self.waiting.get(),
             cache_entries: self.cache.len(),
+            full_disk_access: self.full_disk_access,
         }
     }
 
