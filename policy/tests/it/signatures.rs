@@ -129,3 +129,14 @@ fn given_a_self_signed_team_id_claim_then_explain_says_it_does_not_count() {
         "{why}"
     );
 }
+
+#[test]
+fn given_a_platform_only_stock_rule_then_it_does_not_shadow_the_same_rule_for_everyone() {
+    // `apple` holds only for Apple's own `ls`; `ours` for any `ls` (say a
+    // Homebrew one): `ours` can still win, so no "can never win" warning.
+    let p = problems(&format!(
+        "{HEADER}[[rule]]\nid = \"apple\"\nname = \"ls\"\nplatform = true\nstock = true\n\
+         [[rule]]\nid = \"ours\"\nname = \"ls\"\nunlock = \"apple7\"\n"
+    ));
+    assert!(p.iter().all(|w| !w.contains("can never win")), "{p:?}");
+}
