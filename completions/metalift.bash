@@ -307,7 +307,7 @@ _metalift() {
             return 0
             ;;
         metalift__subcmd__explain)
-            opts="-h --policy --path --pid --decision --live --socket --log --host-chip-brand --uid --parent --team-id --signing-id --cdhash --json --allow-insecure-owner --help"
+            opts="-h --policy --path --pid --decision --live --socket --log --host-chip-brand --uid --parent --team-id --signing-id --cdhash --anchor --json --allow-insecure-owner --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -358,6 +358,10 @@ _metalift() {
                     return 0
                     ;;
                 --cdhash)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --anchor)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -57,6 +57,7 @@ complete -c metalift -n "__fish_metalift_using_subcommand explain" -l parent -d 
 complete -c metalift -n "__fish_metalift_using_subcommand explain" -l team-id -d 'What if the executable\'s valid signature had this team id' -r
 complete -c metalift -n "__fish_metalift_using_subcommand explain" -l signing-id -d 'What if the executable\'s valid signature had this signing id' -r
 complete -c metalift -n "__fish_metalift_using_subcommand explain" -l cdhash -d 'What if the executable\'s valid signature had this cdhash (40 hex digits)' -r
+complete -c metalift -n "__fish_metalift_using_subcommand explain" -l anchor -d 'What if the signature were anchored at this: apple (Apple\'s own code, for `platform = true` rules), developer-id, app-store, apple-development, ad-hoc, untrusted, invalid, unsigned, unreadable. The daemon keeps a signature\'s team id and signing id only for the first four, and so does explain [default: none; --team-id/--signing-id are then taken as trusted]' -r
 complete -c metalift -n "__fish_metalift_using_subcommand explain" -l live -d 'Explain with the running daemon\'s live policy instead of the file on disk'
 complete -c metalift -n "__fish_metalift_using_subcommand explain" -l json -d 'Print one JSON document instead of text'
 complete -c metalift -n "__fish_metalift_using_subcommand explain" -l allow-insecure-owner -d 'Accept policy files not owned by root or writable by group/other (development only)'

@@ -1,16 +1,19 @@
 //! `metalift doctor`: is this installation able to unlock anything? Each check is
 //! one line, `ok` / `warn` / `fail` (or `n/a`), with the fix: the daemon and its
 //! socket, the policy (readable, secure, valid, live), the audit log, the shim and
-//! its architectures, SIP, where `DYLD_INSERT_LIBRARIES` is configured, and the
-//! executables exact-path rules name (with `metalift exec`'s checks).
+//! its architectures, SIP, the daemon's Full Disk Access, a macOS 14 guest's mmap
+//! problem, where `DYLD_INSERT_LIBRARIES` is configured, and the executables
+//! exact-path rules name (with `metalift exec`'s checks).
 
 pub mod check;
 mod daemon;
 mod files;
+mod guest;
 mod launchd;
 pub mod paths;
 mod rules;
 mod system;
+mod tcc;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -102,6 +105,8 @@ pub fn checks(args: &Args) -> Vec<Check> {
         shim,
     ];
     all.push(system::sip(&install.root));
+    all.push(tcc::full_disk_access(&install.root, report.as_ref()));
+    all.push(guest::metal_mmap(&install.root));
     all.extend(launchd::injection(&install));
     all.push(launchd::session(&install));
     all.extend(rules::executables(loaded.as_ref(), &install.shim, shim_ok));

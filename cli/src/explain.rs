@@ -52,7 +52,7 @@ pub struct Args {
     pub pid: Option<u32>,
     /// Re-explain this past decision (its id from the audit log) with the policy that
     /// was live then.
-    #[arg(long, value_name = "ID", conflicts_with_all = ["live", "uid", "parent", "team_id", "signing_id", "cdhash"])]
+    #[arg(long, value_name = "ID", conflicts_with_all = ["live", "uid", "parent", "team_id", "signing_id", "cdhash", "anchor"])]
     pub decision: Option<u64>,
     /// Explain with the running daemon's live policy instead of the file on disk.
     #[arg(long, conflicts_with = "policy")]
@@ -84,6 +84,13 @@ pub struct Args {
     /// What if the executable's valid signature had this cdhash (40 hex digits).
     #[arg(long)]
     pub cdhash: Option<String>,
+    /// What if the signature were anchored at this: apple (Apple's own code, for
+    /// `platform = true` rules), developer-id, app-store, apple-development,
+    /// ad-hoc, untrusted, invalid, unsigned, unreadable. The daemon keeps a
+    /// signature's team id and signing id only for the first four, and so does
+    /// explain [default: none; --team-id/--signing-id are then taken as trusted].
+    #[arg(long, value_name = "ANCHOR")]
+    pub anchor: Option<metalift_policy::Anchor>,
     /// Print one JSON document instead of text.
     #[arg(long)]
     pub json: bool,
@@ -273,6 +280,15 @@ fn build_subject(
     s.user = metalift_daemon::peer::user_name(s.uid);
     s.team_id.clone_from(&args.team_id);
     s.signing_id.clone_from(&args.signing_id);
+    if let Some(anchor) = args.anchor {
+        // The daemon's own rule for what reaches a subject.
+        (s.team_id, s.signing_id) = metalift_daemon::peer::signature::trusted_ids(
+            anchor,
+            s.team_id.as_deref(),
+            s.signing_id.as_deref(),
+        );
+        s.anchor = Some(anchor);
+    }
     if let Some(cdhash) = &args.cdhash {
         s.cdhash = Some(hex::decode(cdhash).context("--cdhash must be hex digits")?);
     }
@@ -446,6 +462,12 @@ fn explain_text(
         "  cdhash      {}\n",
         opt_display(s.cdhash.as_deref().map(hex::encode).as_deref())
     ));
+    if let Some(anchor) = s.anchor {
+        out.push_str(&format!("  anchor      {anchor}\n"));
+    }
+    if let Some(why) = &s.unreadable {
+        out.push_str(&format!("  identity    unreadable: {why}\n"));
+    }
 
     out.push_str(&format!("\nrules considered ({})\n", v.trace.len()));
     if v.trace.is_empty() {
@@ -547,6 +569,8 @@ fn explain_json(chosen: &Chosen, s: &Subject, hash: &HashNote, v: &Verdict) -> V
             "team_id": s.team_id,
             "signing_id": s.signing_id,
             "cdhash": s.cdhash.as_deref().map(hex::encode),
+            "anchor": s.anchor.map(|a| a.as_str()),
+            "identity_error": s.unreadable.as_ref().map(|why| format!("identity unreadable: {why}")),
         },
         "trace": v.trace.iter().map(|c| json!({
             "rule": c.rule,

@@ -142,8 +142,12 @@ pub fn policy_schema() -> Value {
                         "pattern": "^[0-9a-fA-F]{40}$",
                         "description": "Code directory hash of a valid signature (40 hex digits)."
                     },
-                    "team_id": non_empty("Team identifier of a valid signature (10 characters A-Z, 0-9)."),
-                    "signing_id": non_empty("Signing identifier of a valid signature; pair it with team_id."),
+                    "team_id": non_empty("Team identifier of a signature that chains to Apple (Developer ID, App Store, Apple Development/Distribution), 10 characters A-Z, 0-9."),
+                    "signing_id": non_empty("Signing identifier of a signature that chains to Apple; needs team_id, or platform = true for Apple's own code."),
+                    "platform": {
+                        "const": true,
+                        "description": "Only Apple's own code: the signature satisfies `anchor apple` (narrows; not an identity). Lets signing_id stand without team_id (Apple's code has none)."
+                    },
                     "uid": {
                         "type": "integer",
                         "minimum": 0,
@@ -162,6 +166,9 @@ pub fn policy_schema() -> Value {
                     }
                 },
                 "anyOf": identities.iter().map(|k| json!({"required": [k]})).collect::<Vec<_>>(),
+                "dependencies": {
+                    "signing_id": {"anyOf": [{"required": ["team_id"]}, {"required": ["platform"]}]}
+                },
                 "oneOf": [{"required": ["unlock"]}, {"required": ["stock"]}]
             }
         }

@@ -29,6 +29,8 @@ fn decision(id: u64, secs_ago: u64, exe: &str, rule: Option<&str>, action: &str)
         team_id: None,
         signing_id: None,
         cdhash: None,
+        anchor: None,
+        identity_error: None,
         parent_exe: None,
         rule: rule.map(str::to_owned),
         action: action.to_owned(),

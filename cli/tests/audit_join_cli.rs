@@ -29,6 +29,8 @@ fn decision_at(id: u64, time: SystemTime, exe: &str, rule: Option<&str>, action:
         team_id: None,
         signing_id: None,
         cdhash: None,
+        anchor: None,
+        identity_error: None,
         parent_exe: None,
         rule: rule.map(str::to_owned),
         action: action.to_owned(),

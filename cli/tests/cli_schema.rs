@@ -187,6 +187,26 @@ fn cases() -> Vec<(&'static str, String, bool)> {
             true,
         ),
         (
+            "signing id alone",
+            rule("signing_id = \"com.example.x\"\nunlock = \"apple7\""),
+            false,
+        ),
+        (
+            "apple platform signing id",
+            rule("signing_id = \"com.apple.ls\"\nplatform = true\nstock = true"),
+            true,
+        ),
+        (
+            "platform false",
+            rule("signing_id = \"com.apple.ls\"\nplatform = false\nstock = true"),
+            false,
+        ),
+        (
+            "platform alone",
+            rule("platform = true\nstock = true"),
+            false,
+        ),
+        (
             "uid qualifier",
             rule("name = \"x\"\nuid = 501\nstock = true"),
             true,
@@ -306,7 +326,9 @@ fn the_schema_names_every_key_the_validator_accepts() {
     // Each rule key the schema names is one the validator accepts.
     for key in keys(&schema["definitions"]["rule"]) {
         let value = match key.as_str() {
-            "stock" => "true".to_owned(),
+            "stock" | "platform" => "true".to_owned(),
+            // A signing id alone must say it names Apple's own code.
+            "signing_id" => "\"com.apple.ls\"\nplatform = true".to_owned(),
             "uid" => "501".to_owned(),
             "sha256" => format!("\"{}\"", "ab".repeat(32)),
             "cdhash" => format!("\"{}\"", "ab".repeat(20)),

@@ -13,7 +13,8 @@
 //! within that tick too; and an unlock is a hint to a cooperating shim, not a
 //! privilege a hostile process could not take by hooking Metal itself.
 //!
-//! Hashing runs on tokio's blocking pool, never on the async executor. Concurrent
+//! Hashing runs on the daemon's bounded blocking pool
+//! ([`crate::blocking_pool`]), never on the async executor. Concurrent
 //! requests for the same key share one computation (a per-key `OnceCell`). The
 //! cache is bounded: when full, the least recently used entry is evicted.
 
@@ -26,6 +27,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use sha2::{Digest, Sha256};
 use tokio::sync::OnceCell;
 
+use crate::blocking_pool::BlockingPool;
 use crate::peer::ExeFile;
 
 /// Entries kept by default: far more distinct executables than a VM runs.
@@ -116,14 +118,14 @@ impl IdentityCache {
         self.len() == 0
     }
 
-    /// The sha256 of `exe`'s contents, from the cache or computed off the executor.
-    pub async fn sha256(&self, exe: &ExeFile) -> Result<[u8; 32], HashError> {
+    /// The sha256 of `exe`'s contents, from the cache or computed on `pool`.
+    pub async fn sha256(&self, exe: &ExeFile, pool: &BlockingPool) -> Result<[u8; 32], HashError> {
         let key = FileKey::of(exe.file())?;
         let cell = self.slot(key);
         let exe = exe.clone();
         let hash = cell
             .get_or_try_init(|| async move {
-                tokio::task::spawn_blocking(move || hash_file(exe.file(), key))
+                pool.run(move || hash_file(exe.file(), key))
                     .await
                     .map_err(|_| HashError::Cancelled)?
             })
@@ -210,15 +212,21 @@ mod tests {
     async fn the_hash_is_the_files_sha256_and_is_cached_per_version() {
         let cache = IdentityCache::new(8);
         let (tmp, exe) = exe_with(b"version one");
-        assert_eq!(cache.sha256(&exe).await.unwrap(), sha(b"version one"));
-        assert_eq!(cache.sha256(&exe).await.unwrap(), sha(b"version one"));
+        assert_eq!(
+            cache.sha256(&exe, &BlockingPool::default()).await.unwrap(),
+            sha(b"version one")
+        );
+        assert_eq!(
+            cache.sha256(&exe, &BlockingPool::default()).await.unwrap(),
+            sha(b"version one")
+        );
         assert_eq!(cache.len(), 1);
 
         // Rewriting in place changes size/mtime/ctime: a new key, a new hash.
         std::fs::write(tmp.path(), b"version two, longer").expect("rewrite");
         let exe2 = ExeFile::new(File::open(tmp.path()).expect("open"));
         assert_eq!(
-            cache.sha256(&exe2).await.unwrap(),
+            cache.sha256(&exe2, &BlockingPool::default()).await.unwrap(),
             sha(b"version two, longer")
         );
         assert_eq!(cache.len(), 2);
@@ -229,7 +237,10 @@ mod tests {
         let cache = IdentityCache::new(8);
         let (tmp, exe) = exe_with(b"version AAA");
         let mtime = std::fs::metadata(tmp.path()).unwrap().modified().unwrap();
-        assert_eq!(cache.sha256(&exe).await.unwrap(), sha(b"version AAA"));
+        assert_eq!(
+            cache.sha256(&exe, &BlockingPool::default()).await.unwrap(),
+            sha(b"version AAA")
+        );
 
         // Same size, same mtime (set back, as `cp -p` or a tar extract would):
         // only the ctime, which no user can set, tells the versions apart.
@@ -246,7 +257,10 @@ mod tests {
             std::fs::metadata(tmp.path()).unwrap().modified().unwrap(),
             mtime
         );
-        assert_eq!(cache.sha256(&exe2).await.unwrap(), sha(b"version BBB"));
+        assert_eq!(
+            cache.sha256(&exe2, &BlockingPool::default()).await.unwrap(),
+            sha(b"version BBB")
+        );
         assert_eq!(cache.len(), 2);
     }
 
@@ -254,7 +268,10 @@ mod tests {
     async fn touching_the_file_makes_it_hashed_again() {
         let cache = IdentityCache::new(8);
         let (tmp, exe) = exe_with(b"unchanged bytes");
-        assert_eq!(cache.sha256(&exe).await.unwrap(), sha(b"unchanged bytes"));
+        assert_eq!(
+            cache.sha256(&exe, &BlockingPool::default()).await.unwrap(),
+            sha(b"unchanged bytes")
+        );
         let before = FileKey::of(exe.file()).unwrap();
         std::thread::sleep(std::time::Duration::from_millis(20));
         // `touch`: new mtime (and ctime), same bytes.
@@ -266,7 +283,10 @@ mod tests {
         drop(f);
         let after = FileKey::of(exe.file()).unwrap();
         assert_ne!(before, after, "touch changed no part of the key");
-        assert_eq!(cache.sha256(&exe).await.unwrap(), sha(b"unchanged bytes"));
+        assert_eq!(
+            cache.sha256(&exe, &BlockingPool::default()).await.unwrap(),
+            sha(b"unchanged bytes")
+        );
         assert_eq!(cache.len(), 2, "the touched file was not hashed again");
     }
 
@@ -276,7 +296,10 @@ mod tests {
         let mut keep = Vec::new();
         for i in 0..5u8 {
             let (tmp, exe) = exe_with(&[i; 10]);
-            assert_eq!(cache.sha256(&exe).await.unwrap(), sha(&[i; 10]));
+            assert_eq!(
+                cache.sha256(&exe, &BlockingPool::default()).await.unwrap(),
+                sha(&[i; 10])
+            );
             keep.push(tmp);
         }
         assert_eq!(cache.len(), 2);
@@ -289,7 +312,9 @@ mod tests {
         let tasks: Vec<_> = (0..8)
             .map(|_| {
                 let (cache, exe) = (Arc::clone(&cache), exe.clone());
-                tokio::spawn(async move { cache.sha256(&exe).await.unwrap() })
+                tokio::spawn(
+                    async move { cache.sha256(&exe, &BlockingPool::default()).await.unwrap() },
+                )
             })
             .collect();
         for t in tasks {

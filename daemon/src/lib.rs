@@ -10,6 +10,8 @@
 //! - [`transport`]: how check-ins arrive (Unix socket; XPC on macOS) and the limits.
 //! - [`peer`]: who is asking, from the kernel (`linux.rs`, `macos.rs`).
 //! - [`identity_cache`]: executable sha256 by (dev, ino, size, mtime, ctime).
+//! - [`blocking_pool`]: where identity work runs: blocking threads, bounded.
+//! - [`full_disk_access`]: whether the daemon can read what TCC guards (macOS).
 //! - [`status`]: the counters `metalift status` shows, and its client.
 //! - [`memory`]: hands memory freed by a reload back to the system (glibc `malloc_trim`).
 //! - [`oslog`]: a `tracing` layer into the system log (the unified log on macOS).
@@ -22,7 +24,9 @@
 #![deny(unsafe_code)]
 
 pub mod audit;
+pub mod blocking_pool;
 pub mod config;
+pub mod full_disk_access;
 pub mod host_chip;
 pub mod identity_cache;
 #[cfg(target_os = "macos")]

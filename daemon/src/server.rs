@@ -22,6 +22,7 @@ use metalift_policy::wire::{CheckIn, Outcome, VerdictMsg, WireAction};
 use metalift_policy::{Action, Needs, Subject, Verdict};
 
 use crate::audit::{Advisory, AuditError, AuditLog, DecisionRecord, OutcomeRecord, Record};
+use crate::blocking_pool::BlockingPool;
 use crate::identity_cache::IdentityCache;
 use crate::peer::{self, PeerFacts};
 use crate::policy_store::PolicyStore;
@@ -36,6 +37,9 @@ pub struct Core {
     audit: Arc<AuditLog>,
     /// Executable hashes by file version, for `sha256` rules.
     cache: IdentityCache,
+    /// Where every transport's blocking identity work runs (peer facts, hashes,
+    /// user lookups): off the executor, a bounded number at once.
+    pool: BlockingPool,
     /// The next decision id (see [`first_decision_id`]).
     next_id: AtomicU64,
     /// Counters for `metalift status`; relaxed atomics, they are statistics only.
@@ -46,6 +50,8 @@ pub struct Core {
     active: Arc<Gauge>,
     /// Answered connections waiting for an outcome report, over every transport.
     waiting: Arc<Gauge>,
+    /// Whether this daemon can read TCC-protected files (macOS), probed at start.
+    full_disk_access: Option<bool>,
 }
 
 /// A count of things alive now, kept by [`Counted`] guards. Statistics only.
@@ -99,12 +105,20 @@ impl Core {
             policy,
             audit,
             cache: IdentityCache::new(cache_entries),
+            pool: BlockingPool::default(),
             next_id: AtomicU64::new(first_decision_id(started_at)),
             counters: Counters::default(),
             started_at,
             active: Arc::default(),
             waiting: Arc::default(),
+            full_disk_access: crate::full_disk_access::probe(),
         }
+    }
+
+    /// The bounded blocking pool every transport identifies peers on.
+    #[must_use]
+    pub fn blocking(&self) -> &BlockingPool {
+        &self.pool
     }
 
     /// Which subject fields the live policy's rules read.
@@ -265,6 +279,7 @@ impl Core {
             connections_active: self.active.get(),
             connections_waiting: self.waiting.get(),
             cache_entries: self.cache.len(),
+            full_disk_access: self.full_disk_access,
         }
     }
 
@@ -288,32 +303,48 @@ impl Core {
     /// Builds the subject from kernel facts, computing the costly fields only when
     /// some rule of the snapshot needs them.
     async fn subject(&self, peer: &PeerFacts, needs: Needs) -> Subject {
+        let mut unreadable = peer.unreadable.clone();
         let sha256 = match (&peer.exe_file, needs.sha256) {
-            (Some(exe), true) => match self.cache.sha256(exe).await {
+            (Some(exe), true) => match self.cache.sha256(exe, &self.pool).await {
                 Ok(hash) => Some(hash),
                 Err(error) => {
                     tracing::warn!(pid = peer.pid, exe = %peer.exe.display(), %error,
                         "cannot hash the executable: sha256 rules will not match it");
+                    if let crate::identity_cache::HashError::Io(e) = &error {
+                        unreadable.get_or_insert_with(|| peer::read_failure(e));
+                    }
                     None
                 }
             },
+            (None, true) if unreadable.is_some() => {
+                tracing::warn!(pid = peer.pid, exe = %peer.exe.display(),
+                    why = unreadable.as_deref().unwrap_or_default(),
+                    "identity unreadable: sha256 rules will not match it (on macOS: does metaliftd have Full Disk Access? see `metalift doctor`)");
+                None
+            }
             _ => None,
         };
         let user = if needs.user {
             let uid = peer.uid;
             // NSS may ask a directory service: keep it off the executor.
-            tokio::task::spawn_blocking(move || peer::user_name(uid))
+            self.pool
+                .run(move || peer::user_name(uid))
                 .await
                 .ok()
                 .flatten()
         } else {
             None
         };
-        // Team and signing identifiers count only from a valid, non-ad-hoc
-        // signature. The cdhash names the exact code that runs, so the platform
-        // module keeps it for any signature that validated, ad hoc included.
+        // Team and signing identifiers count only from a signature that chains
+        // to Apple (`peer::signature::trusted_ids`, the one place that decides):
+        // the subject never carries a claim, so no rule, explanation or record
+        // can treat one as the developer's. The cdhash names the exact code that
+        // runs, so the platform module keeps it for any signature that
+        // validated, ad hoc and untrusted included.
         let signature = peer.code_signature.as_ref();
-        let trusted = signature.filter(|s| s.valid);
+        let (team_id, signing_id) = signature.map_or((None, None), |s| {
+            peer::signature::trusted_ids(s.anchor, s.team_id.as_deref(), s.signing_id.as_deref())
+        });
         Subject {
             path: peer.exe.clone(),
             uid: peer.uid,
@@ -321,8 +352,10 @@ impl Core {
             parent_path: peer.parent_exe.clone(),
             sha256,
             cdhash: signature.and_then(|s| s.cdhash.clone()),
-            team_id: trusted.and_then(|s| s.team_id.clone()),
-            signing_id: trusted.and_then(|s| s.signing_id.clone()),
+            team_id,
+            signing_id,
+            anchor: signature.map(|s| s.anchor),
+            unreadable,
         }
     }
 
@@ -403,6 +436,11 @@ fn decision_record(
         team_id: subject.team_id.clone(),
         signing_id: subject.signing_id.clone(),
         cdhash: subject.cdhash.as_deref().map(hex::encode),
+        anchor: subject.anchor.map(|a| a.as_str().to_owned()),
+        identity_error: subject
+            .unreadable
+            .as_ref()
+            .map(|why| format!("identity unreadable: {why}")),
         parent_exe: peer.parent_exe.as_ref().map(|p| p.display().to_string()),
         rule: verdict.rule.clone(),
         action: verdict.action.as_str().to_owned(),

@@ -66,6 +66,11 @@ pub struct StatusReport {
     pub connections_waiting: u64,
     /// Executable hashes held by the identity cache.
     pub cache_entries: usize,
+    /// Whether the daemon can read what Full Disk Access guards (macOS, checked
+    /// at start: `crate::full_disk_access`); `None` off macOS, when the probe
+    /// told nothing, or from an older daemon.
+    #[serde(default)]
+    pub full_disk_access: Option<bool>,
 }
 
 impl StatusReport {
@@ -236,6 +241,7 @@ mod tests {
             connections_active: 1,
             connections_waiting: 7,
             cache_entries: 2,
+            full_disk_access: None,
         }
     }
 

@@ -21,6 +21,8 @@ fn decision(id: u64, exe: &str) -> Record {
         team_id: None,
         signing_id: None,
         cdhash: None,
+        anchor: None,
+        identity_error: None,
         parent_exe: None,
         rule: Some("llama-cpp".into()),
         action: "unlock".into(),

@@ -22,7 +22,7 @@ use metalift_daemon::server::Core;
 use metalift_policy::wire::{
     Answers, CheckIn, Message, Outcome, OutcomeResult, VerdictMsg, WireAction, WireError,
 };
-use metalift_policy::LoadOptions;
+use metalift_policy::{Anchor, LoadOptions};
 use serde_json::Value;
 
 use metalift_xpc::dict as wire_dict;
@@ -100,6 +100,7 @@ impl Kernel {
             parent_exe: None,
             code_signature: self.signature.clone(),
             exe_file: None,
+            unreadable: None,
         }
     }
 }
@@ -197,9 +198,13 @@ struct Daemon {
 
 impl Daemon {
     fn start() -> Daemon {
+        Daemon::start_with(POLICY)
+    }
+
+    fn start_with(text: &str) -> Daemon {
         let dir = tempfile::tempdir().expect("temp dir");
         let policy = dir.path().join("policy.toml");
-        std::fs::write(&policy, POLICY).expect("write policy");
+        std::fs::write(&policy, text).expect("write policy");
         let audit_path = dir.path().join("audit.jsonl");
         let audit = Arc::new(AuditLog::open(&audit_path, Rotation::default()).expect("audit log"));
         let opts = LoadOptions {
@@ -301,20 +306,23 @@ async fn given_a_claim_to_be_llama_then_the_kernels_identity_decides_and_the_cla
     assert_eq!(decision["action"], "stock");
 }
 
-#[tokio::test]
-async fn given_a_valid_signature_then_team_rules_match_and_an_ad_hoc_one_never_does() {
-    let d = Daemon::start();
-    let signed = |valid| CodeSignature {
-        valid,
+fn signed(anchor: Anchor) -> CodeSignature {
+    CodeSignature {
+        anchor,
         team_id: Some("ABCDE12345".into()),
         signing_id: Some("com.example.runner".into()),
         cdhash: Some(vec![0xab; 20]),
-    };
+    }
+}
+
+#[tokio::test]
+async fn given_a_valid_signature_then_team_rules_match_and_an_ad_hoc_one_never_does() {
+    let d = Daemon::start();
     let mut developer_id = Kernel::process("/Applications/Runner.app/Contents/MacOS/runner");
-    developer_id.signature = Some(signed(true));
+    developer_id.signature = Some(signed(Anchor::DeveloperId));
     let mut ad_hoc = developer_id.clone();
     ad_hoc.pid_version += 1;
-    ad_hoc.signature = Some(signed(false));
+    ad_hoc.signature = Some(signed(Anchor::AdHoc));
 
     let unlocked = read_verdict(
         Peer::new(&d.core)
@@ -344,6 +352,80 @@ async fn given_a_valid_signature_then_team_rules_match_and_an_ad_hoc_one_never_d
         decisions[1]["cdhash"],
         "ab".repeat(20),
         "an ad-hoc signature's cdhash still pins the exact code"
+    );
+    assert_eq!(decisions[0]["anchor"], "developer-id");
+    assert_eq!(decisions[1]["anchor"], "ad-hoc");
+}
+
+/// The issue's attack: a binary signed with a self-signed certificate that claims
+/// the fleet's team id. `SecCodeCheckValidity` without a requirement calls it
+/// valid; its anchor is `untrusted`, so the claim never reaches the subject.
+#[tokio::test]
+async fn given_a_self_signed_certificate_claiming_the_team_then_no_team_rule_matches() {
+    let d = Daemon::start();
+    let mut impostor = Kernel::process("/Users/mallory/runner");
+    impostor.signature = Some(signed(Anchor::Untrusted));
+
+    let verdict = read_verdict(
+        Peer::new(&d.core)
+            .deliver(&check_in_claiming(None), &impostor)
+            .await
+            .unwrap(),
+    );
+
+    assert_eq!(verdict.action, WireAction::Stock);
+    assert_eq!(verdict.rule, None);
+    let decision = &d.records("decision")[0];
+    assert_eq!(decision["anchor"], "untrusted");
+    assert_eq!(
+        decision["team_id"],
+        Value::Null,
+        "the claim is not recorded as the team"
+    );
+    assert_eq!(decision["signing_id"], Value::Null);
+    assert_eq!(
+        decision["cdhash"],
+        "ab".repeat(20),
+        "the cdhash still pins the code"
+    );
+
+    // Every Apple-chained kind counts; no other does.
+    for anchor in Anchor::ALL {
+        let mut k = Kernel::process("/Applications/Runner.app/Contents/MacOS/runner");
+        k.signature = Some(signed(anchor));
+        let v = d.core.check_in(&k.facts(), CheckIn::default(), XPC).await;
+        assert_eq!(
+            v.action == WireAction::Unlock,
+            anchor.chains_to_apple(),
+            "{anchor}"
+        );
+    }
+}
+
+/// Full Disk Access: the daemon could not read the executable (on macOS, TCC
+/// refused the open). Through the seam: the kernel facts say so, as both
+/// platform modules do when `open` fails.
+#[tokio::test]
+async fn given_an_executable_the_daemon_cannot_read_then_the_decision_says_so_not_unsigned() {
+    let d = Daemon::start();
+    let mut kernel = Kernel::process("/Users/me/Downloads/runner");
+    kernel.signature = Some(CodeSignature {
+        anchor: Anchor::Unreadable,
+        team_id: None,
+        signing_id: None,
+        cdhash: None,
+    });
+    let mut facts = kernel.facts();
+    facts.unreadable = Some("permission denied".into());
+
+    let verdict = d.core.check_in(&facts, CheckIn::default(), XPC).await;
+
+    assert_eq!(verdict.action, WireAction::Stock);
+    let decision = &d.records("decision")[0];
+    assert_eq!(decision["anchor"], "unreadable");
+    assert_eq!(
+        decision["identity_error"],
+        "identity unreadable: permission denied"
     );
 }
 
@@ -448,4 +530,44 @@ async fn given_a_status_request_then_only_counts_come_back() {
     let status: Value = serde_json::from_str(&json).expect("status is JSON");
     assert!(status.is_object());
     assert!(d.records("decision").is_empty());
+}
+
+/// A `sha256` rule needs the executable's bytes. On Linux the seam is the peer
+/// facts: `/proc/<pid>/exe` could not be opened (tests run as root, so file modes
+/// cannot refuse it here), or the open file cannot be read while hashing (a
+/// directory: `read` fails with `EISDIR`, through the real identity cache).
+#[tokio::test]
+async fn given_a_sha256_rule_and_an_unreadable_executable_then_the_decision_says_why() {
+    let d = Daemon::start_with(&format!(
+        "version = 1\n[profile.apple7]\napple_family_max = 7\n\
+         [[rule]]\nid = \"pinned\"\nsha256 = \"{}\"\nunlock = \"apple7\"\n",
+        "ab".repeat(32)
+    ));
+    let mut facts = Kernel::process("/home/me/tool").facts();
+    facts.unreadable = Some("permission denied".into());
+    let verdict = d.core.check_in(&facts, CheckIn::default(), "unix").await;
+    assert_eq!(verdict.action, WireAction::Stock);
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut facts = Kernel::process("/home/me/tool").facts();
+    facts.exe_file = Some(metalift_daemon::peer::ExeFile::new(
+        std::fs::File::open(dir.path()).expect("open a directory"),
+    ));
+    d.core.check_in(&facts, CheckIn::default(), "unix").await;
+
+    let decisions = d.records("decision");
+    assert_eq!(
+        decisions[0]["identity_error"],
+        "identity unreadable: permission denied"
+    );
+    assert_eq!(decisions[0]["sha256"], Value::Null);
+    assert_eq!(
+        decisions[0]["anchor"],
+        Value::Null,
+        "no code signatures on this platform"
+    );
+    assert_eq!(
+        decisions[1]["identity_error"],
+        "identity unreadable: is a directory"
+    );
 }

@@ -38,6 +38,8 @@ fuzz_target!(|data: &[u8]| {
                 cdhash: Some(vec![0xcc; 20]),
                 team_id: Some("ABCDE12345".into()),
                 signing_id: Some("org.ggml.llama-server".into()),
+                anchor: Some(metalift_policy::Anchor::Apple),
+                unreadable: None,
             };
             let fast = loaded.policy.evaluate(&subject);
             let slow = loaded.policy.explain(&subject);

@@ -51,7 +51,10 @@
 //! `signing_id`, `team_id`, `path` (absolute; a glob when it has `*?[]{}`, where `*`
 //! stays inside one path component and `**` crosses them), `name` (the file name) —
 //! and optionally **qualifiers**: `uid`, `user`, `parent` (path or glob of the
-//! parent's executable). Every matcher of a rule must hold. A rule may also carry
+//! parent's executable), `platform = true` (Apple's own code, see [`Anchor`]).
+//! Every matcher of a rule must hold. A `team_id` or `signing_id` matches only a
+//! signature that chains to Apple ([`Anchor::chains_to_apple`]); a `signing_id`
+//! needs its `team_id`, or `platform = true` for Apple's code (which has no team). A rule may also carry
 //! a free-text `description`. Exact paths compare byte for byte with the path the kernel reports.
 //!
 //! Why a rule needs an identity: `uid`/`user`/`parent` alone would unlock every
@@ -138,6 +141,7 @@
 #![forbid(unsafe_code)]
 
 pub mod ceiling;
+pub mod anchor;
 pub mod chip;
 pub mod diagnostic;
 pub mod host;
@@ -155,6 +159,7 @@ pub mod verdict;
 pub mod wire;
 
 pub use ceiling::FamilyCap;
+pub use anchor::Anchor;
 pub use chip::{apple_family_for_brand, CompileOptions, HostFamily};
 pub use diagnostic::{Diagnostic, Severity, Source};
 pub use host::{host_lints, Host, PathFact};

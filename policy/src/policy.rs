@@ -27,7 +27,7 @@ pub struct Needs {
     pub parent: bool,
     /// Some rule has `user` (a `uid` rule needs only the uid, always known).
     pub user: bool,
-    /// Some rule has `cdhash`, `team_id` or `signing_id`.
+    /// Some rule has `cdhash`, `team_id`, `signing_id` or `platform`.
     pub code_signature: bool,
 }
 
@@ -147,7 +147,8 @@ pub fn compile_sources_with(
         code_signature: n.code_signature
             || r.cdhash.is_some()
             || r.team_id.is_some()
-            || r.signing_id.is_some(),
+            || r.signing_id.is_some()
+            || r.platform,
     });
     let policy = Policy {
         mode: validated.mode,

@@ -1,8 +1,8 @@
 //! One validated rule: its matchers, its effect, its specificity, and how it is checked.
 //!
 //! Identity matchers (`cdhash`, `sha256`, `signing_id`, `team_id`, `path`, `name`) say
-//! *which executable*; qualifiers (`uid`, `user`, `parent`) only narrow a rule to some
-//! launches of it. Every matcher of a rule must hold. A rule's [`Specificity`] is that
+//! *which executable*; qualifiers (`uid`, `user`, `parent`, `platform`) only narrow a
+//! rule to some launches of it. Every matcher of a rule must hold. A rule's [`Specificity`] is that
 //! of its most specific identity matcher; qualifiers do not raise it, so a qualified
 //! `unlock` never outranks an unqualified `stock` for the same identity.
 
@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use globset::{Glob, GlobBuilder, GlobMatcher};
 
+use crate::anchor::Anchor;
 use crate::profile::Capabilities;
 use crate::subject::Subject;
 
@@ -146,6 +147,8 @@ pub(crate) struct Rule {
     pub cdhash: Option<Vec<u8>>,
     pub team_id: Option<String>,
     pub signing_id: Option<String>,
+    /// `platform = true`: only Apple's own code ([`Anchor::Apple`]) matches.
+    pub platform: bool,
     pub uid: Option<u32>,
     pub user: Option<String>,
     pub parent: Option<PathPattern>,
@@ -214,6 +217,7 @@ impl Rule {
                 .team_id
                 .as_ref()
                 .is_none_or(|want| s.team_id.as_ref() == Some(want))
+            && (!self.platform || s.anchor == Some(Anchor::Apple))
             && self
                 .name
                 .as_ref()
@@ -248,7 +252,10 @@ impl Rule {
                 format!("cdhash is {}", hex::encode(want)),
                 match got {
                     Some(g) => format!("cdhash is {g}, not {}", hex::encode(want)),
-                    None => "no cdhash (unsigned, ad-hoc, or not macOS)".to_owned(),
+                    None => match &s.unreadable {
+                        Some(why) => format!("cdhash unknown (identity unreadable: {why})"),
+                        None => "no cdhash (unsigned, invalid signature, or not macOS)".to_owned(),
+                    },
                 },
             );
         }
@@ -258,7 +265,10 @@ impl Rule {
                 format!("sha256 is {}", hex::encode(want)),
                 match &s.sha256 {
                     Some(g) => format!("sha256 is {}, not {}", hex::encode(g), hex::encode(want)),
-                    None => "sha256 not computed".to_owned(),
+                    None => match &s.unreadable {
+                        Some(why) => format!("sha256 unknown (identity unreadable: {why})"),
+                        None => "sha256 not computed".to_owned(),
+                    },
                 },
             );
         }
@@ -272,10 +282,27 @@ impl Rule {
                     format!("{key} is `{want}`"),
                     match got {
                         Some(g) => format!("{key} is `{g}`, not `{want}`"),
-                        None => format!("no {key} (unsigned or ad-hoc signature)"),
+                        None => format!("no {key} ({})", why_no_signing_ids(s)),
                     },
                 );
             }
+        }
+        if self.platform {
+            note(
+                s.anchor == Some(Anchor::Apple),
+                "signature is Apple's own (anchor `apple`)".to_owned(),
+                match (s.anchor, &s.unreadable) {
+                    (_, Some(why)) => {
+                        format!("not known to be Apple's own code (identity unreadable: {why})")
+                    }
+                    (Some(a), None) => {
+                        format!("not Apple's own code (anchor is `{a}`, not `apple`)")
+                    }
+                    (None, None) => {
+                        "not Apple's own code (no code signature on this platform)".to_owned()
+                    }
+                },
+            );
         }
         if let Some(p) = &self.path {
             note(
@@ -339,5 +366,21 @@ impl Rule {
             }
             Err(why)
         }
+    }
+}
+
+/// Why a subject has no team id or signing id, for explanations: the anchor says
+/// whether there was none, or one that does not count.
+fn why_no_signing_ids(s: &Subject) -> String {
+    if let Some(why) = &s.unreadable {
+        return format!("identity unreadable: {why}");
+    }
+    match s.anchor {
+        None => "unsigned or ad-hoc signature".to_owned(),
+        Some(Anchor::Untrusted) => {
+            "the signature does not chain to Apple (anchor `untrusted`): its identifiers are claims anyone can make".to_owned()
+        }
+        Some(a) if a.chains_to_apple() => format!("the signature (anchor `{a}`) carries none"),
+        Some(a) => format!("anchor `{a}`"),
     }
 }

@@ -2,13 +2,17 @@
 
 use std::path::PathBuf;
 
+use crate::anchor::Anchor;
+
 /// Everything a rule may match on. Built by the daemon from kernel-verified sources
 /// (peer credentials, `/proc/<pid>/exe`, the code signature); nothing a client says
 /// about itself ever lands here.
 ///
-/// Optional fields are `None` when unknown. The code-signing fields (`team_id`,
-/// `signing_id`, `cdhash`) must only be filled from a *valid, non-ad-hoc* signature:
-/// an unsigned or ad-hoc binary never satisfies a `team_id`/`signing_id` rule.
+/// Optional fields are `None` when unknown. `team_id` and `signing_id` must only be
+/// filled from a signature whose [`Anchor`] chains to Apple
+/// ([`Anchor::chains_to_apple`]): an unsigned, ad-hoc or self-signed binary never
+/// satisfies a `team_id`/`signing_id` rule. The rules trust these fields as given;
+/// the one place that decides what reaches them is the daemon's subject builder.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Subject {
     /// Absolute path of the executable (the mapped file, as the kernel resolves it).
@@ -23,8 +27,16 @@ pub struct Subject {
     pub sha256: Option<[u8; 32]>,
     /// Code directory hash (20 bytes on macOS), from a valid signature only.
     pub cdhash: Option<Vec<u8>>,
-    /// Team identifier, from a valid non-ad-hoc signature only.
+    /// Team identifier, from a signature that chains to Apple only.
     pub team_id: Option<String>,
-    /// Signing identifier, from a valid non-ad-hoc signature only.
+    /// Signing identifier, from a signature that chains to Apple only.
     pub signing_id: Option<String>,
+    /// What the code signature is anchored at (macOS); `None` where the platform
+    /// has no code signatures (Linux). `platform = true` rules match
+    /// [`Anchor::Apple`] only.
+    pub anchor: Option<Anchor>,
+    /// Why the executable could not be read (e.g. `permission denied`), when it
+    /// could not: the facts read from it (sha256, signature) are then unknown,
+    /// not absent, and explanations say so.
+    pub unreadable: Option<String>,
 }

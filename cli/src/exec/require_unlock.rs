@@ -184,6 +184,8 @@ mod tests {
             team_id: None,
             signing_id: None,
             cdhash: None,
+            anchor: None,
+            identity_error: None,
             parent_exe: None,
             rule: Some("r".into()),
             action: action.into(),

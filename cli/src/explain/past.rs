@@ -129,6 +129,10 @@ pub(super) struct DecisionSeen {
     team_id: Option<String>,
     signing_id: Option<String>,
     cdhash: Option<String>,
+    /// The signature's anchor word, as recorded (`None` from older daemons and Linux).
+    anchor: Option<String>,
+    /// `identity unreadable: ...`, as recorded.
+    identity_error: Option<String>,
     rule: Option<String>,
     action: String,
     profile: Option<String>,
@@ -170,6 +174,8 @@ pub(super) fn find_decision(log: &Path, id: u64) -> anyhow::Result<Option<Decisi
         team_id: d.team_id,
         signing_id: d.signing_id,
         cdhash: d.cdhash,
+        anchor: d.anchor,
+        identity_error: d.identity_error,
         rule: d.rule,
         action: d.action,
         profile: d.profile,
@@ -233,6 +239,12 @@ pub(super) fn subject_of(
         cdhash: decode(&r.cdhash),
         team_id: r.team_id.clone(),
         signing_id: r.signing_id.clone(),
+        anchor: r.anchor.as_deref().and_then(|a| a.parse().ok()),
+        unreadable: r.identity_error.as_deref().map(|e| {
+            e.strip_prefix("identity unreadable: ")
+                .unwrap_or(e)
+                .to_owned()
+        }),
     };
     let note = match (sha256, policy.needs().sha256) {
         (Some(_), _) => HashNote::Computed,

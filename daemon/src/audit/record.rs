@@ -142,6 +142,18 @@ pub struct DecisionRecord {
     pub signing_id: Option<String>,
     /// Code directory hash (hex) from a valid signature.
     pub cdhash: Option<String>,
+    /// What the code signature is anchored at (`apple`, `developer-id`,
+    /// `app-store`, `apple-development`, `ad-hoc`, `untrusted`, `invalid`,
+    /// `unsigned`, `unreadable`: `metalift_policy::Anchor`); `null` where the
+    /// platform has no code signatures (Linux). `team_id`/`signing_id` are
+    /// filled only for the first four. Absent from records older daemons wrote.
+    #[serde(default)]
+    pub anchor: Option<String>,
+    /// Why the executable could not be read, e.g. `identity unreadable:
+    /// permission denied` (on macOS: metaliftd lacks Full Disk Access for a
+    /// TCC-protected folder); `null` when it was read.
+    #[serde(default)]
+    pub identity_error: Option<String>,
     /// The parent process's executable.
     pub parent_exe: Option<String>,
     /// The winning rule's id; `null` when no rule matched.
@@ -348,6 +360,8 @@ mod tests {
             team_id: None,
             signing_id: None,
             cdhash: None,
+            anchor: None,
+            identity_error: None,
             parent_exe: Some("/bin/zsh".into()),
             rule: None,
             action: "stock".into(),
@@ -366,6 +380,31 @@ mod tests {
                 claimed_executable: Some("/usr/bin/true\nforged".into()),
             },
         }
+    }
+
+    #[test]
+    fn given_a_decision_from_before_anchors_then_it_still_reads_and_a_new_one_round_trips() {
+        let mut v: serde_json::Value =
+            serde_json::from_slice(&Record::Decision(decision()).to_line().unwrap()).unwrap();
+        let fields = v.as_object_mut().unwrap();
+        fields.remove("anchor");
+        fields.remove("identity_error");
+        let old: Record = serde_json::from_value(v).expect("an older daemon's decision reads");
+        assert_eq!(old, Record::Decision(decision()));
+
+        let new = Record::Decision(DecisionRecord {
+            anchor: Some("unreadable".into()),
+            identity_error: Some("identity unreadable: permission denied".into()),
+            ..decision()
+        });
+        let line = new.to_line().unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&line).unwrap();
+        assert_eq!(v["anchor"], "unreadable");
+        assert_eq!(
+            v["identity_error"],
+            "identity unreadable: permission denied"
+        );
+        assert_eq!(serde_json::from_slice::<Record>(&line).unwrap(), new);
     }
 
     #[test]

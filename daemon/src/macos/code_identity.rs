@@ -10,22 +10,31 @@
 //!    status is valid *and* the on-disk code still matches what runs
 //!    (`errSecCSStaticCodeChanged` otherwise), so the information read next from
 //!    disk describes the running code.
-//! 3. `SecCodeCopyStaticCode` + `SecCodeCopySigningInformation(kSecCSSigningInformation)`:
+//! 3. When that passed: `SecCodeCheckValidity(code, flags, requirement)` for each of
+//!    `crate::peer::signature::REQUIREMENTS` in order (`anchor apple`, Developer
+//!    ID, Mac App Store, Apple Development/Distribution), until one is satisfied:
+//!    without a requirement a self-signed certificate claiming any team id is
+//!    "valid" (apple-oss-distributions/Security, `StaticCode.cpp`,
+//!    `verifySignature`).
+//! 4. `SecCodeCopyStaticCode` + `SecCodeCopySigningInformation(kSecCSSigningInformation)`:
 //!    team id, signing id, cdhash (`kSecCodeInfoUnique`), flags (ad hoc or not).
 //!
-//! The result is a plain struct; the rule "an invalid or ad-hoc signature never
-//! yields a team id or signing id" is applied in [`CodeIdentity::trusted_ids`].
+//! The result is a plain struct; which anchor it shows and whether its team id
+//! and signing id count is decided by the pure `crate::peer::signature`
+//! ([`CodeIdentity::facts`]), tested on every platform.
 
 use std::ptr::NonNull;
 
+use metalift_policy::Anchor;
 use objc2_core_foundation::{CFData, CFDictionary, CFNumber, CFRetained, CFString, CFType};
 use objc2_security::{
     kSecCSSigningInformation, kSecCodeInfoFlags, kSecCodeInfoIdentifier,
     kSecCodeInfoTeamIdentifier, kSecCodeInfoUnique, kSecGuestAttributeAudit, SecCSFlags, SecCode,
-    SecCodeSignatureFlags, SecStaticCode,
+    SecCodeSignatureFlags, SecRequirement, SecStaticCode,
 };
 
 use super::audit_token::AuditToken;
+use crate::peer::signature::{SignatureFacts, REQUIREMENTS};
 
 /// `errSecSuccess`.
 const ERR_SEC_SUCCESS: i32 = 0;
@@ -33,10 +42,11 @@ const ERR_SEC_SUCCESS: i32 = 0;
 /// What the Security framework says about a running process's code.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CodeIdentity {
-    /// `SecCodeCheckValidity` passed: signed, dynamically valid, on-disk code unchanged.
-    pub valid: bool,
-    /// The `OSStatus` of the validity check (0 when valid; e.g. -67062 unsigned).
+    /// The `OSStatus` of the validity check without a requirement (0 when valid:
+    /// signed, dynamically valid, on-disk code unchanged; e.g. -67062 unsigned).
     pub validity_status: i32,
+    /// The first Apple-anchored requirement the code satisfies, if any.
+    pub satisfied: Option<Anchor>,
     /// The signature is ad hoc (`kSecCodeSignatureAdhoc`): no signing identity,
     /// e.g. every linker-signed arm64 binary built locally.
     pub adhoc: bool,
@@ -49,21 +59,15 @@ pub struct CodeIdentity {
 }
 
 impl CodeIdentity {
-    /// Team id and signing id, only from a valid, non-ad-hoc signature.
+    /// The facts `crate::peer::signature::classify` decides the anchor from.
     #[must_use]
-    pub fn trusted_ids(&self) -> (Option<String>, Option<String>) {
-        if self.valid && !self.adhoc {
-            (self.team_id.clone(), self.signing_id.clone())
-        } else {
-            (None, None)
+    pub fn facts(&self) -> SignatureFacts {
+        SignatureFacts {
+            unreadable: None,
+            validity_status: self.validity_status,
+            adhoc: self.adhoc,
+            satisfied: self.satisfied,
         }
-    }
-
-    /// The cdhash, only when the signature validated (ad hoc included: an ad-hoc
-    /// cdhash still pins the exact bytes that run).
-    #[must_use]
-    pub fn trusted_cdhash(&self) -> Option<Vec<u8>> {
-        self.valid.then(|| self.cdhash.clone()).flatten()
     }
 }
 
@@ -79,6 +83,9 @@ pub enum CodeIdentityError {
     /// `SecCodeCopySigningInformation` failed.
     #[error("SecCodeCopySigningInformation failed with OSStatus {0}")]
     SigningInformation(i32),
+    /// `SecRequirementCreateWithString` refused one of our own requirement texts.
+    #[error("SecRequirementCreateWithString failed with OSStatus {0}")]
+    Requirement(i32),
 }
 
 /// Reads the code identity of the process `token` names.
@@ -90,6 +97,11 @@ pub fn identify(token: &AuditToken) -> Result<CodeIdentity, CodeIdentityError> {
     let flags = SecCSFlags::DefaultFlags | SecCSFlags::NoNetworkAccess;
     // SAFETY: `guest` is a valid SecCode; no requirement is passed.
     let validity_status = unsafe { guest.check_validity(flags, None) };
+    let satisfied = if validity_status == ERR_SEC_SUCCESS {
+        first_satisfied(&guest, flags)?
+    } else {
+        None
+    };
 
     let mut static_code: *const SecStaticCode = std::ptr::null();
     // SAFETY: `static_code` is a valid out-pointer; `guest` is a valid SecCode.
@@ -148,13 +160,51 @@ pub fn identify(token: &AuditToken) -> Result<CodeIdentity, CodeIdentityError> {
         .map(|d| d.to_vec());
 
     Ok(CodeIdentity {
-        valid: validity_status == ERR_SEC_SUCCESS,
         validity_status,
+        satisfied,
         adhoc,
         team_id: string(team_key),
         signing_id: string(id_key),
         cdhash,
     })
+}
+
+/// Step 3: the first of [`REQUIREMENTS`] the running code satisfies. Each is
+/// compiled per call (a few microseconds, beside the signature check itself);
+/// `SecCodeCheckValidity` with a requirement re-checks the code's dynamic state
+/// too, so the answer is about the process, not a file.
+fn first_satisfied(
+    guest: &SecCode,
+    flags: SecCSFlags,
+) -> Result<Option<Anchor>, CodeIdentityError> {
+    for (anchor, text) in REQUIREMENTS {
+        let requirement = compile(text)?;
+        // SAFETY: `guest` is a valid SecCode and `requirement` a valid SecRequirement.
+        let status = unsafe { guest.check_validity(flags, Some(&requirement)) };
+        if status == ERR_SEC_SUCCESS {
+            return Ok(Some(anchor));
+        }
+    }
+    Ok(None)
+}
+
+/// `SecRequirementCreateWithString` for one of our constant texts.
+fn compile(text: &str) -> Result<CFRetained<SecRequirement>, CodeIdentityError> {
+    let text = CFString::from_str(text);
+    let mut requirement: *mut SecRequirement = std::ptr::null_mut();
+    // SAFETY: `text` is a valid CFString; `requirement` is a valid out-pointer.
+    let status = unsafe {
+        SecRequirement::create_with_string(
+            &text,
+            SecCSFlags::DefaultFlags,
+            NonNull::from(&mut requirement),
+        )
+    };
+    match NonNull::new(requirement) {
+        // SAFETY: a Create-rule function returned this object at +1 on success.
+        Some(ptr) if status == ERR_SEC_SUCCESS => Ok(unsafe { CFRetained::from_raw(ptr) }),
+        _ => Err(CodeIdentityError::Requirement(status)),
+    }
 }
 
 /// Step 1: the running code for an audit token, with the kernel as host.

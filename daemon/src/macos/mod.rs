@@ -7,7 +7,9 @@
 //! - libxpc itself (declarations, dictionaries, the key layout and the
 //!   exchange's checks) is in the `metalift-xpc` crate, shared with the shim.
 //! - [`audit_token`]: pid, pid version, euid and executable from a kernel audit token.
-//! - [`code_identity`]: `SecCode` from an audit token → team id, signing id, cdhash.
+//! - [`code_identity`]: `SecCode` from an audit token → team id, signing id, cdhash,
+//!   and which Apple-anchored requirement it satisfies (classified on every
+//!   platform by `crate::peer::signature`).
 //! - [`panic_boundary`]: every callback libxpc/libdispatch invokes runs inside it.
 //! - [`user_temp_dir`]: `confstr(_CS_DARWIN_USER_TEMP_DIR)`, where a per-user
 //!   daemon's socket lives.
@@ -169,6 +171,32 @@
 //!     once, whole. If FSEvents coalesces the truncate's `ItemInodeMetaMod` with
 //!     the close's `ItemModified` differently than notify's order suggests, this is
 //!     where it shows.
+//! 15. **Anchors** (`code_identity::first_satisfied`, `crate::peer::signature`): the
+//!     requirement texts compile (`SecRequirementCreateWithString`) and classify
+//!     real code. How: `codesign --verify -R='anchor apple' /bin/ls` passes and a
+//!     decision for `/bin/ls` records `"anchor": "apple"`; a Developer ID app's
+//!     decision records `developer-id` with its `team_id`; the workflow's ad-hoc
+//!     probe records `ad-hoc` and no `team_id`.
+//! 16. **The self-signed impostor** (`daemon/tests/fixtures/self-signed-team/`, its
+//!     README has the commands): `codesign -dvvv` shows `TeamIdentifier=ABCDE12345`
+//!     and `codesign --verify` passes, `codesign --verify -R='anchor apple generic'`
+//!     fails; run under the shim against the fixture's `policy.toml`, the last
+//!     decision is `jq -e '.anchor == "untrusted" and .team_id == null and .rule ==
+//!     null and .action == "stock"'`. Also that macOS runs a binary signed by an
+//!     untrusted certificate at all (if AMFI refuses it, the check-in never happens:
+//!     the step must then report that instead of passing).
+//! 17. **Full Disk Access** (`crate::full_disk_access`, `peer/macos.rs`): without the
+//!     grant, `metalift status --json | jq .full_disk_access` is `false`, `metalift
+//!     doctor` warns (`disk access`), and the probe copied to `~/Downloads` and run
+//!     there under the shim is decided with `"anchor": "unreadable"` and
+//!     `"identity_error": "identity unreadable: permission denied"`; with a PPPC
+//!     profile (or System Settings) granting it and the daemon restarted, `true`,
+//!     `ok`, and the same run records its real anchor. That TCC refuses `open` with
+//!     `EPERM` (Rust's `PermissionDenied`) for the system TCC database is assumed
+//!     from common practice, checked by this step.
+//! 18. **The macOS 14 guest warning** (`metalift doctor`, `guest`): on a macOS 14
+//!     Virtualization.framework guest `sysctl -n kern.hv_vmm_present` prints `1`
+//!     and doctor warns with `--no-mmap`; on macOS 15 it does not.
 #![allow(unsafe_code)]
 
 pub mod audit_token;

@@ -37,13 +37,13 @@ use super::{ExeFile, PeerError, PeerFacts, Wants};
 /// Identifies the process on the other end of `stream` (see the module doc for the
 /// order), with every optional fact.
 pub fn facts_from_unix_stream(stream: &tokio::net::UnixStream) -> Result<PeerFacts, PeerError> {
-    facts_for(stream, Wants::ALL)
+    facts_for(stream.as_fd(), Wants::ALL)
 }
 
-/// Identifies the process on the other end of `stream`, reading only the optional
-/// facts `wants` asks for.
-pub fn facts_for(stream: &tokio::net::UnixStream, wants: Wants) -> Result<PeerFacts, PeerError> {
-    identify(stream.as_fd(), PidfdSource::Socket, wants, &|_| {})
+/// Identifies the process on the other end of the connected `socket`, reading
+/// only the optional facts `wants` asks for.
+pub fn facts_for(socket: BorrowedFd<'_>, wants: Wants) -> Result<PeerFacts, PeerError> {
+    identify(socket, PidfdSource::Socket, wants, &|_| {})
 }
 
 /// Where the pidfd that pins the asker comes from.
@@ -91,12 +91,14 @@ fn identify(
     let exe_link = format!("/proc/{pid}/exe");
     let exe = std::fs::read_link(&exe_link).map_err(proc_err("exe"))?;
     // Opening may fail where readlink did not (e.g. no read permission on the
-    // binary): then only `sha256` rules cannot match.
+    // binary): then only `sha256` rules cannot match, and the decision says why.
+    let mut unreadable = None;
     let exe_file = if wants.exe_file {
         match File::open(&exe_link) {
             Ok(f) => Some(ExeFile::new(f)),
             Err(e) => {
                 tracing::debug!(pid, error = %e, "cannot open the peer's executable for hashing");
+                unreadable = Some(super::read_failure(&e));
                 None
             }
         }
@@ -124,6 +126,7 @@ fn identify(
         parent_exe,
         code_signature: None,
         exe_file,
+        unreadable,
     })
 }
 

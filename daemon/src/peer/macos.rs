@@ -9,8 +9,11 @@
 //!    now names another process — never a pid-based lookup. It is opened at once
 //!    for `sha256` rules.
 //! 3. The code signature: `SecCode` from the same token (see
-//!    `crate::macos::code_identity`). Team id and signing id only from a valid,
-//!    non-ad-hoc signature.
+//!    `crate::macos::code_identity`), classified into an anchor
+//!    (`super::signature`). Team id and signing id only from a signature that
+//!    chains to Apple. If the daemon cannot open the executable (a LaunchDaemon
+//!    without Full Disk Access, an executable in a TCC-protected folder), the
+//!    anchor is `unreadable` and the decision says why, never "unsigned".
 //! 4. The executable again through the token: if the process exited or exec'd
 //!    meanwhile, or the path changed, the peer is `Gone`; and the opened file must
 //!    still be the one at that path (same device and inode) to be kept for hashing.
@@ -28,6 +31,9 @@ use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
+use metalift_policy::Anchor;
+
+use super::signature::{self, SignatureFacts};
 use super::{CodeSignature, ExeFile, PeerError, PeerFacts};
 use crate::macos::audit_token::AuditToken;
 use crate::macos::code_identity;
@@ -38,14 +44,15 @@ pub fn facts_from_unix_stream(stream: &tokio::net::UnixStream) -> Result<PeerFac
     facts_from_audit_token(token)
 }
 
-/// Identifies the process on the other end of a Unix-socket connection. On macOS
+/// Identifies the process on the other end of a connected Unix socket. On macOS
 /// the optional facts come with the signature check at no extra cost worth
 /// skipping, so `wants` is not consulted.
 pub fn facts_for(
-    stream: &tokio::net::UnixStream,
+    socket: std::os::fd::BorrowedFd<'_>,
     _wants: super::Wants,
 ) -> Result<PeerFacts, PeerError> {
-    facts_from_unix_stream(stream)
+    let token = AuditToken::of_unix_peer(&socket).map_err(PeerError::Credentials)?;
+    facts_from_audit_token(token)
 }
 
 /// Identifies the process an audit token names (see the module doc for the order).
@@ -58,20 +65,31 @@ pub fn facts_from_audit_token(token: AuditToken) -> Result<PeerFacts, PeerError>
     }
     let exe = token.executable().map_err(|e| gone_or(pid, "path", e))?;
     let opened = File::open(&exe);
+    let mut unreadable = opened.as_ref().err().map(super::read_failure);
 
     let code_signature = match code_identity::identify(&token) {
         Ok(identity) => {
-            let (team_id, signing_id) = identity.trusted_ids();
+            let facts = SignatureFacts {
+                unreadable: unreadable.clone(),
+                ..identity.facts()
+            };
+            let anchor = signature::classify(&facts);
             Some(CodeSignature {
-                valid: identity.valid && !identity.adhoc,
-                team_id,
-                signing_id,
-                cdhash: identity.trusted_cdhash(),
+                anchor,
+                team_id: identity.team_id,
+                signing_id: identity.signing_id,
+                cdhash: identity.cdhash.filter(|_| signature::cdhash_counts(anchor)),
             })
         }
         Err(error) => {
-            tracing::debug!(pid, %error, "no code identity: treated as unsigned");
-            None
+            tracing::debug!(pid, %error, "no code identity: recorded as unreadable");
+            unreadable.get_or_insert_with(|| error.to_string());
+            Some(CodeSignature {
+                anchor: Anchor::Unreadable,
+                team_id: None,
+                signing_id: None,
+                cdhash: None,
+            })
         }
     };
 
@@ -100,6 +118,7 @@ pub fn facts_from_audit_token(token: AuditToken) -> Result<PeerFacts, PeerError>
         parent_exe: token.parent_executable(),
         code_signature,
         exe_file,
+        unreadable,
     })
 }
 

@@ -12,15 +12,20 @@
 //! server core:
 //!
 //! - `facts_from_unix_stream(&tokio::net::UnixStream) -> Result<PeerFacts, PeerError>`
-//! - `facts_for(&tokio::net::UnixStream, Wants)`: the same, reading the optional
-//!   facts (the open executable, the parent) only when [`Wants`] asks for them.
+//! - `facts_for(BorrowedFd, Wants)`: the same for a connected socket, reading the
+//!   optional facts (the open executable, the parent) only when [`Wants`] asks
+//!   for them. Blocking: the transports run it through
+//!   [`crate::blocking_pool::BlockingPool`], behind [`IdentifyPeer`] (the seam
+//!   tests replace with a slow or failing identity).
 //!
 //! and on macOS `facts_from_audit_token(AuditToken)` for the XPC transport.
 
 use std::fs::File;
+use std::os::fd::BorrowedFd;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+pub mod signature;
 mod user;
 pub use user::user_name;
 
@@ -38,6 +43,24 @@ pub use macos::{facts_for, facts_from_audit_token, facts_from_unix_stream};
 mod unsupported;
 #[cfg(not(any(target_os = "linux", target_os = "macos")))]
 pub use unsupported::{facts_for, facts_from_unix_stream};
+
+/// How the Unix-socket transport learns who is on the other end of a connection.
+/// Blocking; called on the transport's [`crate::blocking_pool::BlockingPool`],
+/// never on the async executor.
+pub trait IdentifyPeer: Send + Sync + std::fmt::Debug + 'static {
+    /// The kernel's facts about the peer of the connected `socket`.
+    fn identify(&self, socket: BorrowedFd<'_>, wants: Wants) -> Result<PeerFacts, PeerError>;
+}
+
+/// The real identity: this platform's `facts_for`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct KernelIdentity;
+
+impl IdentifyPeer for KernelIdentity {
+    fn identify(&self, socket: BorrowedFd<'_>, wants: Wants) -> Result<PeerFacts, PeerError> {
+        facts_for(socket, wants)
+    }
+}
 
 /// Which costly, optional facts a check-in needs: the live policy's
 /// [`metalift_policy::Needs`], narrowed to what identification reads.
@@ -67,14 +90,16 @@ impl Wants {
 }
 
 /// A code signature as the OS verified it (macOS fills this; Linux has none).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CodeSignature {
-    /// Whether the signature validated and is not ad hoc. Only then may the
-    /// identifiers below reach a [`metalift_policy::Subject`].
-    pub valid: bool,
-    /// Team identifier.
+    /// What the signature is anchored at ([`signature::classify`]). Only when it
+    /// chains to Apple may the identifiers below reach a
+    /// [`metalift_policy::Subject`] ([`signature::trusted_ids`]).
+    pub anchor: metalift_policy::Anchor,
+    /// Team identifier, as recorded in the signature (a claim until the anchor
+    /// says otherwise).
     pub team_id: Option<String>,
-    /// Signing identifier.
+    /// Signing identifier, as recorded in the signature (likewise).
     pub signing_id: Option<String>,
     /// Code directory hash, from a signature that validated (ad hoc included:
     /// the hash pins the exact code, whoever signed it). `None` otherwise.
@@ -121,6 +146,11 @@ pub struct PeerFacts {
     pub code_signature: Option<CodeSignature>,
     /// The executable, opened, for `sha256` rules. `None` when it could not be opened.
     pub exe_file: Option<ExeFile>,
+    /// Why the executable could not be read when it was needed (e.g.
+    /// `permission denied`: on macOS a daemon without Full Disk Access, for an
+    /// executable in a TCC-protected folder). Decisions then say
+    /// `identity unreadable: ...`, never "unsigned".
+    pub unreadable: Option<String>,
 }
 
 /// Why a peer could not be identified. The connection is then closed unanswered:
@@ -153,4 +183,12 @@ pub enum PeerError {
     /// This platform has no kernel identity for Unix-socket peers in this build.
     #[error("peer identity is not implemented on this platform")]
     Unsupported,
+}
+
+/// How a failed read of the executable is worded in decisions: the error kind
+/// (`permission denied`, `not found`, ...), without the OS's errno suffix, so
+/// every platform and every reader (`jq`, `metalift audit`) sees the same words.
+#[must_use]
+pub fn read_failure(error: &std::io::Error) -> String {
+    error.kind().to_string()
 }

@@ -13,7 +13,7 @@ pub fn facts_from_unix_stream(_stream: &tokio::net::UnixStream) -> Result<PeerFa
 
 /// Always [`PeerError::Unsupported`].
 pub fn facts_for(
-    _stream: &tokio::net::UnixStream,
+    _socket: std::os::fd::BorrowedFd<'_>,
     _wants: super::Wants,
 ) -> Result<PeerFacts, PeerError> {
     Err(PeerError::Unsupported)

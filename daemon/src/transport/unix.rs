@@ -24,11 +24,17 @@
 //! malformed frame, a message out of order, or a timeout closes that connection
 //! only.
 //!
+//! Identifying the peer (`/proc` reads, `SecCode`, hashing) blocks, so it never
+//! runs on the executor: the connection's socket is duplicated and identified on
+//! the core's bounded blocking pool ([`crate::blocking_pool`]) while the accept
+//! loop, the deadlines and every other connection go on.
+//!
 //! The socket file itself (creation, stale replacement, mode 0666, removal) is
 //! [`super::socket_file`]'s.
 
 use std::future::Future;
 use std::io;
+use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -39,7 +45,7 @@ use tokio::sync::{broadcast, mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use super::Limits;
-use crate::peer::{self, PeerFacts};
+use crate::peer::{self, IdentifyPeer, KernelIdentity, PeerFacts};
 use crate::server::{Core, Counted};
 
 /// The transport's name in audit records.
@@ -53,12 +59,25 @@ pub async fn run(
     limits: Limits,
     shutdown: impl Future<Output = ()>,
 ) {
+    run_with_identity(listener, core, limits, Arc::new(KernelIdentity), shutdown).await;
+}
+
+/// [`run`], learning who is asking from `identity` instead of the kernel: the
+/// seam through which tests slow identification down or make it fail.
+pub async fn run_with_identity(
+    listener: UnixListener,
+    core: Arc<Core>,
+    limits: Limits,
+    identity: Arc<dyn IdentifyPeer>,
+    shutdown: impl Future<Output = ()>,
+) {
     let (notify_shutdown, _) = broadcast::channel(1);
     let (shutdown_complete_tx, mut shutdown_complete_rx) = mpsc::channel::<()>(1);
     let mut server = Listener {
         listener,
         core,
         limits,
+        identity,
         pending: Arc::new(Semaphore::new(limits.max_pending)),
         active: Arc::new(Semaphore::new(limits.max_active.max(1))),
         waiting: Arc::new(Semaphore::new(limits.max_waiting)),
@@ -85,6 +104,8 @@ struct Listener {
     listener: UnixListener,
     core: Arc<Core>,
     limits: Limits,
+    /// Who is asking (the kernel, or a test's stand-in).
+    identity: Arc<dyn IdentifyPeer>,
     /// Places for connections waiting for their first frame (see [`Limits::max_pending`]).
     pending: Arc<Semaphore>,
     /// Places for connections being read or answered (see [`Limits::max_active`]).
@@ -127,6 +148,7 @@ impl Listener {
                     read_timeout: self.limits.read_timeout,
                 },
                 core: Arc::clone(&self.core),
+                identity: Arc::clone(&self.identity),
                 limits: self.limits,
                 active: Arc::clone(&self.active),
                 waiting: Arc::clone(&self.waiting),
@@ -154,6 +176,7 @@ impl Listener {
 struct Connection {
     frames: Frames,
     core: Arc<Core>,
+    identity: Arc<dyn IdentifyPeer>,
     limits: Limits,
     active: Arc<Semaphore>,
     waiting: Arc<Semaphore>,
@@ -251,11 +274,26 @@ impl Connection {
         // here and the decision can add such a rule: this one check-in is then
         // decided without that fact, so that rule cannot match it (stock).
         let wants = peer::Wants::from_needs(self.core.needs());
-        let facts: PeerFacts = match peer::facts_for(&self.frames.stream, wants) {
-            Ok(facts) => facts,
-            Err(error) => {
+        // The blocking thread gets its own descriptor for the same socket; the
+        // stream stays here. Not raced against shutdown (a check-in that arrived
+        // is decided); a slow identification holds this connection's active
+        // place, and the pool bounds how many run at once.
+        let socket = self.frames.stream.as_fd().try_clone_to_owned()?;
+        let identity = Arc::clone(&self.identity);
+        let identified = self
+            .core
+            .blocking()
+            .run(move || identity.identify(socket.as_fd(), wants));
+        let facts: PeerFacts = match identified.await {
+            Ok(Ok(facts)) => facts,
+            Ok(Err(error)) => {
                 self.core.note_unidentified(&error);
                 return Err(error.into());
+            }
+            Err(_) => {
+                return Err(ConnError::Io(io::Error::other(
+                    "identification was cancelled",
+                )))
             }
         };
         // Not raced against shutdown: a check-in that arrived is decided and recorded.

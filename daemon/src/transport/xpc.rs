@@ -439,8 +439,12 @@ impl PeerTask {
         let Ok(active) = Arc::clone(&self.active).acquire_owned().await else {
             return Ok(()); // never closed
         };
-        let facts =
-            tokio::task::spawn_blocking(move || peer::facts_from_audit_token(token)).await??;
+        // SecCode reads the executable: on the core's bounded blocking pool.
+        let facts = self
+            .core
+            .blocking()
+            .run(move || peer::facts_from_audit_token(token))
+            .await??;
         let verdict = self.core.check_in(&facts, req, TRANSPORT).await;
         let given = verdict.decision_id;
         reply(&accepted.peer, &mut answer, &Message::Verdict(verdict));

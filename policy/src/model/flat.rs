@@ -234,6 +234,7 @@ fn rule_key(rule: &mut RawRule, key: &str, value: Scalar<'_>) -> Option<()> {
         "unlock" => &mut rule.unlock,
         "uid" => return set(&mut rule.uid, value.int()),
         "stock" => return set(&mut rule.stock, value.bool()),
+        "platform" => return set(&mut rule.platform, value.bool()),
         _ => return None,
     };
     set(slot, value.string())

@@ -142,6 +142,7 @@ fn covers(a: &Rule, b: &Rule) -> bool {
         && same(&a.name, &b.name)
         && same(&a.uid, &b.uid)
         && same(&a.user, &b.user)
+        && (!a.platform || b.platform)
 }
 
 /// Whether some subject could match both: false only when a matcher both rules set

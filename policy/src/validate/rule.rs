@@ -194,9 +194,7 @@ impl Validator<'_> {
             }
         }
         let signing_id = self.non_empty(i, "signing_id", &raw.signing_id);
-        if let (Some(_), Some(at), None) = (&signing_id, &raw.signing_id, &raw.team_id) {
-            self.warn(i, at.span.clone(), "`signing_id` without `team_id` matches any developer who signs with that identifier; add `team_id`");
-        }
+        let platform = self.platform(i, raw, signing_id.is_some());
         let uid = raw.uid.as_ref().and_then(|u| match u32::try_from(u.value) {
             Ok(n) => Some(n),
             Err(_) => {
@@ -300,6 +298,7 @@ impl Validator<'_> {
             cdhash,
             team_id,
             signing_id,
+            platform,
             uid,
             user,
             parent,
@@ -311,6 +310,48 @@ impl Validator<'_> {
             rule.path = rule.path.map(compiled);
         }
         Some(rule)
+    }
+}
+
+impl Validator<'_> {
+    /// `platform`, judged with the signing identifiers beside it; `true` only for
+    /// `platform = true`.
+    ///
+    /// A `signing_id` names a developer's program only together with the team
+    /// that signed it: any Developer ID holder may sign with `com.example.runner`.
+    /// Apple's own code has no team id, so a rule for it says `platform = true`
+    /// (the signature satisfies `anchor apple`), as Santa spells a signing-id rule
+    /// `TEAMID:com.example.app` or `platform:com.apple.curl`.
+    fn platform(&mut self, i: usize, raw: &RawRule, has_signing_id: bool) -> bool {
+        let platform = match &raw.platform {
+            Some(at) if !at.value => {
+                self.error(
+                    i,
+                    at.span.clone(),
+                    "`platform = false` means nothing: write `platform = true` (Apple's own code) or leave it out",
+                );
+                return false;
+            }
+            Some(at) => Some(at),
+            None => None,
+        };
+        if let (Some(at), Some(_)) = (platform, &raw.team_id) {
+            self.warn(
+                i,
+                at.span.clone(),
+                "Apple's platform binaries carry no team id: with `team_id` this rule may never match",
+            );
+        }
+        if let (None, Some(at), None) = (platform, &raw.signing_id, &raw.team_id) {
+            if has_signing_id && !raw.written("platform", false) {
+                self.error(
+                    i,
+                    at.span.clone(),
+                    "`signing_id` without `team_id` matches any developer who signs with that identifier: add `team_id = \"TEAMID\"`, or `platform = true` if it names Apple's own code (e.g. `com.apple.ls`)",
+                );
+            }
+        }
+        platform.is_some()
     }
 }
 

@@ -8,6 +8,7 @@ mod load;
 mod matchers;
 mod precedence;
 mod properties;
+mod signatures;
 mod validation;
 
 use metalift_policy::{compile_sources, Diagnostic, LoadError, Policy, Source, Subject};

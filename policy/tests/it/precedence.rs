@@ -18,6 +18,8 @@ fn everything() -> Subject {
         cdhash: Some(vec![0xcc; 20]),
         team_id: Some("ABCDE12345".into()),
         signing_id: Some("org.ggml.llama-server".into()),
+        anchor: Some(metalift_policy::Anchor::DeveloperId),
+        unreadable: None,
     }
 }
 

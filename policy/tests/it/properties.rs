@@ -5,7 +5,7 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
-use metalift_policy::{compile_sources, Action, Policy, Source, Subject};
+use metalift_policy::{compile_sources, Action, Anchor, Policy, Source, Subject};
 use proptest::prelude::*;
 
 const PATHS: &[&str] = &[
@@ -132,6 +132,10 @@ fn render_rule(id: &str, r: &GenRule) -> String {
     }
     if let Some(i) = r.signing {
         line("signing_id", format!("\"{}\"", SIGNING[i]));
+        if r.team.is_none() {
+            // A signing id alone must name Apple's own code.
+            line("platform", "true".into());
+        }
     }
     if let Some(i) = r.uid {
         line("uid", UIDS[i].to_string());
@@ -189,9 +193,10 @@ fn gen_subject() -> impl Strategy<Value = Subject> {
         prop::option::of(prop::sample::select(&[0xccu8, 0xdd][..])),
         prop::option::of(prop::sample::select(TEAMS)),
         prop::option::of(prop::sample::select(SIGNING)),
+        prop::option::of(prop::sample::select(&Anchor::ALL[..])),
     )
         .prop_map(
-            |(path, uid, user, parent, sha, cd, team, signing)| Subject {
+            |(path, uid, user, parent, sha, cd, team, signing, anchor)| Subject {
                 path: path.into(),
                 uid,
                 user: user.map(str::to_owned),
@@ -200,6 +205,8 @@ fn gen_subject() -> impl Strategy<Value = Subject> {
                 cdhash: cd.map(|b| vec![b; 20]),
                 team_id: team.map(str::to_owned),
                 signing_id: signing.map(str::to_owned),
+                anchor,
+                unreadable: None,
             },
         )
 }
@@ -226,6 +233,8 @@ fn wild_subject() -> impl Strategy<Value = Subject> {
                 cdhash,
                 team_id,
                 signing_id,
+                anchor: None,
+                unreadable: None,
             },
         )
 }

@@ -293,10 +293,6 @@ fn wrong_types_and_shapes_are_errors() {
 #[test]
 fn questionable_but_valid_values_draw_warnings() {
     assert_eq!(
-        rule("id = \"r\"\nsigning_id = \"com.example.x\"\nstock = true\n"),
-        ["6:14: warning: `signing_id` without `team_id` matches any developer who signs with that identifier; add `team_id`"]
-    );
-    assert_eq!(
         rule("id = \"r\"\nteam_id = \"apple\"\nstock = true\n"),
         ["6:11: warning: team_id `apple` does not look like an Apple team identifier (10 characters A-Z, 0-9)"]
     );
