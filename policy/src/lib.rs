@@ -140,8 +140,8 @@
 //! `sha256sum < policy.toml`.
 #![forbid(unsafe_code)]
 
-pub mod ceiling;
 pub mod anchor;
+pub mod ceiling;
 pub mod chip;
 pub mod diagnostic;
 pub mod host;
@@ -158,8 +158,8 @@ mod validate;
 pub mod verdict;
 pub mod wire;
 
-pub use ceiling::FamilyCap;
 pub use anchor::Anchor;
+pub use ceiling::FamilyCap;
 pub use chip::{apple_family_for_brand, CompileOptions, HostFamily};
 pub use diagnostic::{Diagnostic, Severity, Source};
 pub use host::{host_lints, Host, PathFact};
