@@ -135,7 +135,10 @@ impl AuditToken {
     }
 
     /// The audit token of a connected Unix-socket peer (`LOCAL_PEERTOKEN`,
-    /// `<sys/un.h>`), recorded by the kernel at `connect`.
+    /// `<sys/un.h>`). Not recorded at `connect`: xnu computes it now, from the
+    /// peer socket's `last_pid`, the process that last used that socket (xnu
+    /// `bsd/kern/uipc_usrreq.c`, `uipc_ctloutput`), so it names whoever holds
+    /// the descriptor lately, not necessarily who connected (see `peer/macos.rs`).
     pub fn of_unix_peer(socket: &impl AsRawFd) -> io::Result<Self> {
         let mut raw = audit_token_t::default();
         let mut len = std::mem::size_of::<audit_token_t>() as libc::socklen_t;

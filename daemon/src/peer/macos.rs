@@ -1,8 +1,16 @@
 //! macOS peer identity: the kernel's audit token, then `SecCode`.
 //!
-//! Both transports end here: XPC hands over the audit token of the message itself
-//! (`xpc_dictionary_get_audit_token`), the Unix socket the one recorded at
-//! `connect` (`LOCAL_PEERTOKEN`). From the token, in this order:
+//! Both transports end here: XPC hands over the audit token the kernel stamped on
+//! the message itself (`xpc_dictionary_get_audit_token`); the Unix socket only
+//! what `LOCAL_PEERTOKEN` says when the daemon asks, which is *not* a connect-time
+//! credential: xnu computes it at `getsockopt` from the peer socket's `last_pid`,
+//! whichever process last sent, received or polled on it
+//! (apple-oss-distributions/xnu `bsd/kern/uipc_usrreq.c`, `uipc_ctloutput`;
+//! `bsd/kern/uipc_socket.c`, `so_update_last_owner_locked`). So on the socket the
+//! executable is "the process that last used the socket", and a client may hand
+//! its descriptor to another process (or exec) before the daemon looks; the uid
+//! (`LOCAL_PEERCRED`) is fixed at connect. That is why the shim checks in with the
+//! LaunchDaemon over XPC (README, "Who is asking"). From the token, in this order:
 //!
 //! 1. pid, pid version, euid: libbsm's accessors.
 //! 2. The executable: `proc_pidpath_audittoken`, which fails (`ESRCH`) if the pid
@@ -19,11 +27,13 @@
 //!    still be the one at that path (same device and inode) to be kept for hashing.
 //! 5. The parent's executable, read between two checks of the parent's unique id.
 //!
-//! A process that `exec`ed between `connect` and its check-in is `Gone` here: the
-//! kernel bumps the pid version at exec, so the token names the image that
-//! connected and no longer resolves. Stricter than Linux (which decides for the
-//! new image), and only reachable on the socket: XPC connections do not survive
-//! exec, and the shim's socket is close-on-exec.
+//! A process that `exec`ed between the token's computation and the checks above is
+//! `Gone` here (the kernel bumps the pid version at exec). But a client that
+//! execs, or passes its socket on, *before* the daemon asks gets the token of
+//! whoever used the socket last: the socket identity cannot rule that out (the
+//! shim's own socket is close-on-exec, a hostile client's need not be). XPC
+//! tokens are per message, and the outcome must come from the check-in's pid and
+//! pid version (`metalift_xpc::exchange`).
 #![allow(unsafe_code)]
 
 use std::fs::File;
