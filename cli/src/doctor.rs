@@ -22,7 +22,7 @@ use std::process::ExitCode;
 use self::check::{Check, Status};
 use self::paths::Install;
 use metalift_daemon::audit::DEFAULT_LOG_PATH;
-use metalift_daemon::config::DEFAULT_POLICY;
+use metalift_daemon::service::config::DEFAULT_POLICY;
 
 /// Arguments of `metalift doctor`.
 #[derive(Debug, clap::Args)]
@@ -64,7 +64,7 @@ fn install(args: &Args) -> Install {
             (at_root(metalift_policy::socket_path::SYSTEM_SOCKET), false)
         }
         None => (
-            metalift_daemon::config::default_client_socket()
+            metalift_daemon::service::config::default_client_socket()
                 .unwrap_or_else(|_| PathBuf::from(metalift_policy::socket_path::SYSTEM_SOCKET)),
             false,
         ),

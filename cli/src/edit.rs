@@ -36,7 +36,7 @@ use serde_json::json;
 use self::live::Live;
 use self::lock::EditLock;
 use self::seen::{Change, Seen};
-use metalift_daemon::config::DEFAULT_POLICY;
+use metalift_daemon::service::config::DEFAULT_POLICY;
 
 /// Exit status: installed (or nothing to install).
 const DONE: u8 = 0;
@@ -388,7 +388,7 @@ fn check(
     // `apple_family_max = "host"` resolves for this machine, as `metalift validate` does.
     let options = CompileOptions {
         host: HostFamily {
-            brand: metalift_daemon::host_chip::machine_brand(),
+            brand: metalift_daemon::live_policy::host_chip::machine_brand(),
         },
     };
     match compile_sources_with(sources, &options) {

@@ -110,7 +110,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Some(s) => Some(s.clone()),
         None => match env::var_os("METALIFT_SOCKET").filter(|v| !v.is_empty()) {
             Some(s) => Some(PathBuf::from(s)),
-            None => metalift_daemon::config::default_client_socket().ok(),
+            None => metalift_daemon::service::config::default_client_socket().ok(),
         },
     };
     if let Some(problem) = daemon_problem(socket.as_deref()) {
@@ -138,13 +138,13 @@ fn daemon_problem(socket: Option<&Path>) -> Option<String> {
     let Some(socket) = socket else {
         return Some("no daemon socket is known (set METALIFT_SOCKET or pass --socket)".into());
     };
-    match metalift_daemon::status::request(socket, Duration::from_secs(1)) {
+    match metalift_daemon::service::status::request(socket, Duration::from_secs(1)) {
         Ok(_) => None,
         Err(e) => Some(format!(
             "no metalift daemon answers on {} ({})",
             socket.display(),
             match e {
-                metalift_daemon::status::StatusError::NotRunning { source, .. } =>
+                metalift_daemon::service::status::StatusError::NotRunning { source, .. } =>
                     source.to_string(),
                 other => other.to_string(),
             }

@@ -10,7 +10,7 @@
 //! (`--live`: its hash from `metalift status`, its text from the policy archive beside
 //! the audit log), or the one that decided a past decision (`--decision ID`: the
 //! record from the audit log, rotated files included, and the policy archived under
-//! the hash it names). The archive is [`metalift_daemon::policy_archive`]; a policy no longer
+//! the hash it names). The archive is [`metalift_daemon::live_policy::archive`]; a policy no longer
 //! in it is reported as such, never silently replaced by the file on disk.
 //!
 //! Paths: rules match the resolved executable (the kernel reports it resolved), so
@@ -32,7 +32,7 @@ use metalift_policy::{
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
-use metalift_daemon::config::DEFAULT_POLICY;
+use metalift_daemon::service::config::DEFAULT_POLICY;
 
 mod past;
 use past::{archived_policy, compare_text, decision_text, find_decision, live_policy, subject_of};
@@ -125,7 +125,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             brand: args
                 .host_chip_brand
                 .clone()
-                .or_else(metalift_daemon::host_chip::machine_brand),
+                .or_else(metalift_daemon::live_policy::host_chip::machine_brand),
         },
     };
     let mut decision = None;
@@ -257,7 +257,7 @@ fn build_subject(
         (Some(path), _) => {
             // The kernel reports the resolved path; a path that does not exist is
             // explained as written, for "what if" questions.
-            s.path = metalift_daemon::policy_host::resolve_executable(path);
+            s.path = metalift_daemon::live_policy::host::resolve_executable(path);
             if s.path != *path {
                 given = Some(path.clone());
             }
@@ -277,12 +277,12 @@ fn build_subject(
         s.parent_path = Some(parent.clone());
     }
     // The daemon's own lookup (NSS), so explain names the user the daemon would.
-    s.user = metalift_daemon::peer::user_name(s.uid);
+    s.user = metalift_daemon::checkin::peer::user_name(s.uid);
     s.team_id.clone_from(&args.team_id);
     s.signing_id.clone_from(&args.signing_id);
     if let Some(anchor) = args.anchor {
         // The daemon's own rule for what reaches a subject.
-        (s.team_id, s.signing_id) = metalift_daemon::peer::signature::trusted_ids(
+        (s.team_id, s.signing_id) = metalift_daemon::checkin::peer::signature::trusted_ids(
             anchor,
             s.team_id.as_deref(),
             s.signing_id.as_deref(),

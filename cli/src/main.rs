@@ -63,7 +63,7 @@ fn main() -> ExitCode {
         Command::Completions(a) => cli::completions::run(&a, Cli::command()),
         Command::GenerateDocs { dir } => cli::docs::generate(
             Cli::command(),
-            metalift_daemon::config::DaemonArgs::command(),
+            metalift_daemon::service::config::DaemonArgs::command(),
             &dir,
         )
         .map(|()| ExitCode::SUCCESS),

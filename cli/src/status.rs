@@ -8,7 +8,7 @@ use std::time::Duration;
 use metalift_policy::{load, sources_sha256, LoadError, LoadOptions, Policy};
 use serde::Serialize;
 
-use metalift_daemon::status::{self, StatusReport};
+use metalift_daemon::service::status::{self, StatusReport};
 
 /// How long to wait for the daemon's answer.
 const TIMEOUT: Duration = Duration::from_secs(5);
@@ -77,7 +77,7 @@ enum Disk {
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let socket = match args.socket {
         Some(s) => s,
-        None => metalift_daemon::config::default_client_socket()?,
+        None => metalift_daemon::service::config::default_client_socket()?,
     };
     let (code, out) = examine(&socket);
     if args.json {

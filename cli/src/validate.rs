@@ -22,8 +22,8 @@ use metalift_policy::{
 };
 use serde_json::{json, Value};
 
-use metalift_daemon::config::DEFAULT_POLICY;
-use metalift_daemon::policy_host::RealHost;
+use metalift_daemon::live_policy::host::RealHost;
+use metalift_daemon::service::config::DEFAULT_POLICY;
 
 /// Arguments of `metalift validate`.
 #[derive(Debug, clap::Args)]
@@ -167,7 +167,7 @@ fn check(args: &Args) -> Result<Report, LoadError> {
         brand: args
             .host_chip_brand
             .clone()
-            .or_else(metalift_daemon::host_chip::machine_brand),
+            .or_else(metalift_daemon::live_policy::host_chip::machine_brand),
     };
     let host_warnings = if args.skip_host_checks {
         Vec::new()

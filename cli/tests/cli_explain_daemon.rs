@@ -55,7 +55,7 @@ impl Env {
 
 impl Daemon {
     fn live_sha256(&self) -> String {
-        metalift_daemon::status::request(&self.socket, Duration::from_secs(5))
+        metalift_daemon::service::status::request(&self.socket, Duration::from_secs(5))
             .expect("status")
             .policy_sha256
     }

@@ -175,7 +175,7 @@ fn given_a_refused_file_on_disk_then_status_exits_3_listing_every_error_cause_fi
     let env = Env::new();
     env.write_rule("good", "name = \"good\"");
     let _daemon = env.start();
-    let good_sha = metalift_daemon::status::request(&env.socket(), HANG_GUARD)
+    let good_sha = metalift_daemon::service::status::request(&env.socket(), HANG_GUARD)
         .expect("status")
         .policy_sha256;
 

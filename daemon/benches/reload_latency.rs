@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use metalift_daemon::audit::{AuditLog, Rotation};
-use metalift_daemon::policy_store::PolicyStore;
-use metalift_daemon::watcher;
+use metalift_daemon::live_policy::store::PolicyStore;
+use metalift_daemon::live_policy::watcher;
 use metalift_policy::LoadOptions;
 
 const EDITS: usize = 200;

@@ -1,5 +1,5 @@
 /*
- * The functions daemon/c/oslog.c gives daemon/src/oslog.rs (macOS only).
+ * The functions daemon/c/oslog.c gives daemon/src/service/oslog.rs (macOS only).
  * Each logs one NUL-terminated, already-formatted string as "%{public}s".
  * daemon/c/oslog_test.c checks them on any host with clang.
  */

@@ -9,7 +9,7 @@
  * one function per level, each taking one already-formatted string and logging
  * it with the format "%{public}s" (the text is for admins: executable, rule,
  * verdict, result must not read <private>). Everything else stays in Rust
- * (daemon/src/oslog.rs). Declarations are written by hand from <os/log.h> and
+ * (daemon/src/service/oslog.rs). Declarations are written by hand from <os/log.h> and
  * <os/trace_base.h> (macOS 13 SDK); no SDK header is needed. Built by
  * daemon/build.rs for macOS targets only.
  */

@@ -1,7 +1,7 @@
 //! The server core driven through an in-memory stand-in for the XPC transport, on
 //! any OS: the proof that the XPC path decides and audits nothing on its own.
 //!
-//! The stand-in does exactly what `daemon/src/transport/xpc.rs` does between
+//! The stand-in does exactly what `daemon/src/checkin/transport/xpc.rs` does between
 //! libxpc and the core, minus libxpc: messages are dictionaries in the real
 //! key layout (`metalift_xpc::dict`), the order and checks of a peer's
 //! messages are the transport's own (`metalift_xpc::exchange`) — both pure and
@@ -9,16 +9,16 @@
 //! identity comes with each message from "the kernel" (never from the
 //! dictionary), and the core is called exactly as the XPC transport calls it. Whatever differs between a shim that asks over
 //! XPC and one that asks over the socket is therefore only the dictionary mapping
-//! and how the kernel identity is read (`peer/macos.rs`); both are covered here or
+//! and how the kernel identity is read (`checkin/peer/macos.rs`); both are covered here or
 //! listed as type-checked only in `daemon/src/macos/mod.rs`.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use metalift_daemon::audit::{AuditLog, Rotation};
-use metalift_daemon::peer::{CodeSignature, PeerFacts};
-use metalift_daemon::policy_store::PolicyStore;
-use metalift_daemon::server::Core;
+use metalift_daemon::checkin::peer::{CodeSignature, PeerFacts};
+use metalift_daemon::checkin::server::Core;
+use metalift_daemon::live_policy::store::PolicyStore;
 use metalift_policy::wire::{
     Answers, CheckIn, Message, Outcome, OutcomeResult, VerdictMsg, WireAction, WireError,
 };
@@ -105,7 +105,7 @@ impl Kernel {
     }
 }
 
-/// One peer connection, served as `transport/xpc.rs`'s `PeerTask` serves it: the
+/// One peer connection, served as `checkin/transport/xpc.rs`'s `PeerTask` serves it: the
 /// exchange's checks are the transport's own code (`exchange.rs`, included above).
 struct Peer {
     core: Arc<Core>,
@@ -550,7 +550,7 @@ async fn given_a_sha256_rule_and_an_unreadable_executable_then_the_decision_says
 
     let dir = tempfile::tempdir().expect("temp dir");
     let mut facts = Kernel::process("/home/me/tool").facts();
-    facts.exe_file = Some(metalift_daemon::peer::ExeFile::new(
+    facts.exe_file = Some(metalift_daemon::checkin::peer::ExeFile::new(
         std::fs::File::open(dir.path()).expect("open a directory"),
     ));
     d.core.check_in(&facts, CheckIn::default(), "unix").await;

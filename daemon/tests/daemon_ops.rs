@@ -100,7 +100,7 @@ impl Env {
             socket: self.socket(),
         };
         let start = Instant::now();
-        while metalift_daemon::status::request(&daemon.socket, HANG_GUARD).is_err() {
+        while metalift_daemon::service::status::request(&daemon.socket, HANG_GUARD).is_err() {
             assert!(start.elapsed() < HANG_GUARD, "metaliftd did not come up");
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -317,7 +317,8 @@ fn given_sighup_then_the_daemon_keeps_running_reloads_and_audits_the_reason() {
         r.iter()
             .any(|r| r["reason"] == "sighup" && r["sha256"] == new_sha.as_str())
     });
-    let status = metalift_daemon::status::request(&env.socket(), HANG_GUARD).expect("status");
+    let status =
+        metalift_daemon::service::status::request(&env.socket(), HANG_GUARD).expect("status");
     assert_eq!(status.policy_sha256, new_sha);
     assert!(daemon.still_running(), "SIGHUP stopped metaliftd");
     assert!(env.records_of("daemon_stop").is_empty());

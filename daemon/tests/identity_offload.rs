@@ -16,10 +16,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use metalift_daemon::audit::{AuditLog, Rotation};
-use metalift_daemon::peer::{IdentifyPeer, KernelIdentity, PeerError, PeerFacts, Wants};
-use metalift_daemon::policy_store::PolicyStore;
-use metalift_daemon::server::Core;
-use metalift_daemon::transport::{unix, Limits};
+use metalift_daemon::checkin::peer::{IdentifyPeer, KernelIdentity, PeerError, PeerFacts, Wants};
+use metalift_daemon::checkin::server::Core;
+use metalift_daemon::checkin::transport::{unix, Limits};
+use metalift_daemon::live_policy::store::PolicyStore;
 use metalift_policy::wire::{self, CheckIn, Message};
 use metalift_policy::LoadOptions;
 

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use metalift_daemon::audit::{AuditLog, Rotation};
-use metalift_daemon::policy_store::{PolicyStore, ReloadOutcome};
+use metalift_daemon::live_policy::store::{PolicyStore, ReloadOutcome};
 use metalift_policy::{LoadOptions, Policy};
 use serde_json::Value;
 

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use metalift_daemon::audit::{AuditLog, Rotation};
-use metalift_daemon::policy_store::PolicyStore;
-use metalift_daemon::watcher;
+use metalift_daemon::live_policy::store::PolicyStore;
+use metalift_daemon::live_policy::watcher;
 use metalift_policy::LoadOptions;
 use serde_json::Value;
 use tokio::sync::oneshot;

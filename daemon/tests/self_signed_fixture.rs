@@ -10,7 +10,7 @@
 
 use std::path::PathBuf;
 
-use metalift_daemon::peer::signature::trusted_ids;
+use metalift_daemon::checkin::peer::signature::trusted_ids;
 use metalift_policy::{compile_sources, Action, Anchor, Source, Subject};
 
 fn fixture(name: &str) -> PathBuf {

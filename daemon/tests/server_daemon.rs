@@ -140,7 +140,9 @@ struct Daemon {
 impl Daemon {
     fn wait_ready(&self) {
         let start = Instant::now();
-        while metalift_daemon::status::request(&self.socket, Duration::from_secs(5)).is_err() {
+        while metalift_daemon::service::status::request(&self.socket, Duration::from_secs(5))
+            .is_err()
+        {
             assert!(start.elapsed() < HANG_GUARD, "metaliftd did not come up");
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -361,7 +363,8 @@ fn a_sha256_rule_matches_the_running_file_and_hashes_it_once() {
         assert_eq!((action.as_str(), rule.as_str()), ("unlock", "llama"));
         assert_eq!(decision_with_id(&env, id)["sha256"], digest);
     }
-    let status = metalift_daemon::status::request(&env.socket(), HANG_GUARD).expect("status");
+    let status =
+        metalift_daemon::service::status::request(&env.socket(), HANG_GUARD).expect("status");
     assert_eq!(status.cache_entries, 1);
 }
 
@@ -600,7 +603,8 @@ fn shims_waiting_to_report_an_outcome_do_not_take_the_places_of_new_check_ins() 
     // connection just after answering it, so poll until it has).
     let start = Instant::now();
     loop {
-        let status = metalift_daemon::status::request(&env.socket(), HANG_GUARD).expect("status");
+        let status =
+            metalift_daemon::service::status::request(&env.socket(), HANG_GUARD).expect("status");
         let counts = (status.connections_waiting, status.connections_active);
         if counts == (5, 1) {
             break;
@@ -654,8 +658,8 @@ fn a_stale_socket_is_replaced_a_live_daemon_is_refused_and_sigterm_removes_the_s
 #[test]
 fn when_the_audit_log_refuses_the_decision_the_verdict_is_stock() {
     use metalift_daemon::audit::{AuditLog, Rotation};
-    use metalift_daemon::policy_store::PolicyStore;
-    use metalift_daemon::server::Core;
+    use metalift_daemon::checkin::server::Core;
+    use metalift_daemon::live_policy::store::PolicyStore;
 
     let env = Env::new();
     let me = std::env::current_exe().expect("current exe");
@@ -680,7 +684,7 @@ fn when_the_audit_log_refuses_the_decision_the_verdict_is_stock() {
         .unwrap();
     rt.block_on(async {
         let (a, _b) = tokio::net::UnixStream::pair().unwrap();
-        let facts = metalift_daemon::peer::facts_from_unix_stream(&a).expect("facts");
+        let facts = metalift_daemon::checkin::peer::facts_from_unix_stream(&a).expect("facts");
 
         let recorded = Core::new(Arc::clone(&store), Arc::new(good_log), 16);
         let v = recorded.check_in(&facts, CheckIn::default(), "unix").await;
@@ -711,7 +715,8 @@ fn status_names_a_refused_policy_by_location_without_quoting_it() {
     .unwrap();
     let _daemon = env.start(&[]);
 
-    let status = metalift_daemon::status::request(&env.socket(), HANG_GUARD).expect("status");
+    let status =
+        metalift_daemon::service::status::request(&env.socket(), HANG_GUARD).expect("status");
     let error = status.last_reload_error.expect("the refusal is reported");
     assert!(error.contains("policy.toml:2:1: error:"), "{error}");
     assert!(!error.contains("do not echo"), "{error}");

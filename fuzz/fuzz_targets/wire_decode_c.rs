@@ -5,22 +5,10 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use metalift_policy::wire::{decode_body, Message, WireError};
-use metalift_shim::c::{decode_verdict, CWireError};
+use metalift_policy::wire::decode_body;
+use metalift_shim::c::{decode_verdict, expected_verdict};
 
 fuzz_target!(|data: &[u8]| {
-    let expected = match decode_body(data) {
-        Ok(Message::Verdict(v)) => Ok(v),
-        Ok(Message::CheckIn(_)) => Err(CWireError::NotVerdict(1)),
-        Ok(Message::Outcome(_)) => Err(CWireError::NotVerdict(3)),
-        Ok(Message::StatusRequest) => Err(CWireError::NotVerdict(4)),
-        Ok(Message::Status(_)) => Err(CWireError::NotVerdict(5)),
-        Err(WireError::Oversize(n)) => Err(CWireError::Oversize(n as u64)),
-        Err(WireError::Truncated) => Err(CWireError::Truncated),
-        Err(WireError::Version(v)) => Err(CWireError::Version(v)),
-        Err(WireError::UnknownKind(k)) => Err(CWireError::UnknownKind(k)),
-        Err(WireError::BadField(f)) => Err(CWireError::BadField(f.to_owned())),
-        Err(WireError::Missing(f)) => Err(CWireError::Missing(f.to_owned())),
-    };
+    let expected = expected_verdict(decode_body(data));
     assert_eq!(decode_verdict(data), expected);
 });

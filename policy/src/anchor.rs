@@ -7,7 +7,7 @@
 //! (apple-oss-distributions/Security, `StaticCode.cpp`, `verifySignature`). So a
 //! team id or signing id is only the developer's when the signature satisfies a
 //! requirement anchored at Apple. The daemon classifies every signature into an
-//! [`Anchor`] (on macOS, `daemon/src/peer/signature.rs` holds the requirement
+//! [`Anchor`] (on macOS, `daemon/src/checkin/peer/signature.rs` holds the requirement
 //! texts and the classification), puts a team id or signing id into the
 //! [`Subject`](crate::Subject) only when [`Anchor::chains_to_apple`], and records
 //! the anchor in every decision.

@@ -1,6 +1,6 @@
 //! `apple_family_max = "host"`: the Apple GPU family ceiling of the machine the daemon
 //! runs on, from the chip's brand string. Pure: the daemon reads the brand
-//! (`sysctl machdep.cpu.brand_string`, in `metalift_daemon::host_chip`) and hands it
+//! (`sysctl machdep.cpu.brand_string`, in `metalift_daemon::live_policy::host_chip`) and hands it
 //! here through [`CompileOptions`].
 //!
 //! Why a profile may follow the host: llama.cpp's newer Metal backend picks its kernel

@@ -7,7 +7,9 @@ use std::ffi::{c_char, CStr, CString};
 
 use metalift_policy::profile::Capabilities;
 use metalift_policy::verdict::Mode;
-use metalift_policy::wire::{Answers, Outcome, OutcomeResult, VerdictMsg, WireAction};
+use metalift_policy::wire::{
+    Answers, Message, Outcome, OutcomeResult, VerdictMsg, WireAction, WireError,
+};
 
 /// `struct ml_answers`.
 #[repr(C)]
@@ -99,6 +101,26 @@ pub enum CWireError {
     Missing(String),
     /// `ML_WIRE_NOT_VERDICT`: a well-formed message of this kind.
     NotVerdict(u8),
+}
+
+/// What a C verdict decoder must answer for input the Rust reference decoded
+/// as `decoded` (`wire::decode_body` for frames, `dict::decode` for XPC
+/// dictionaries): the verdict, `NotVerdict` with the wire kind for another
+/// message, else the same error.
+pub fn expected_verdict(decoded: Result<Message, WireError>) -> Result<VerdictMsg, CWireError> {
+    match decoded {
+        Ok(Message::Verdict(v)) => Ok(v),
+        Ok(Message::CheckIn(_)) => Err(CWireError::NotVerdict(1)),
+        Ok(Message::Outcome(_)) => Err(CWireError::NotVerdict(3)),
+        Ok(Message::StatusRequest) => Err(CWireError::NotVerdict(4)),
+        Ok(Message::Status(_)) => Err(CWireError::NotVerdict(5)),
+        Err(WireError::Oversize(n)) => Err(CWireError::Oversize(n as u64)),
+        Err(WireError::Truncated) => Err(CWireError::Truncated),
+        Err(WireError::Version(v)) => Err(CWireError::Version(v)),
+        Err(WireError::UnknownKind(k)) => Err(CWireError::UnknownKind(k)),
+        Err(WireError::BadField(f)) => Err(CWireError::BadField(f.to_owned())),
+        Err(WireError::Missing(f)) => Err(CWireError::Missing(f.to_owned())),
+    }
 }
 
 fn error(raw: RawError) -> Option<CWireError> {

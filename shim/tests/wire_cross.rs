@@ -16,19 +16,7 @@ use proptest::prelude::*;
 
 /// What the C decoder must say about `body`, from what `decode_body` says.
 fn expected(body: &[u8]) -> Result<VerdictMsg, CWireError> {
-    match wire::decode_body(body) {
-        Ok(Message::Verdict(v)) => Ok(v),
-        Ok(Message::CheckIn(_)) => Err(CWireError::NotVerdict(1)),
-        Ok(Message::Outcome(_)) => Err(CWireError::NotVerdict(3)),
-        Ok(Message::StatusRequest) => Err(CWireError::NotVerdict(4)),
-        Ok(Message::Status(_)) => Err(CWireError::NotVerdict(5)),
-        Err(WireError::Oversize(n)) => Err(CWireError::Oversize(n as u64)),
-        Err(WireError::Truncated) => Err(CWireError::Truncated),
-        Err(WireError::Version(v)) => Err(CWireError::Version(v)),
-        Err(WireError::UnknownKind(k)) => Err(CWireError::UnknownKind(k)),
-        Err(WireError::BadField(f)) => Err(CWireError::BadField(f.to_owned())),
-        Err(WireError::Missing(f)) => Err(CWireError::Missing(f.to_owned())),
-    }
+    c::expected_verdict(wire::decode_body(body))
 }
 
 fn assert_same_verdict_decision(body: &[u8]) {

@@ -19,7 +19,7 @@ use std::ffi::{c_char, c_void, CStr, CString};
 use metalift_policy::profile::Capabilities;
 use metalift_policy::verdict::Mode;
 use metalift_policy::wire::{
-    Answers, CheckIn, Message, Outcome, OutcomeResult, VerdictMsg, WireAction, WireError, MAX_FRAME,
+    Answers, CheckIn, Message, Outcome, OutcomeResult, VerdictMsg, WireAction, MAX_FRAME,
 };
 use metalift_shim::c::{self, CWireError, RawError, RawOutcome, RawVerdict};
 use metalift_xpc::dict::{self, key, DictValue, MapDict};
@@ -221,19 +221,7 @@ fn from_xpc(d: *mut c_void) -> MapDict {
 
 /// What the C decoder must say of `map`, from what `dict::decode` says.
 fn expected(map: &MapDict) -> Result<VerdictMsg, CWireError> {
-    match dict::decode(map) {
-        Ok(Message::Verdict(v)) => Ok(v),
-        Ok(Message::CheckIn(_)) => Err(CWireError::NotVerdict(1)),
-        Ok(Message::Outcome(_)) => Err(CWireError::NotVerdict(3)),
-        Ok(Message::StatusRequest) => Err(CWireError::NotVerdict(4)),
-        Ok(Message::Status(_)) => Err(CWireError::NotVerdict(5)),
-        Err(WireError::Oversize(n)) => Err(CWireError::Oversize(n as u64)),
-        Err(WireError::Truncated) => Err(CWireError::Truncated),
-        Err(WireError::Version(v)) => Err(CWireError::Version(v)),
-        Err(WireError::UnknownKind(k)) => Err(CWireError::UnknownKind(k)),
-        Err(WireError::BadField(f)) => Err(CWireError::BadField(f.to_owned())),
-        Err(WireError::Missing(f)) => Err(CWireError::Missing(f.to_owned())),
-    }
+    c::expected_verdict(dict::decode(map))
 }
 
 fn c_decode(map: &MapDict) -> Result<VerdictMsg, CWireError> {

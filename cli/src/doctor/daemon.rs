@@ -7,7 +7,7 @@ use std::time::Duration;
 use metalift_policy::{load, LoadError, LoadOptions, Loaded};
 
 use super::check::{Check, Status};
-use metalift_daemon::status::{self, StatusError, StatusReport};
+use metalift_daemon::service::status::{self, StatusError, StatusReport};
 
 /// How long the daemon has to answer.
 const TIMEOUT: Duration = Duration::from_secs(2);

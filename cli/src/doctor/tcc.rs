@@ -1,7 +1,7 @@
 //! Full Disk Access: can metaliftd read executables in TCC-protected folders?
 //!
 //! Only the daemon can answer for itself (TCC grants are per process), so it
-//! probes at start (`metalift_daemon::full_disk_access`: it opens the system
+//! probes at start (`metalift_daemon::service::full_disk_access`: it opens the system
 //! TCC database) and reports it in its status; this check reads that answer.
 //! Without the grant, processes run from `~/Desktop`, `~/Documents`,
 //! `~/Downloads`, removable or network volumes are decided without their
@@ -10,7 +10,7 @@
 use std::path::Path;
 
 use super::check::{Check, Status};
-use metalift_daemon::status::StatusReport;
+use metalift_daemon::service::status::StatusReport;
 
 /// How to grant it, by MDM or by hand (the daemon's path is the pkg's).
 pub const GRANT: &str = "grant metaliftd Full Disk Access: by MDM, a PPPC profile (com.apple.TCC.configuration-profile-policy) allowing SystemPolicyAllFiles for /usr/local/metalift/bin/metaliftd (IdentifierType path); or by hand, System Settings > Privacy & Security > Full Disk Access, add /usr/local/metalift/bin/metaliftd; then restart it: sudo launchctl kickstart -k system/com.metalift.metaliftd";

@@ -13,7 +13,7 @@ use serde_json::json;
 
 use super::seen::Change;
 use super::Args;
-use metalift_daemon::config::DEFAULT_POLICY;
+use metalift_daemon::service::config::DEFAULT_POLICY;
 
 /// Exit status: not installed, because the file changed during the edit.
 pub const NOT_INSTALLED: u8 = 5;

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use metalift_daemon::status::{self, StatusReport};
+use metalift_daemon::service::status::{self, StatusReport};
 
 /// How long one status request may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
@@ -46,7 +46,9 @@ pub struct Before {
 pub fn snapshot(socket: Option<&Path>) -> Before {
     let socket = match socket {
         Some(s) => Ok(s.to_owned()),
-        None => metalift_daemon::config::default_client_socket().map_err(|e| e.to_string()),
+        None => {
+            metalift_daemon::service::config::default_client_socket().map_err(|e| e.to_string())
+        }
     };
     let report = socket
         .as_ref()

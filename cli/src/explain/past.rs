@@ -1,6 +1,6 @@
 //! The policy that decided: the daemon's live one (`explain --live`) or the one live
 //! at a past decision (`explain --decision ID`), both read from the policy archive
-//! ([`metalift_daemon::policy_archive`]) by hash; and the decision record itself, found in the
+//! ([`metalift_daemon::live_policy::archive`]) by hash; and the decision record itself, found in the
 //! audit log (rotated files included) through the audit reader's public functions.
 
 use std::path::{Path, PathBuf};
@@ -15,7 +15,7 @@ use super::{Args, Chosen, HashNote};
 pub(super) fn live_policy(args: &Args, compile: &CompileOptions) -> Result<Chosen, ExitCode> {
     let socket = match &args.socket {
         Some(s) => s.clone(),
-        None => match metalift_daemon::config::default_client_socket() {
+        None => match metalift_daemon::service::config::default_client_socket() {
             Ok(s) => s,
             Err(e) => {
                 eprintln!("metalift: error: {e}");
@@ -23,14 +23,15 @@ pub(super) fn live_policy(args: &Args, compile: &CompileOptions) -> Result<Chose
             }
         },
     };
-    let report = match metalift_daemon::status::request(&socket, std::time::Duration::from_secs(5))
-    {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("metalift: error: --live: {e}");
-            return Err(ExitCode::from(2));
-        }
-    };
+    let report =
+        match metalift_daemon::service::status::request(&socket, std::time::Duration::from_secs(5))
+        {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("metalift: error: --live: {e}");
+                return Err(ExitCode::from(2));
+            }
+        };
     let mut chosen = archived_policy(args, &report.policy_sha256, compile, "live in metaliftd")?;
     chosen.origin = format!(
         "live in metaliftd (pid {}, {}, loaded {})",
@@ -56,9 +57,9 @@ pub(super) fn archived_policy(
     compile: &CompileOptions,
     what: &str,
 ) -> Result<Chosen, ExitCode> {
-    let dir = metalift_daemon::policy_archive::dir_for(&args.log);
+    let dir = metalift_daemon::live_policy::archive::dir_for(&args.log);
     let origin = format!("archived {}", dir.display());
-    let archived = match metalift_daemon::policy_archive::load(&dir, sha256) {
+    let archived = match metalift_daemon::live_policy::archive::load(&dir, sha256) {
         Ok(a) => a,
         Err(e) => {
             eprintln!(
@@ -82,7 +83,7 @@ pub(super) fn archived_policy(
         eprintln!(
             "metalift: error: the policy {sha256} {what} is no longer archived in {} (metaliftd keeps the newest {} policies it loaded; an older daemon kept none)",
             dir.display(),
-            metalift_daemon::policy_archive::KEEP
+            metalift_daemon::live_policy::archive::KEEP
         );
         return Err(ExitCode::from(2));
     };
@@ -233,7 +234,7 @@ pub(super) fn subject_of(
         path: PathBuf::from(&r.exe),
         uid: r.uid,
         // Not recorded: looked up now, as the daemon did then.
-        user: metalift_daemon::peer::user_name(r.uid),
+        user: metalift_daemon::checkin::peer::user_name(r.uid),
         parent_path: r.parent_exe.as_ref().map(PathBuf::from),
         sha256,
         cdhash: decode(&r.cdhash),

@@ -113,7 +113,9 @@ impl DaemonDir {
             socket: self.socket(),
         };
         let start = Instant::now();
-        while metalift_daemon::status::request(&daemon.socket, Duration::from_secs(5)).is_err() {
+        while metalift_daemon::service::status::request(&daemon.socket, Duration::from_secs(5))
+            .is_err()
+        {
             assert!(start.elapsed() < HANG_GUARD, "metaliftd did not come up");
             std::thread::sleep(Duration::from_millis(20));
         }

@@ -5,8 +5,8 @@ use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::Parser;
-use metalift_daemon::config::DaemonArgs;
 use metalift_daemon::service;
+use metalift_daemon::service::config::DaemonArgs;
 
 /// Exit status 78 (`EX_CONFIG`): the flags and environment give no usable configuration.
 const EXIT_CONFIG: u8 = 78;
@@ -31,7 +31,7 @@ fn exit_code(err: &anyhow::Error) -> u8 {
     if let Some(failure) = err.downcast_ref::<service::StartFailure>() {
         failure.exit_code()
     } else if err
-        .downcast_ref::<metalift_daemon::config::ConfigError>()
+        .downcast_ref::<metalift_daemon::service::config::ConfigError>()
         .is_some()
     {
         EXIT_CONFIG
@@ -44,7 +44,8 @@ fn exit_code(err: &anyhow::Error) -> u8 {
 /// when asked or on macOS, to the system log. `RUST_LOG` filters; default `info`.
 fn init_logging(args: &DaemonArgs) {
     use tracing_subscriber::prelude::*;
-    let filter = metalift_daemon::config::log_filter(std::env::var("RUST_LOG").ok().as_deref());
+    let filter =
+        metalift_daemon::service::config::log_filter(std::env::var("RUST_LOG").ok().as_deref());
     let stderr = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         // Colour only for a person at a terminal, not in launchd's or journald's log files.
@@ -54,7 +55,7 @@ fn init_logging(args: &DaemonArgs) {
         ));
     let system = args
         .wants_syslog()
-        .then(|| metalift_daemon::oslog::UnifiedLogLayer::new(c"metaliftd"));
+        .then(|| metalift_daemon::service::oslog::UnifiedLogLayer::new(c"metaliftd"));
     tracing_subscriber::registry()
         .with(filter)
         .with(stderr)

@@ -138,7 +138,7 @@ impl AuditToken {
     /// `<sys/un.h>`). Not recorded at `connect`: xnu computes it now, from the
     /// peer socket's `last_pid`, the process that last used that socket (xnu
     /// `bsd/kern/uipc_usrreq.c`, `uipc_ctloutput`), so it names whoever holds
-    /// the descriptor lately, not necessarily who connected (see `peer/macos.rs`).
+    /// the descriptor lately, not necessarily who connected (see `checkin/peer/macos.rs`).
     pub fn of_unix_peer(socket: &impl AsRawFd) -> io::Result<Self> {
         let mut raw = audit_token_t::default();
         let mut len = std::mem::size_of::<audit_token_t>() as libc::socklen_t;

@@ -11,7 +11,7 @@
 //!    (`errSecCSStaticCodeChanged` otherwise), so the information read next from
 //!    disk describes the running code.
 //! 3. When that passed: `SecCodeCheckValidity(code, flags, requirement)` for each of
-//!    `crate::peer::signature::REQUIREMENTS` in order (`anchor apple`, Developer
+//!    `crate::checkin::peer::signature::REQUIREMENTS` in order (`anchor apple`, Developer
 //!    ID, Mac App Store, Apple Development/Distribution), until one is satisfied:
 //!    without a requirement a self-signed certificate claiming any team id is
 //!    "valid" (apple-oss-distributions/Security, `StaticCode.cpp`,
@@ -20,7 +20,7 @@
 //!    team id, signing id, cdhash (`kSecCodeInfoUnique`), flags (ad hoc or not).
 //!
 //! The result is a plain struct; which anchor it shows and whether its team id
-//! and signing id count is decided by the pure `crate::peer::signature`
+//! and signing id count is decided by the pure `crate::checkin::peer::signature`
 //! ([`CodeIdentity::facts`]), tested on every platform.
 
 use std::ptr::NonNull;
@@ -34,7 +34,7 @@ use objc2_security::{
 };
 
 use super::audit_token::AuditToken;
-use crate::peer::signature::{SignatureFacts, REQUIREMENTS};
+use crate::checkin::peer::signature::{SignatureFacts, REQUIREMENTS};
 
 /// `errSecSuccess`.
 const ERR_SEC_SUCCESS: i32 = 0;
@@ -59,7 +59,7 @@ pub struct CodeIdentity {
 }
 
 impl CodeIdentity {
-    /// The facts `crate::peer::signature::classify` decides the anchor from.
+    /// The facts `crate::checkin::peer::signature::classify` decides the anchor from.
     #[must_use]
     pub fn facts(&self) -> SignatureFacts {
         SignatureFacts {

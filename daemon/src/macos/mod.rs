@@ -1,5 +1,5 @@
 //! macOS system interfaces: libxpc, audit tokens, code signatures. The only place
-//! (with `peer/macos.rs`, `transport/xpc.rs` and `oslog.rs`) where the daemon's macOS
+//! (with `checkin/peer/macos.rs`, `checkin/transport/xpc.rs` and `service/oslog.rs`) where the daemon's macOS
 //! code uses `unsafe`, one operation per block, each with a `// SAFETY:` line.
 //!
 //! # Layout
@@ -9,7 +9,7 @@
 //! - [`audit_token`]: pid, pid version, euid and executable from a kernel audit token.
 //! - [`code_identity`]: `SecCode` from an audit token → team id, signing id, cdhash,
 //!   and which Apple-anchored requirement it satisfies (classified on every
-//!   platform by `crate::peer::signature`).
+//!   platform by `crate::checkin::peer::signature`).
 //! - [`panic_boundary`]: every callback libxpc/libdispatch invokes runs inside it.
 //! - [`user_temp_dir`]: `confstr(_CS_DARWIN_USER_TEMP_DIR)`, where a per-user
 //!   daemon's socket lives.
@@ -36,7 +36,7 @@
 //!   its level's os_log type with the format `%{public}s` and the buffer clang's
 //!   `__builtin_os_log_format` built: header `02 01 22 08` (one argument, a public
 //!   string, pointer-sized), then the message pointer.
-//!   The level mapping is unit-tested (`oslog.rs`).
+//!   The level mapping is unit-tested (`service/oslog.rs`).
 //! - **The panic boundary** ([`panic_boundary`]): unit-tested on Linux (a panicking
 //!   callback yields its fallback and is logged); both XPC handlers are wrapped
 //!   (compiled for `aarch64-apple-darwin`).
@@ -56,7 +56,7 @@
 //!   74 for an unwritable one, no `--socket`: metaliftd's default is the user's
 //!   `DARWIN_USER_TEMP_DIR`, pure in `socket_path.rs`); metaliftd's one-line
 //!   failure on an unopenable socket or log.
-//! - **The watcher on FSEvents** (`watcher/seam_tests.rs`): fed the events
+//! - **The watcher on FSEvents** (`live_policy/watcher/seam_tests.rs`): fed the events
 //!   FSEvents delivers for an in-place write (the open's truncate or create, then
 //!   the content change xnu's `vn_close` reports), a half-written policy never
 //!   goes live.
@@ -70,7 +70,7 @@
 //!
 //! # Verified only on a Mac (what, how): `.github/workflows/macos.yml` runs these
 //!
-//! 1. **XPC round trip** (`transport/xpc.rs`): the listener and peer handlers,
+//! 1. **XPC round trip** (`checkin/transport/xpc.rs`): the listener and peer handlers,
 //!    `xpc_dictionary_create_reply`, the private per-message audit token found by
 //!    `dlsym` (if absent, metaliftd logs that XPC is disabled and keeps the socket).
 //!    How: install the pkg, `sudo launchctl print system/com.metalift.metaliftd`
@@ -111,29 +111,29 @@
 //!    never uses Metal (`ls`), Metal loaded late by `dlopen` (`metalift-probe-dlopen`),
 //!    sandboxed hosts, fork without exec.
 //! 10. **Real Metal has the shape the simulation models** (issue 17; the workflow's
-//!    "real-Metal unlock" step): with a policy allowing the probe,
-//!    `DYLD_INSERT_LIBRARIES=/usr/local/metalift/lib/libmetalift.dylib
-//!    metalift-probe --json --expect-family 7` exits 0 and the audit's outcome is
-//!    `applied` with stock Apple5 / 32768 (`metalift audit --json --since 5m`). What
-//!    that confirms, each an assumption the Linux tests cannot check:
-//!    (a) `class_getInstanceMethod(AppleParavirtDevice, @selector(supportsFamily:))`
-//!    is `_MTLDevice`'s Method and patching it before the original
-//!    `-initGPUFamilySupport` reaches the device (outcome `applied`, not `failed`);
-//!    (b) `-initGPUFamilySupport` runs inside the device's init, before the
-//!    program gets the device (the outcome's decision id matches the check-in);
-//!    (c) Metal's questions during creation come from the images of the device's
-//!    classes (Metal.framework, IOGPU.framework, the paravirtual driver bundle), so
-//!    the outcome's stock threadgroup memory is 32768, not 0;
-//!    (d) `__builtin_return_address` through `objc_msgSend` names the caller's
-//!    image (arm64e: clang strips the signature with `xpaci`, checked in the object
-//!    code); (e) `requiresBFloat16Emulation` stays YES at Apple7
-//!    (`metalift-probe --json` prints `requires_bf16_emulation`);
-//!    (f) with `MTL_DEBUG_LAYER=1` the probe is still Apple7 and the outcome
-//!    arrives (if it does not, the validation layer forwards from Metal's own
-//!    image: README's known limit); (g) a process that links Metal and never
-//!    creates a device (`/usr/local/metalift/bin/metalift --version` with the shim
-//!    inserted) leaves no decision in the audit log; (h) `dlerror()` is NULL in a
-//!    shimmed process after start-up (no `RTLD_NOLOAD` probe any more).
+//!     "real-Metal unlock" step): with a policy allowing the probe,
+//!     `DYLD_INSERT_LIBRARIES=/usr/local/metalift/lib/libmetalift.dylib
+//!     metalift-probe --json --expect-family 7` exits 0 and the audit's outcome is
+//!     `applied` with stock Apple5 / 32768 (`metalift audit --json --since 5m`). What
+//!     that confirms, each an assumption the Linux tests cannot check:
+//!     (a) `class_getInstanceMethod(AppleParavirtDevice, @selector(supportsFamily:))`
+//!     is `_MTLDevice`'s Method and patching it before the original
+//!     `-initGPUFamilySupport` reaches the device (outcome `applied`, not `failed`);
+//!     (b) `-initGPUFamilySupport` runs inside the device's init, before the
+//!     program gets the device (the outcome's decision id matches the check-in);
+//!     (c) Metal's questions during creation come from the images of the device's
+//!     classes (Metal.framework, IOGPU.framework, the paravirtual driver bundle), so
+//!     the outcome's stock threadgroup memory is 32768, not 0;
+//!     (d) `__builtin_return_address` through `objc_msgSend` names the caller's
+//!     image (arm64e: clang strips the signature with `xpaci`, checked in the object
+//!     code); (e) `requiresBFloat16Emulation` stays YES at Apple7
+//!     (`metalift-probe --json` prints `requires_bf16_emulation`);
+//!     (f) with `MTL_DEBUG_LAYER=1` the probe is still Apple7 and the outcome
+//!     arrives (if it does not, the validation layer forwards from Metal's own
+//!     image: README's known limit); (g) a process that links Metal and never
+//!     creates a device (`/usr/local/metalift/bin/metalift --version` with the shim
+//!     inserted) leaves no decision in the audit log; (h) `dlerror()` is NULL in a
+//!     shimmed process after start-up (no `RTLD_NOLOAD` probe any more).
 //! 11. **Rosetta**: an x86_64 process under Rosetta with the shim inserted starts
 //!     and checks in (arch `x86_64`), and Metal there answers as the verdict says.
 //!     How: `softwareupdate --install-rosetta --agree-to-license`; `rustup target add
@@ -171,7 +171,7 @@
 //!     once, whole. If FSEvents coalesces the truncate's `ItemInodeMetaMod` with
 //!     the close's `ItemModified` differently than notify's order suggests, this is
 //!     where it shows.
-//! 15. **Anchors** (`code_identity::first_satisfied`, `crate::peer::signature`): the
+//! 15. **Anchors** (`code_identity::first_satisfied`, `crate::checkin::peer::signature`): the
 //!     requirement texts compile (`SecRequirementCreateWithString`) and classify
 //!     real code. How: `codesign --verify -R='anchor apple' /bin/ls` passes and a
 //!     decision for `/bin/ls` records `"anchor": "apple"`; a Developer ID app's
@@ -185,7 +185,7 @@
 //!     null and .action == "stock"'`. Also that macOS runs a binary signed by an
 //!     untrusted certificate at all (if AMFI refuses it, the check-in never happens:
 //!     the step must then report that instead of passing).
-//! 17. **Full Disk Access** (`crate::full_disk_access`, `peer/macos.rs`): without the
+//! 17. **Full Disk Access** (`crate::service::full_disk_access`, `checkin/peer/macos.rs`): without the
 //!     grant, `metalift status --json | jq .full_disk_access` is `false`, `metalift
 //!     doctor` warns (`disk access`), and the probe copied to `~/Downloads` and run
 //!     there under the shim is decided with `"anchor": "unreadable"` and

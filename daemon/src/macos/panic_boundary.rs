@@ -8,8 +8,8 @@
 //! therefore runs inside [`callback`], which catches the panic, logs it as an
 //! error naming the callback, and returns a chosen safe value instead.
 //!
-//! Plain Rust: unit-tested on every platform (`oslog.rs` includes this file in
-//! its tests so Linux runs them), used on macOS by `transport/xpc.rs`.
+//! Plain Rust: unit-tested on every platform (`service/oslog.rs` includes this file in
+//! its tests so Linux runs them), used on macOS by `checkin/transport/xpc.rs`.
 
 use std::any::Any;
 use std::panic::{catch_unwind, AssertUnwindSafe};

@@ -165,7 +165,7 @@ fn given_the_audit_file_system_full_then_verdicts_are_stock_nothing_crashes_and_
 /// `HardResourceLimits`/`FileSize`, or `ulimit -f`, smaller than the log already
 /// is). The next `write(2)` raises `SIGXFSZ`, whose default action would kill the
 /// process: metaliftd ignores it, so the write fails and the verdict is stock.
-/// (Found by this test; fixed in `daemon/src/signals.rs`.)
+/// (Found by this test; fixed in `daemon/src/service/signals.rs`.)
 #[test]
 fn given_the_audit_log_at_its_file_size_limit_then_the_daemon_answers_stock_and_survives() {
     let env = Env::new("rel-fsize-");

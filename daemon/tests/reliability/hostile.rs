@@ -244,7 +244,7 @@ fn idle_connections(socket: &std::path::Path, n: usize) -> (Vec<UnixStream>, usi
 /// local denial of service): an honest shim must still get its verdict within
 /// the read deadline, not after the idle connections have been cut. (Found by this
 /// test: connections waiting for their first frame held active places; they now
-/// wait in places of their own, see `daemon/src/transport/unix.rs`.)
+/// wait in places of their own, see `daemon/src/checkin/transport/unix.rs`.)
 #[test]
 fn given_thousands_of_idle_connections_then_an_honest_check_in_is_answered_within_the_read_deadline(
 ) {

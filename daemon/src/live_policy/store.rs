@@ -306,7 +306,7 @@ impl PolicyStore {
         let outcome = self.reload_locked(trigger, audit);
         // Whatever happened, a whole policy was compiled and one (new or old) was
         // freed: give the pages back (glibc keeps them otherwise).
-        crate::memory::release_freed_memory();
+        crate::service::memory::release_freed_memory();
         outcome
     }
 
@@ -414,11 +414,11 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 fn attempt(path: &Path, opts: &LoadOptions, audit: &AuditLog) -> Attempt {
-    // pol: `"host"` family ceilings resolve for this machine (crate::host_chip).
-    match crate::host_chip::load(path, opts) {
+    // pol: `"host"` family ceilings resolve for this machine (crate::live_policy::host_chip).
+    match crate::live_policy::host_chip::load(path, opts) {
         Ok(loaded) => {
             // pol: keep the text of every valid policy by hash, for `explain --live/--decision`.
-            if let Err(error) = crate::policy_archive::store_loaded(audit.path(), &loaded) {
+            if let Err(error) = crate::live_policy::archive::store_loaded(audit.path(), &loaded) {
                 tracing::warn!(%error, "could not archive the policy text");
             }
             Attempt::Valid {

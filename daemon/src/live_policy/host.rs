@@ -56,7 +56,7 @@ impl Host for RealHost {
     }
 
     fn user_name(&self, uid: u32) -> Option<String> {
-        crate::peer::user_name(uid)
+        crate::checkin::peer::user_name(uid)
     }
 }
 

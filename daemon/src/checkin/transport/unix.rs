@@ -26,7 +26,7 @@
 //!
 //! Identifying the peer (`/proc` reads, `SecCode`, hashing) blocks, so it never
 //! runs on the executor: the connection's socket is duplicated and identified on
-//! the core's bounded blocking pool ([`crate::blocking_pool`]) while the accept
+//! the core's bounded blocking pool ([`crate::checkin::blocking_pool`]) while the accept
 //! loop, the deadlines and every other connection go on.
 //!
 //! The socket file itself (creation, stale replacement, mode 0666, removal) is
@@ -45,8 +45,8 @@ use tokio::sync::{broadcast, mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use super::Limits;
-use crate::peer::{self, IdentifyPeer, KernelIdentity, PeerFacts};
-use crate::server::{Core, Counted};
+use crate::checkin::peer::{self, IdentifyPeer, KernelIdentity, PeerFacts};
+use crate::checkin::server::{Core, Counted};
 
 /// The transport's name in audit records.
 pub const TRANSPORT: &str = "unix";

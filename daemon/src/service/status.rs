@@ -67,7 +67,7 @@ pub struct StatusReport {
     /// Executable hashes held by the identity cache.
     pub cache_entries: usize,
     /// Whether the daemon can read what Full Disk Access guards (macOS, checked
-    /// at start: `crate::full_disk_access`); `None` off macOS, when the probe
+    /// at start: `crate::service::full_disk_access`); `None` off macOS, when the probe
     /// told nothing, or from an older daemon.
     #[serde(default)]
     pub full_disk_access: Option<bool>,

@@ -58,10 +58,10 @@ use metalift_policy::wire::Message;
 use tokio::sync::{broadcast, mpsc, OwnedSemaphorePermit, Semaphore};
 
 use super::Limits;
+use crate::checkin::peer;
+use crate::checkin::server::Core;
 use crate::macos::audit_token::AuditToken;
 use crate::macos::panic_boundary;
-use crate::peer;
-use crate::server::Core;
 use metalift_xpc::dict as wire_dict;
 use metalift_xpc::exchange::{self, Refusal, Request, Sender};
 use metalift_xpc::sys::{

@@ -246,10 +246,10 @@ impl Visit for Fields {
     }
 }
 
-/// `macos/panic_boundary.rs` is plain Rust, used on macOS only: compiled here in
+/// `../macos/panic_boundary.rs` is plain Rust, used on macOS only: compiled here in
 /// test builds so its unit tests run on Linux too.
 #[cfg(all(test, not(target_os = "macos")))]
-#[path = "macos/panic_boundary.rs"]
+#[path = "../macos/panic_boundary.rs"]
 mod panic_boundary_tests;
 
 #[cfg(test)]

@@ -352,14 +352,32 @@ mod tests {
                 .args([
                     "--ignored",
                     "--exact",
-                    "peer::linux::tests::peer_child_connects_and_waits",
+                    "checkin::peer::linux::tests::peer_child_connects_and_waits",
                 ])
                 .env("METALIFT_PEER_SOCKET", &path)
                 .stdout(std::process::Stdio::null())
                 .spawn()
                 .expect("spawn peer");
             let child = std::sync::Mutex::new(child);
-            let (stream, _) = listener.accept().expect("accept");
+            // Bounded: a child that never connects (say, a test filter that no
+            // longer names its test) fails here instead of hanging the suite.
+            listener.set_nonblocking(true).expect("nonblocking");
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+            let stream = loop {
+                match listener.accept() {
+                    Ok((stream, _)) => break stream,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        let exited = child.lock().expect("child").try_wait().expect("wait");
+                        assert!(
+                            exited.is_none() && std::time::Instant::now() < deadline,
+                            "the peer child never connected (exited: {exited:?})"
+                        );
+                        std::thread::sleep(std::time::Duration::from_millis(10));
+                    }
+                    Err(e) => panic!("accept: {e}"),
+                }
+            };
+            stream.set_nonblocking(false).expect("blocking");
             let exit_now = |pid: u32| {
                 let mut child = child.lock().expect("child");
                 assert_eq!(child.id(), pid, "identified the wrong process");

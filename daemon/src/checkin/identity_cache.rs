@@ -14,7 +14,7 @@
 //! privilege a hostile process could not take by hooking Metal itself.
 //!
 //! Hashing runs on the daemon's bounded blocking pool
-//! ([`crate::blocking_pool`]), never on the async executor. Concurrent
+//! ([`crate::checkin::blocking_pool`]), never on the async executor. Concurrent
 //! requests for the same key share one computation (a per-key `OnceCell`). The
 //! cache is bounded: when full, the least recently used entry is evicted.
 
@@ -27,8 +27,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use sha2::{Digest, Sha256};
 use tokio::sync::OnceCell;
 
-use crate::blocking_pool::BlockingPool;
-use crate::peer::ExeFile;
+use crate::checkin::blocking_pool::BlockingPool;
+use crate::checkin::peer::ExeFile;
 
 /// Entries kept by default: far more distinct executables than a VM runs.
 pub const DEFAULT_CAPACITY: usize = 4096;

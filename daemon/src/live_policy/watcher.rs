@@ -61,7 +61,7 @@ mod seam_tests;
 use self::chain::Chain;
 use self::open_writes::{CloseSignal, OpenWrites};
 use crate::audit::AuditLog;
-use crate::policy_store::{PolicyStore, ReloadOutcome, Trigger};
+use crate::live_policy::store::{PolicyStore, ReloadOutcome, Trigger};
 
 /// The debounce metaliftd uses: an editor's atomic save is a few events within
 /// a millisecond or two; 5 ms of quiet joins them without adding much to an

@@ -6,6 +6,22 @@
 //! daemon. Stop (SIGTERM/SIGINT or the caller's future): stop accepting, let in-flight
 //! check-ins finish, record `daemon_stop`, remove the socket. The audit log needs
 //! no flush: every record is one `write(2)` of its own, already in the file.
+//!
+//! Its plumbing, one file each:
+//!
+//! - [`config`]: metaliftd's flags and defaults, resolved into a `Config`.
+//! - [`signals`]: signal dispositions (SIGXFSZ ignored: a full log means stock, not death).
+//! - [`memory`]: hands memory freed by a reload back to the system (glibc `malloc_trim`).
+//! - [`oslog`]: a `tracing` layer into the system log (the unified log on macOS).
+//! - [`status`]: the counters `metalift status` shows, and its client.
+//! - [`full_disk_access`]: whether the daemon can read what TCC guards (macOS).
+
+pub mod config;
+pub mod full_disk_access;
+pub mod memory;
+pub mod oslog;
+pub mod signals;
+pub mod status;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -14,19 +30,19 @@ use anyhow::Context;
 use metalift_policy::LoadOptions;
 
 use crate::audit::{AuditLog, Record};
-use crate::config::Config;
-use crate::policy_store::PolicyStore;
-use crate::server::Core;
-use crate::transport::{self, socket_file::BoundSocket};
-use crate::watcher;
+use crate::checkin::server::Core;
+use crate::checkin::transport::{self, socket_file::BoundSocket};
+use crate::live_policy::store::PolicyStore;
+use crate::live_policy::watcher;
+use crate::service::config::Config;
 
 /// Runs the daemon until `shutdown` resolves with the reason to record (e.g.
 /// `"SIGTERM"`). Must run inside a tokio runtime. Errors are start-up failures:
 /// the socket is taken, the audit log cannot be opened or written.
 pub async fn run(mut config: Config, shutdown: impl Future<Output = String>) -> anyhow::Result<()> {
     config.limits = fit_descriptor_limit(config.limits);
-    crate::memory::limit_arenas();
-    crate::signals::ignore_file_size_signal().context("ignoring SIGXFSZ")?;
+    crate::service::memory::limit_arenas();
+    crate::service::signals::ignore_file_size_signal().context("ignoring SIGXFSZ")?;
     // Before anything else: SIGHUP's default action would kill the daemon.
     let hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
         .context("installing the SIGHUP handler")?;
@@ -208,7 +224,7 @@ async fn reload_on_sighup(
                 tracing::info!("SIGHUP: reloading the policy");
                 let (store, audit) = (Arc::clone(&store), Arc::clone(&audit));
                 let reloaded = tokio::task::spawn_blocking(move || {
-                    store.reload_on(crate::policy_store::Trigger::Sighup, &audit)
+                    store.reload_on(crate::live_policy::store::Trigger::Sighup, &audit)
                 })
                 .await;
                 if let Err(error) = reloaded {

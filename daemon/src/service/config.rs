@@ -11,7 +11,7 @@ use std::time::Duration;
 use metalift_policy::socket_path;
 
 use crate::audit::Rotation;
-use crate::transport::Limits;
+use crate::checkin::transport::Limits;
 
 /// The policy file read unless `--policy` says otherwise.
 pub const DEFAULT_POLICY: &str = "/etc/metalift/policy.toml";
@@ -77,7 +77,7 @@ pub struct DaemonArgs {
     pub outcome_idle_secs: u64,
 
     /// Executable hashes kept in the identity cache.
-    #[arg(long, value_name = "N", default_value_t = crate::identity_cache::DEFAULT_CAPACITY)]
+    #[arg(long, value_name = "N", default_value_t = crate::checkin::identity_cache::DEFAULT_CAPACITY)]
     pub cache_entries: usize,
 
     /// Also send diagnostics to the system log, syslog(3): the journal or syslogd
@@ -87,7 +87,7 @@ pub struct DaemonArgs {
 
     /// The XPC mach service to serve (must be in the launchd job's `MachServices`).
     #[cfg(target_os = "macos")]
-    #[arg(long, value_name = "NAME", default_value = crate::transport::xpc::DEFAULT_SERVICE)]
+    #[arg(long, value_name = "NAME", default_value = crate::checkin::transport::xpc::DEFAULT_SERVICE)]
     pub mach_service: String,
 
     /// Serve the Unix socket only, no XPC (e.g. when not started by launchd).
@@ -241,7 +241,7 @@ fn client_socket(
 }
 
 /// metaliftd's log filter from `RUST_LOG`: `level` and `target=level` directives,
-/// comma-separated (e.g. `info,metalift_daemon::watcher=debug`); `info` when unset
+/// comma-separated (e.g. `info,metalift_daemon::live_policy::watcher=debug`); `info` when unset
 /// or unparsable.
 ///
 /// Not `tracing_subscriber::EnvFilter`: its `env-filter` feature pulls in
@@ -326,10 +326,13 @@ mod tests {
     #[test]
     fn rust_log_sets_levels_per_target_and_defaults_to_info() {
         use tracing_subscriber::filter::LevelFilter;
-        let f = log_filter(Some("warn,metalift_daemon::watcher=debug"));
+        let f = log_filter(Some("warn,metalift_daemon::live_policy::watcher=debug"));
         assert_eq!(f.default_level(), Some(LevelFilter::WARN));
-        assert!(f.would_enable("metalift_daemon::watcher", &tracing::Level::DEBUG));
-        assert!(!f.would_enable("metalift_daemon::server", &tracing::Level::INFO));
+        assert!(f.would_enable(
+            "metalift_daemon::live_policy::watcher",
+            &tracing::Level::DEBUG
+        ));
+        assert!(!f.would_enable("metalift_daemon::checkin::server", &tracing::Level::INFO));
         let f = log_filter(None);
         assert_eq!(f.default_level(), Some(LevelFilter::INFO));
     }

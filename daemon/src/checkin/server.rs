@@ -22,11 +22,11 @@ use metalift_policy::wire::{CheckIn, Outcome, VerdictMsg, WireAction};
 use metalift_policy::{Action, Needs, Subject, Verdict};
 
 use crate::audit::{Advisory, AuditError, AuditLog, DecisionRecord, OutcomeRecord, Record};
-use crate::blocking_pool::BlockingPool;
-use crate::identity_cache::IdentityCache;
-use crate::peer::{self, PeerFacts};
-use crate::policy_store::PolicyStore;
-use crate::status::StatusReport;
+use crate::checkin::blocking_pool::BlockingPool;
+use crate::checkin::identity_cache::IdentityCache;
+use crate::checkin::peer::{self, PeerFacts};
+use crate::live_policy::store::PolicyStore;
+use crate::service::status::StatusReport;
 
 /// The decision-making heart of metaliftd. `Send + Sync`; share it in an `Arc`.
 #[derive(Debug)]
@@ -111,7 +111,7 @@ impl Core {
             started_at,
             active: Arc::default(),
             waiting: Arc::default(),
-            full_disk_access: crate::full_disk_access::probe(),
+            full_disk_access: crate::service::full_disk_access::probe(),
         }
     }
 
@@ -146,9 +146,9 @@ impl Core {
     /// identified is normal (a short-lived process that loaded the shim) and only
     /// counted (`peers_gone` in status); any other failure is logged at most once
     /// a minute, with the count so far.
-    pub fn note_unidentified(&self, error: &crate::peer::PeerError) {
+    pub fn note_unidentified(&self, error: &crate::checkin::peer::PeerError) {
         let total = self.counters.unidentified.fetch_add(1, Ordering::Relaxed) + 1;
-        if matches!(error, crate::peer::PeerError::Gone { .. }) {
+        if matches!(error, crate::checkin::peer::PeerError::Gone { .. }) {
             self.counters.peers_gone.fetch_add(1, Ordering::Relaxed);
             tracing::debug!(%error, "check-in from a peer that exited: closed unanswered");
             return;
@@ -310,7 +310,7 @@ impl Core {
                 Err(error) => {
                     tracing::warn!(pid = peer.pid, exe = %peer.exe.display(), %error,
                         "cannot hash the executable: sha256 rules will not match it");
-                    if let crate::identity_cache::HashError::Io(e) = &error {
+                    if let crate::checkin::identity_cache::HashError::Io(e) = &error {
                         unreadable.get_or_insert_with(|| peer::read_failure(e));
                     }
                     None

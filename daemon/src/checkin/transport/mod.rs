@@ -1,8 +1,8 @@
-//! Transports: how check-ins reach the [`Core`](crate::server::Core).
+//! Transports: how check-ins reach the [`Core`](crate::checkin::server::Core).
 //!
 //! Every transport does the same three things and nothing more: read a message
 //! within its limits, learn the asker's identity from the kernel
-//! ([`crate::peer`]), and hand both to the core, which decides and audits. So a
+//! ([`crate::checkin::peer`]), and hand both to the core, which decides and audits. So a
 //! verdict is reached by one code path whichever way the shim asked.
 //!
 //! - [`unix`]: length-prefixed frames on a Unix socket (Linux, and the macOS fallback);
@@ -10,7 +10,7 @@
 //! - `xpc` (macOS): the XPC mach service, plugged into the same core.
 //!
 //! metaliftd runs both on macOS (XPC first choice of the shim, the socket its
-//! fallback), with one shutdown and one [`Core`](crate::server::Core).
+//! fallback), with one shutdown and one [`Core`](crate::checkin::server::Core).
 
 use std::time::Duration;
 

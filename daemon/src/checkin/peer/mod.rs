@@ -15,7 +15,7 @@
 //! - `facts_for(BorrowedFd, Wants)`: the same for a connected socket, reading the
 //!   optional facts (the open executable, the parent) only when [`Wants`] asks
 //!   for them. Blocking: the transports run it through
-//!   [`crate::blocking_pool::BlockingPool`], behind [`IdentifyPeer`] (the seam
+//!   [`crate::checkin::blocking_pool::BlockingPool`], behind [`IdentifyPeer`] (the seam
 //!   tests replace with a slow or failing identity).
 //!
 //! and on macOS `facts_from_audit_token(AuditToken)` for the XPC transport.
@@ -45,7 +45,7 @@ mod unsupported;
 pub use unsupported::{facts_for, facts_from_unix_stream};
 
 /// How the Unix-socket transport learns who is on the other end of a connection.
-/// Blocking; called on the transport's [`crate::blocking_pool::BlockingPool`],
+/// Blocking; called on the transport's [`crate::checkin::blocking_pool::BlockingPool`],
 /// never on the async executor.
 pub trait IdentifyPeer: Send + Sync + std::fmt::Debug + 'static {
     /// The kernel's facts about the peer of the connected `socket`.

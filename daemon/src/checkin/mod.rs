@@ -1,0 +1,15 @@
+//! The path a check-in takes: a transport accepts it, the peer is identified by
+//! the kernel (off the async executor, bounded), and the core decides, audits and
+//! answers.
+//!
+//! - [`transport`]: how check-ins arrive (Unix socket; XPC on macOS) and the limits.
+//! - [`peer`]: who is asking, from the kernel (`linux.rs`, `macos.rs`).
+//! - [`blocking_pool`]: where identity work runs: blocking threads, bounded.
+//! - [`identity_cache`]: executable sha256 by (dev, ino, size, mtime, ctime).
+//! - [`server`]: the transport-independent core: decide, audit, then answer.
+
+pub mod blocking_pool;
+pub mod identity_cache;
+pub mod peer;
+pub mod server;
+pub mod transport;

@@ -1,0 +1,14 @@
+//! The policy's life in the daemon: watched, loaded (parse, validate, compile),
+//! swapped in atomically or refused with the last good one kept, and archived.
+//!
+//! - [`watcher`]: watches the policy's directories and reloads on change.
+//! - [`store`]: the live policy, swapped atomically on reload.
+//! - [`archive`]: the text of every policy made live, by hash, for `explain`.
+//! - [`host`]: the real machine behind the policy lints; path resolution.
+//! - [`host_chip`]: the host chip's brand, for `apple_family_max = "host"`.
+
+pub mod archive;
+pub mod host;
+pub mod host_chip;
+pub mod store;
+pub mod watcher;
