@@ -131,7 +131,7 @@
 //!     (f) with `MTL_DEBUG_LAYER=1` the probe is still Apple7 and the outcome
 //!     arrives (if it does not, the validation layer forwards from Metal's own
 //!     image: README's known limit); (g) a process that links Metal and never
-//!     creates a device (`/usr/local/metalift/bin/metalift --version` with the shim
+//!     creates a device (`metalift-probe --simmetal-dir` with the shim
 //!     inserted) leaves no decision in the audit log; (h) `dlerror()` is NULL in a
 //!     shimmed process after start-up (no `RTLD_NOLOAD` probe any more).
 //! 11. **Rosetta**: an x86_64 process under Rosetta with the shim inserted starts
