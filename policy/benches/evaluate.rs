@@ -1,6 +1,9 @@
 //! Policy evaluation and load+compile at 10 / 1,000 / 10,000 / 100,000 rules of mixed
 //! kinds (exact path, path glob, sha256, team_id + signing_id, name), for a subject
 //! that hits an exact path, one that hits a glob, and one that matches nothing.
+//! Then at 10,000 rules (8,000 exact paths, 2,000 path globs) with the globs in 50
+//! directories or each in its own directory (issue 19: the matcher groups globs by
+//! directory, and neither spread may cost more than the other).
 //!
 //! `cargo bench -p metalift-policy --bench evaluate`
 
@@ -111,5 +114,65 @@ fn load_compile(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, evaluate, load_compile);
+/// 8,000 exact-path rules and 2,000 glob rules, glob `i` being `glob(i)`.
+fn spread_policy_text(glob: impl Fn(usize) -> String) -> String {
+    let mut t = String::from("version = 1\n[profile.apple7]\napple_family_max = 7\n");
+    for i in 0..8000 {
+        let _ = writeln!(
+            t,
+            "[[rule]]\nid = \"e{i}\"\npath = \"/opt/exact-{i}/bin/tool\"\nunlock = \"apple7\""
+        );
+    }
+    for i in 0..2000 {
+        let _ = writeln!(
+            t,
+            "[[rule]]\nid = \"g{i}\"\npath = \"{}\"\nunlock = \"apple7\"",
+            glob(i)
+        );
+    }
+    t
+}
+
+fn glob_spread(c: &mut Criterion) {
+    let mut group = c.benchmark_group("glob_spread");
+    group.warm_up_time(Duration::from_millis(300));
+    group.measurement_time(Duration::from_secs(1));
+    let subject = |path: &str| Subject {
+        path: path.into(),
+        uid: 501,
+        ..Subject::default()
+    };
+    let fifty_dirs = |i: usize| format!("/opt/tool-{}/bin/t{i}-*", i % 50);
+    let own_dir_each = |i: usize| format!("/opt/fleet{i}/bin/*");
+    let spreads = [
+        (
+            "50-dirs",
+            spread_policy_text(fifty_dirs),
+            subject("/opt/tool-27/bin/t1027-server"),
+        ),
+        (
+            "2000-dirs",
+            spread_policy_text(own_dir_each),
+            subject("/opt/fleet1027/bin/server"),
+        ),
+    ];
+    for (label, text, hit) in spreads {
+        let policy = compile(&text);
+        let miss = subject("/usr/local/bin/nothing-matches");
+        assert_eq!(
+            policy.evaluate(&hit).rule.as_deref(),
+            Some("g1027"),
+            "{label}"
+        );
+        assert_eq!(policy.evaluate(&miss).rule, None, "{label}");
+        for (kind, s) in [("hit-glob", &hit), ("miss", &miss)] {
+            group.bench_with_input(BenchmarkId::new(kind, label), s, |b, s| {
+                b.iter(|| black_box(policy.evaluate(black_box(s))));
+            });
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, evaluate, load_compile, glob_spread);
 criterion_main!(benches);

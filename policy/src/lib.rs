@@ -9,8 +9,9 @@
 //! 2. `validate` (private): every value and cross-file reference judged; the result
 //!    is a list of rules (`rule`) and profiles.
 //! 3. `matcher` (private): the rules indexed by hash maps, and path globs bucketed
-//!    by their literal directory (one `GlobSet` per bucket), so a decision never
-//!    scans every rule.
+//!    by their literal directory, so a decision never scans every rule. A glob whose
+//!    only glob character is one `*` in its last component is matched by comparing
+//!    bytes (`component_glob`); the others through one `GlobSet` per bucket.
 //!
 //! After validation, the lints (`validate/lint.rs`): valid rules that cannot be
 //! meant (match-everything unlocks, rules that can never win, a drop-in overriding a
@@ -143,6 +144,7 @@
 pub mod anchor;
 pub mod ceiling;
 pub mod chip;
+mod component_glob;
 pub mod diagnostic;
 pub mod host;
 mod load;

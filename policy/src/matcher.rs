@@ -16,6 +16,7 @@ use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError, Weak};
 
 use globset::{GlobSet, GlobSetBuilder};
 
+use crate::component_glob::{ComponentGlob, ComponentGlobs};
 use crate::rule::{parse_glob, path_bytes, PathPattern, PrecedenceKey, Rule, Specificity};
 use crate::subject::Subject;
 
@@ -42,9 +43,13 @@ pub(crate) struct Matcher {
 /// the buckets named by the subject's own prefixes ending before a `/` (one hash
 /// lookup per path component) instead of every glob.
 ///
-/// Each bucket matches through one [`GlobSet`], which names the bucket's globs that
-/// match a path; the rules indexed here keep no compiled matcher of their own (one
-/// per glob cost several times the memory and load time of the sets).
+/// A bucket's globs whose only glob character is one `*` in the last component
+/// (`/opt/fleet7/bin/*`) are matched by comparing bytes ([`ComponentGlobs`]); the
+/// others through one [`GlobSet`], which names the bucket's globs that match a path.
+/// The rules indexed here keep no compiled matcher of their own (one per glob cost
+/// several times the memory and load time of the sets), and a bucket of byte-compared
+/// globs only has no set at all: a set's automata cost several KiB however few globs
+/// it holds, which made memory grow with the number of directories (issue 19).
 #[derive(Debug, Default)]
 struct GlobBuckets {
     buckets: HashMap<Vec<u8>, GlobBucket>,
@@ -52,15 +57,18 @@ struct GlobBuckets {
 
 #[derive(Debug, Default)]
 struct GlobBucket {
-    /// The bucket's rules, in file order.
+    /// The rules whose globs `set` holds, in file order.
     rules: Vec<usize>,
-    /// Glob `i` of the set is `rules[i]`'s path glob. Shared with other policies
-    /// whose bucket has the same globs (see [`SHARED_SETS`]).
-    set: Arc<GlobSet>,
+    /// Glob `i` of the set is `rules[i]`'s path glob; `None` when every glob of the
+    /// bucket is in `by_bytes`. Shared with other policies whose bucket has the same
+    /// globs (see [`SHARED_SETS`]).
+    set: Option<Arc<GlobSet>>,
+    /// The bucket's `<dir>/<prefix>*<suffix>` globs, each with its rule.
+    by_bytes: ComponentGlobs,
 }
 
 /// The literal directory of a glob pattern (see [`GlobBuckets`]).
-fn literal_dir(pattern: &str) -> &[u8] {
+pub(crate) fn literal_dir(pattern: &str) -> &[u8] {
     let first_meta = pattern
         .find(['*', '?', '[', ']', '{', '}', '\\'])
         .unwrap_or(pattern.len());
@@ -69,26 +77,50 @@ fn literal_dir(pattern: &str) -> &[u8] {
     literal.as_bytes().get(..end).unwrap_or_default()
 }
 
-/// [`GlobBuckets`] being built: each bucket's rules and their globs, in file order.
+/// [`GlobBuckets`] being built, by literal directory.
 #[derive(Default)]
 struct GlobBucketsBuilder<'r> {
-    buckets: HashMap<&'r [u8], (Vec<usize>, Vec<&'r str>)>,
+    buckets: HashMap<&'r [u8], BucketBuilder<'r>>,
+}
+
+/// One bucket being built, in file order.
+#[derive(Default)]
+struct BucketBuilder<'r> {
+    /// The globs for the bucket's [`GlobSet`], each with its rule.
+    rules: Vec<usize>,
+    patterns: Vec<&'r str>,
+    /// The globs matched by comparing bytes.
+    by_bytes: Vec<(ComponentGlob, usize)>,
 }
 
 impl<'r> GlobBucketsBuilder<'r> {
     fn add(&mut self, pattern: &'r str, rule: usize) {
-        let (rules, patterns) = self.buckets.entry(literal_dir(pattern)).or_default();
-        rules.push(rule);
-        patterns.push(pattern);
+        let dir = literal_dir(pattern);
+        let bucket = self.buckets.entry(dir).or_default();
+        if let Some(glob) = ComponentGlob::after(pattern, dir) {
+            bucket.by_bytes.push((glob, rule));
+        } else {
+            bucket.rules.push(rule);
+            bucket.patterns.push(pattern);
+        }
     }
 
-    /// Builds each bucket's [`GlobSet`], or reuses the one a live policy already
-    /// has for the same globs ([`SHARED_SETS`]).
+    /// Builds each bucket's [`GlobSet`] (if it needs one), or reuses the one a live
+    /// policy already has for the same globs ([`SHARED_SETS`]).
     fn build(self) -> Result<GlobBuckets, globset::Error> {
         let mut buckets = HashMap::with_capacity(self.buckets.len());
-        for (dir, (rules, patterns)) in self.buckets {
-            let set = shared_set(&patterns)?;
-            buckets.insert(dir.to_vec(), GlobBucket { rules, set });
+        for (dir, b) in self.buckets {
+            let set = if b.patterns.is_empty() {
+                None
+            } else {
+                Some(shared_set(&b.patterns)?)
+            };
+            let bucket = GlobBucket {
+                rules: b.rules,
+                set,
+                by_bytes: ComponentGlobs::new(b.by_bytes),
+            };
+            buckets.insert(dir.to_vec(), bucket);
         }
         shared_sets().retain(|_, sets| {
             sets.retain(|(_, set)| set.strong_count() > 0);
@@ -149,26 +181,30 @@ impl GlobBuckets {
             return None;
         }
         let mut best: Option<(PrecedenceKey, usize)> = None;
+        // The bucket has matched the path glob; the rest of the rule is checked here.
+        let mut consider = |i: usize| {
+            let Some(rule) = rules.get(i) else { return };
+            if rule.holds_besides_path(s) {
+                best = better(best, Some((rule.precedence_key(), i)));
+            }
+        };
         let mut hits = Vec::new();
         let path = path_bytes(&s.path);
         let dirs = path
             .iter()
             .enumerate()
             .filter(|(_, b)| **b == b'/')
-            .filter_map(|(i, _)| path.get(..i));
-        for dir in dirs {
+            .filter_map(|(i, _)| Some((path.get(..i)?, path.get(i + 1..)?)));
+        for (dir, component) in dirs {
             let Some(bucket) = self.buckets.get(dir) else {
                 continue;
             };
-            bucket.set.matches_into(&s.path, &mut hits);
+            bucket.by_bytes.matches(component, &mut consider);
+            let Some(set) = &bucket.set else { continue };
+            set.matches_into(&s.path, &mut hits);
             for &h in &hits {
-                let Some(&i) = bucket.rules.get(h) else {
-                    continue;
-                };
-                let Some(rule) = rules.get(i) else { continue };
-                // The set has matched the path glob; the rest of the rule is checked here.
-                if rule.holds_besides_path(s) {
-                    best = better(best, Some((rule.precedence_key(), i)));
+                if let Some(&i) = bucket.rules.get(h) {
+                    consider(i);
                 }
             }
         }
