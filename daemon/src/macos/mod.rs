@@ -197,6 +197,18 @@
 //! 18. **The macOS 14 guest warning** (`metalift doctor`, `guest`): on a macOS 14
 //!     Virtualization.framework guest `sysctl -n kern.hv_vmm_present` prints `1`
 //!     and doctor warns with `--no-mmap`; on macOS 15 it does not.
+//! 19. **The shim's XPC client** (`shim/c/xpc.c`; workflow: "XPC round trip with
+//!     per-message audit tokens"): a shimmed probe's decision record has
+//!     `"transport": "xpc"` and its outcome (same decision id) is `applied`, so
+//!     (a) `xpc_connection_create_mach_service(…, XPC_CONNECTION_MACH_SERVICE_PRIVILEGED)`
+//!     from a user process reaches the LaunchDaemon; (b) the reply handler runs on
+//!     a global queue while the device's init waits on the semaphore (no deadlock
+//!     inside Metal's device creation); (c) the barrier delivers the outcome before
+//!     the cancel. Also: with the daemon started `--no-xpc`, the same probe is
+//!     still unlocked (the `XPC_ERROR_CONNECTION_INVALID` reply falls back to the
+//!     socket within the deadline; its record says `"transport": "unix"`), and a
+//!     child forked without exec that creates a device checks in over the socket
+//!     (libdispatch would stop it over XPC).
 #![allow(unsafe_code)]
 
 pub mod audit_token;
