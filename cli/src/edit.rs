@@ -415,18 +415,26 @@ fn problems(diagnostics: &[Diagnostic], sources: &[Source]) -> Problems {
 
 /// Asks what to do with an invalid edit; `true`: edit again.
 fn ask_edit_again() -> anyhow::Result<bool> {
+    ask_edit_or("What now? [e]dit again, [d]iscard: ", "d", "discard")
+}
+
+/// Asks `prompt` on the terminal until the answer is `e`/`edit` (`true`) or
+/// `no`/`no_word` (`false`, also at end of input); case-insensitive letters.
+pub(crate) fn ask_edit_or(prompt: &str, no: &str, no_word: &str) -> anyhow::Result<bool> {
     let stdin = io::stdin();
     loop {
-        eprint!("What now? [e]dit again, [d]iscard: ");
+        eprint!("{prompt}");
         io::stderr().flush()?;
         let mut answer = String::new();
         if stdin.lock().read_line(&mut answer)? == 0 {
             return Ok(false);
         }
-        match answer.trim() {
-            "e" | "E" | "edit" => return Ok(true),
-            "d" | "D" | "discard" => return Ok(false),
-            _ => {}
+        let answer = answer.trim();
+        if answer.eq_ignore_ascii_case("e") || answer == "edit" {
+            return Ok(true);
+        }
+        if answer.eq_ignore_ascii_case(no) || answer == no_word {
+            return Ok(false);
         }
     }
 }

@@ -4,7 +4,7 @@
 //! the new file instead.
 
 use std::fs::OpenOptions;
-use std::io::{self, BufRead, Write};
+use std::io::{self, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
@@ -93,18 +93,5 @@ pub fn report(args: &Args, target: &Path, kept: &Path, change: Change) {
 
 /// At a terminal: `true` to edit the new file now (the kept copy stays).
 pub fn ask_edit_new_file() -> anyhow::Result<bool> {
-    let stdin = io::stdin();
-    loop {
-        eprint!("What now? [e]dit the new file, [q]uit: ");
-        io::stderr().flush()?;
-        let mut answer = String::new();
-        if stdin.lock().read_line(&mut answer)? == 0 {
-            return Ok(false);
-        }
-        match answer.trim() {
-            "e" | "E" | "edit" => return Ok(true),
-            "q" | "Q" | "quit" => return Ok(false),
-            _ => {}
-        }
-    }
+    super::ask_edit_or("What now? [e]dit the new file, [q]uit: ", "q", "quit")
 }
