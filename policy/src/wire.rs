@@ -200,6 +200,20 @@ pub enum Message {
     Status(String),
 }
 
+impl Message {
+    /// The message's kind in words, for logs and refusals ("check-in", "status request").
+    #[must_use]
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            Message::CheckIn(_) => "check-in",
+            Message::Verdict(_) => "verdict",
+            Message::Outcome(_) => "outcome",
+            Message::StatusRequest => "status request",
+            Message::Status(_) => "status",
+        }
+    }
+}
+
 mod kind {
     pub const CHECK_IN: u8 = 1;
     pub const VERDICT: u8 = 2;

@@ -59,7 +59,7 @@ pub fn first(message: Result<Message, WireError>) -> Result<Request, Refusal> {
     match message? {
         Message::CheckIn(req) => Ok(Request::CheckIn(req)),
         Message::StatusRequest => Ok(Request::Status),
-        other => Err(Refusal::Unexpected(kind(&other))),
+        other => Err(Refusal::Unexpected(other.kind_name())),
     }
 }
 
@@ -79,18 +79,6 @@ pub fn outcome(
             got: o.decision_id,
             given,
         }),
-        other => Err(Refusal::Unexpected(kind(&other))),
-    }
-}
-
-/// A message kind in words, for logs.
-#[must_use]
-pub fn kind(msg: &Message) -> &'static str {
-    match msg {
-        Message::CheckIn(_) => "check-in",
-        Message::Verdict(_) => "verdict",
-        Message::Outcome(_) => "outcome",
-        Message::StatusRequest => "status request",
-        Message::Status(_) => "status",
+        other => Err(Refusal::Unexpected(other.kind_name())),
     }
 }

@@ -260,7 +260,7 @@ impl Connection {
                 self.frames.write(&Message::Status(json)).await
             }
             Message::CheckIn(req) => self.check_in(req, active).await,
-            other => Err(ConnError::Unexpected(kind(&other))),
+            other => Err(ConnError::Unexpected(other.kind_name())),
         }
     }
 
@@ -332,7 +332,7 @@ impl Connection {
                 self.core.outcome(&facts, outcome).await;
                 Ok(())
             }
-            Some(other) => Err(ConnError::Unexpected(kind(&other))),
+            Some(other) => Err(ConnError::Unexpected(other.kind_name())),
         }
     }
 
@@ -400,16 +400,6 @@ impl Frames {
             .await
             .map_err(|_| ConnError::Deadline)??;
         Ok(())
-    }
-}
-
-fn kind(msg: &Message) -> &'static str {
-    match msg {
-        Message::CheckIn(_) => "check-in",
-        Message::Verdict(_) => "verdict",
-        Message::Outcome(_) => "outcome",
-        Message::StatusRequest => "status request",
-        Message::Status(_) => "status",
     }
 }
 
