@@ -198,6 +198,41 @@ pub enum Message {
     StatusRequest,
     /// Daemon → admin CLI: a JSON document of counters and policy facts.
     Status(String),
+    /// Daemon → shim, instead of a verdict: the daemon will not decide on this
+    /// connection, and says at once why, so the shim never waits out its deadline
+    /// for an answer that cannot come.
+    Declined(Declined),
+}
+
+/// Why the daemon declined a check-in (see [`Declined`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeclineReason {
+    /// The daemon cannot identify callers on this transport (XPC off, or this macOS
+    /// lacks the per-message audit token): check in again on the Unix socket, within
+    /// the same deadline.
+    UseSocket,
+    /// Every place for a waiting check-in is taken: stay stock now, without waiting.
+    Busy,
+}
+
+impl DeclineReason {
+    /// The word on the wire (XPC) and in logs.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeclineReason::UseSocket => "use_socket",
+            DeclineReason::Busy => "busy",
+        }
+    }
+}
+
+/// Daemon → shim: a refusal the shim understands (never a silent close).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Declined {
+    /// What the shim is to do about it.
+    pub reason: DeclineReason,
+    /// Free text for the shim's log line (advisory).
+    pub detail: String,
 }
 
 impl Message {
@@ -210,6 +245,7 @@ impl Message {
             Message::Outcome(_) => "outcome",
             Message::StatusRequest => "status request",
             Message::Status(_) => "status",
+            Message::Declined(_) => "declined",
         }
     }
 }
@@ -220,6 +256,7 @@ mod kind {
     pub const OUTCOME: u8 = 3;
     pub const STATUS_REQUEST: u8 = 4;
     pub const STATUS: u8 = 5;
+    pub const DECLINED: u8 = 6;
 }
 
 mod tag {
@@ -245,6 +282,7 @@ mod tag {
     pub const EFF_TG: u8 = 27;
     pub const EFF_WS: u8 = 28;
     pub const JSON: u8 = 30;
+    pub const DECLINE_REASON: u8 = 40;
 }
 
 /// Encodes `msg` as one length-prefixed frame. Strings longer than a field can hold
@@ -300,6 +338,16 @@ pub fn encode_frame(msg: &Message) -> Vec<u8> {
         }
         Message::StatusRequest => {}
         Message::Status(json) => body.str(tag::JSON, json),
+        Message::Declined(d) => {
+            body.u8(
+                tag::DECLINE_REASON,
+                match d.reason {
+                    DeclineReason::UseSocket => 1,
+                    DeclineReason::Busy => 2,
+                },
+            );
+            body.str(tag::REASON, &d.detail);
+        }
     }
     body.finish()
 }
@@ -423,6 +471,14 @@ pub fn decode_body(body: &[u8]) -> Result<Message, WireError> {
         kind::STATUS => Ok(Message::Status(
             f.str(tag::JSON, "json")?.unwrap_or_default(),
         )),
+        kind::DECLINED => Ok(Message::Declined(Declined {
+            reason: match f.required_u8(tag::DECLINE_REASON, "decline_reason")? {
+                1 => DeclineReason::UseSocket,
+                2 => DeclineReason::Busy,
+                _ => return Err(WireError::BadField("decline_reason")),
+            },
+            detail: f.str(tag::REASON, "reason")?.unwrap_or_default(),
+        })),
         other => Err(WireError::UnknownKind(other)),
     }
 }
@@ -440,6 +496,7 @@ impl Body {
             Message::Outcome(_) => kind::OUTCOME,
             Message::StatusRequest => kind::STATUS_REQUEST,
             Message::Status(_) => kind::STATUS,
+            Message::Declined(_) => kind::DECLINED,
         };
         let mut buf = Vec::with_capacity(128);
         buf.extend_from_slice(&[0; LENGTH_PREFIX]);
@@ -617,6 +674,14 @@ mod tests {
         }));
         round_trip(Message::StatusRequest);
         round_trip(Message::Status("{\"rules\":3}".into()));
+        round_trip(Message::Declined(Declined {
+            reason: DeclineReason::UseSocket,
+            detail: "this daemon serves no XPC identities".into(),
+        }));
+        round_trip(Message::Declined(Declined {
+            reason: DeclineReason::Busy,
+            detail: String::new(),
+        }));
     }
 
     #[test]

@@ -264,7 +264,13 @@ enum ml_wire_status {
     ML_WIRE_BAD_FIELD = 5,
     ML_WIRE_MISSING = 6,
     ML_WIRE_NOT_VERDICT = 7,
+    /* A well-formed Declined (wire.rs Message::Declined): value is the reason,
+     * ML_DECLINED_USE_SOCKET or ML_DECLINED_BUSY. Not an error of the peer: the
+     * daemon's refusal, to act on at once. */
+    ML_WIRE_DECLINED = 8,
 };
+#define ML_DECLINED_USE_SOCKET 1
+#define ML_DECLINED_BUSY 2
 
 /* A device's answers (wire.rs Answers). */
 struct ml_answers {

@@ -34,9 +34,10 @@ enum {
     TAG_EFF_TG = 27,
     TAG_EFF_WS = 28,
     TAG_JSON = 30,
+    TAG_DECLINE_REASON = 40,
 };
 
-enum { KIND_STATUS_REQUEST = 4, KIND_STATUS = 5 };
+enum { KIND_STATUS_REQUEST = 4, KIND_STATUS = 5, KIND_DECLINED = 6 };
 
 static const struct {
     const char *name;
@@ -291,6 +292,12 @@ static struct ml_wire_error check_other_kind(const struct fields *f, uint8_t kin
     case KIND_STATUS:
         TRY(f_str(f, TAG_JSON, "json", NULL, NULL));
         break;
+    case KIND_DECLINED:
+        TRY(f_required_u8(f, TAG_DECLINE_REASON, "decline_reason", &b));
+        if (b != ML_DECLINED_USE_SOCKET && b != ML_DECLINED_BUSY)
+            return err(ML_WIRE_BAD_FIELD, "decline_reason", 0);
+        TRY(f_str(f, TAG_REASON, "reason", NULL, NULL));
+        return err(ML_WIRE_DECLINED, NULL, b);
     default:
         return err(ML_WIRE_UNKNOWN_KIND, NULL, kind);
     }

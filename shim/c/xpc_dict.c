@@ -157,7 +157,7 @@ static const struct {
 } kinds[] = {
     {"check_in", ML_WIRE_KIND_CHECK_IN}, {"verdict", ML_WIRE_KIND_VERDICT},
     {"outcome", ML_WIRE_KIND_OUTCOME},   {"status_request", 4},
-    {"status", 5},
+    {"status", 5},                       {"declined", 6},
 };
 
 /* Another message than a verdict: what decode would say of it, or NOT_VERDICT.
@@ -194,6 +194,17 @@ static struct ml_wire_error other_kind(struct reader *r, uint8_t kind)
         }
     } else if (kind == 5) {
         TRY(get_str(r, "json", &s, &len));
+    } else if (kind == 6) {
+        TRY(get_str(r, "decline", &s, &len));
+        if (s == NULL)
+            return fail(ML_WIRE_MISSING, "decline", 0);
+        uint8_t reason = is(s, len, "use_socket") ? ML_DECLINED_USE_SOCKET
+                         : is(s, len, "busy")     ? ML_DECLINED_BUSY
+                                                  : 0;
+        if (reason == 0)
+            return fail(ML_WIRE_BAD_FIELD, "decline", 0);
+        TRY(get_str(r, "reason", &s, &len));
+        return fail(ML_WIRE_DECLINED, NULL, reason);
     }
     return fail(ML_WIRE_NOT_VERDICT, NULL, kind);
 }

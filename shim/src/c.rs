@@ -8,7 +8,7 @@ use std::ffi::{c_char, CStr, CString};
 use metalift_policy::profile::Capabilities;
 use metalift_policy::verdict::Mode;
 use metalift_policy::wire::{
-    Answers, Message, Outcome, OutcomeResult, VerdictMsg, WireAction, WireError,
+    Answers, DeclineReason, Message, Outcome, OutcomeResult, VerdictMsg, WireAction, WireError,
 };
 
 /// `struct ml_answers`.
@@ -101,6 +101,8 @@ pub enum CWireError {
     Missing(String),
     /// `ML_WIRE_NOT_VERDICT`: a well-formed message of this kind.
     NotVerdict(u8),
+    /// `ML_WIRE_DECLINED`: a well-formed `Declined` (1 use the socket, 2 busy).
+    Declined(u8),
 }
 
 /// What a C verdict decoder must answer for input the Rust reference decoded
@@ -114,6 +116,10 @@ pub fn expected_verdict(decoded: Result<Message, WireError>) -> Result<VerdictMs
         Ok(Message::Outcome(_)) => Err(CWireError::NotVerdict(3)),
         Ok(Message::StatusRequest) => Err(CWireError::NotVerdict(4)),
         Ok(Message::Status(_)) => Err(CWireError::NotVerdict(5)),
+        Ok(Message::Declined(d)) => Err(CWireError::Declined(match d.reason {
+            DeclineReason::UseSocket => 1,
+            DeclineReason::Busy => 2,
+        })),
         Err(WireError::Oversize(n)) => Err(CWireError::Oversize(n as u64)),
         Err(WireError::Truncated) => Err(CWireError::Truncated),
         Err(WireError::Version(v)) => Err(CWireError::Version(v)),
@@ -142,6 +148,7 @@ fn error(raw: RawError) -> Option<CWireError> {
         4 => CWireError::UnknownKind(raw.value as u8),
         5 => CWireError::BadField(field()),
         6 => CWireError::Missing(field()),
+        8 => CWireError::Declined(raw.value as u8),
         _ => CWireError::NotVerdict(raw.value as u8),
     })
 }

@@ -8,8 +8,8 @@
 use metalift_policy::profile::Capabilities;
 use metalift_policy::verdict::Mode;
 use metalift_policy::wire::{
-    self, Answers, CheckIn, Message, Outcome, OutcomeResult, VerdictMsg, WireAction, WireError,
-    KNOWN_FAMILIES, LENGTH_PREFIX, MAX_FRAME,
+    self, Answers, CheckIn, DeclineReason, Declined, Message, Outcome, OutcomeResult, VerdictMsg,
+    WireAction, WireError, KNOWN_FAMILIES, LENGTH_PREFIX, MAX_FRAME,
 };
 use metalift_shim::c::{self, CWireError};
 use proptest::prelude::*;
@@ -190,6 +190,31 @@ fn every_message_kind_that_is_not_a_verdict_is_refused_as_such() {
         }),
     ] {
         assert_same_verdict_decision(&wire::encode_frame(&msg)[LENGTH_PREFIX..]);
+    }
+}
+
+#[test]
+fn a_declined_check_in_is_understood_with_its_reason_and_a_bad_reason_refused() {
+    for (reason, code) in [(DeclineReason::UseSocket, 1u8), (DeclineReason::Busy, 2)] {
+        let frame = wire::encode_frame(&Message::Declined(Declined {
+            reason,
+            detail: "no XPC identities here".into(),
+        }));
+        let body = &frame[LENGTH_PREFIX..];
+        assert_eq!(c::decode_verdict(body), Err(CWireError::Declined(code)));
+        assert_same_verdict_decision(body);
+        // Any other reason byte is refused, by both decoders alike.
+        let mut bad = body.to_vec();
+        let at = bad
+            .iter()
+            .position(|&b| b == 40)
+            .expect("decline_reason tag");
+        bad[at + 3] = 9;
+        assert_eq!(
+            c::decode_verdict(&bad),
+            Err(CWireError::BadField("decline_reason".into()))
+        );
+        assert_same_verdict_decision(&bad);
     }
 }
 

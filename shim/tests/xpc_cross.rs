@@ -19,7 +19,8 @@ use std::ffi::{c_char, c_void, CStr, CString};
 use metalift_policy::profile::Capabilities;
 use metalift_policy::verdict::Mode;
 use metalift_policy::wire::{
-    Answers, CheckIn, Message, Outcome, OutcomeResult, VerdictMsg, WireAction, MAX_FRAME,
+    Answers, CheckIn, DeclineReason, Declined, Message, Outcome, OutcomeResult, VerdictMsg,
+    WireAction, MAX_FRAME,
 };
 use metalift_shim::c::{self, CWireError, RawError, RawOutcome, RawVerdict};
 use metalift_xpc::dict::{self, key, DictValue, MapDict};
@@ -295,6 +296,25 @@ fn other_messages_are_not_verdicts() {
         let map = encoded(&msg);
         assert_eq!(c_decode(&map), Err(CWireError::NotVerdict(kind)));
         assert_same(&map);
+    }
+}
+
+#[test]
+fn a_declined_check_in_is_understood_with_its_reason() {
+    for (reason, code) in [(DeclineReason::UseSocket, 1u8), (DeclineReason::Busy, 2)] {
+        let map = encoded(&Message::Declined(Declined {
+            reason,
+            detail: "busy".into(),
+        }));
+        assert_eq!(c_decode(&map), Err(CWireError::Declined(code)));
+        assert_same(&map);
+        let mut bad = map.clone();
+        bad.0.insert(c"decline", DictValue::Str(b"later".to_vec()));
+        assert_eq!(c_decode(&bad), Err(CWireError::BadField("decline".into())));
+        assert_same(&bad);
+        let mut missing = map.clone();
+        missing.0.remove(c"decline");
+        assert_same(&missing);
     }
 }
 

@@ -12,7 +12,7 @@
 //! | key | type | messages | meaning |
 //! |---|---|---|---|
 //! | `metalift.version` | uint64 | all | [`PROTOCOL_VERSION`]; another value is refused |
-//! | `kind` | string | all | `check_in`, `verdict`, `outcome`, `status_request`, `status` |
+//! | `kind` | string | all | `check_in`, `verdict`, `outcome`, `status_request`, `status`, `declined` |
 //! | `shim_version`, `arch`, `claimed_executable` | string | check_in | advisory, logged only |
 //! | `decision_id` | uint64 | verdict, outcome | the audit record's decision id |
 //! | `action` | string | verdict | `unlock` or `stock` |
@@ -28,6 +28,8 @@
 //! | `stock_threadgroup_memory`, `effective_threadgroup_memory` | uint64 | outcome | |
 //! | `stock_working_set`, `effective_working_set` | uint64 | outcome | |
 //! | `json` | string | status | the status document |
+//! | `decline` | string | declined | `use_socket` or `busy` |
+//! | `reason` | string | declined | free text |
 //!
 //! Decoding is as strict as the frame decoder: unknown keys are ignored (newer
 //! peers), but a wrong value type, a bad enum word, an unlock without capabilities
@@ -40,8 +42,8 @@ use std::ffi::CStr;
 
 use metalift_policy::verdict::Mode;
 use metalift_policy::wire::{
-    Answers, CheckIn, Message, Outcome, OutcomeResult, VerdictMsg, WireAction, WireError,
-    MAX_FRAME, PROTOCOL_VERSION,
+    Answers, CheckIn, DeclineReason, Declined, Message, Outcome, OutcomeResult, VerdictMsg,
+    WireAction, WireError, MAX_FRAME, PROTOCOL_VERSION,
 };
 use metalift_policy::Capabilities;
 
@@ -101,6 +103,8 @@ pub mod key {
     pub const EFFECTIVE_WORKING_SET: &CStr = c"effective_working_set";
     /// string (status).
     pub const JSON: &CStr = c"json";
+    /// string (declined): `use_socket` or `busy`.
+    pub const DECLINE: &CStr = c"decline";
 
     /// Whether `k` is a key this protocol version defines.
     #[must_use]
@@ -130,6 +134,7 @@ pub mod key {
             EFFECTIVE_THREADGROUP_MEMORY,
             EFFECTIVE_WORKING_SET,
             JSON,
+            DECLINE,
         ]
         .contains(&k)
     }
@@ -262,6 +267,11 @@ pub fn encode(msg: &Message, sink: &mut impl DictSink) {
             out.str(key::KIND, "status");
             out.str(key::JSON, json);
         }
+        Message::Declined(d) => {
+            out.str(key::KIND, "declined");
+            out.str(key::DECLINE, d.reason.as_str());
+            out.str(key::REASON, &d.detail);
+        }
     }
 }
 
@@ -367,6 +377,15 @@ pub fn decode(src: &impl DictSource) -> Result<Message, WireError> {
         "status" => Ok(Message::Status(
             r.str(key::JSON, "json")?.unwrap_or_default(),
         )),
+        "declined" => Ok(Message::Declined(Declined {
+            reason: match r.str(key::DECLINE, "decline")?.as_deref() {
+                Some("use_socket") => DeclineReason::UseSocket,
+                Some("busy") => DeclineReason::Busy,
+                Some(_) => return Err(WireError::BadField("decline")),
+                None => return Err(WireError::Missing("decline")),
+            },
+            detail: r.str(key::REASON, "reason")?.unwrap_or_default(),
+        })),
         _ => Err(WireError::BadField("kind")),
     }
 }
@@ -500,6 +519,14 @@ mod tests {
         }));
         round_trip(Message::StatusRequest);
         round_trip(Message::Status("{\"rules\":3}".into()));
+        round_trip(Message::Declined(Declined {
+            reason: DeclineReason::UseSocket,
+            detail: "this daemon serves no XPC identities".into(),
+        }));
+        round_trip(Message::Declined(Declined {
+            reason: DeclineReason::Busy,
+            detail: String::new(),
+        }));
     }
 
     #[test]
