@@ -27,7 +27,7 @@ pub fn probe_dlopen() -> PathBuf {
 }
 
 /// A simulated Metal variant's directory (`normal`, `noinit`, `nows`,
-/// `moved`, `noeffect`, `wrapper`, `lateclasses`).
+/// `moved`, `cached`, `wrapper`, `lateclasses`).
 pub fn simmetal(variant: &str) -> PathBuf {
     Path::new(metalift_probe::SIMMETAL_DIR).join(variant)
 }
