@@ -581,7 +581,9 @@ ML_HIDDEN pid_t ml_session_pid(void);
 /* ---------------------------------------------------------------- hook.c -- */
 
 /* Metal is mapped: find _MTLDevice through the runtime resolved in `scope`
- * (a dlopen handle, or RTLD_DEFAULT) and hook -initGPUFamilySupport. Returns
+ * (a dlopen handle, or RTLD_DEFAULT) and hook -initGPUFamilySupport (without
+ * it, -initWorkarounds or -initFeatureQueries, to report at the first device).
+ * Never checks in or waits: it runs inside the loader's callback. Returns
  * true when done (hooked, or failed for good), false when _MTLDevice is not
  * registered yet (the loader retries on later images). */
 ML_HIDDEN bool ml_hook_try(void *scope);

@@ -1,6 +1,7 @@
 /*
- * session.c — the process's one conversation with metaliftd: checked in when
- * Metal arrives, consulted at the first device init, closed by the outcome.
+ * session.c — the process's one conversation with metaliftd: checked in at the
+ * first device creation, the verdict awaited there, closed by the outcome
+ * sent when Metal's -initGPUFamilySupport returns.
  *
  * One conversation per pid. A forked child inherits the parent's state and
  * descriptor; the first time the child touches the session (its first device)
