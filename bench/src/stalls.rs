@@ -28,7 +28,7 @@ use std::process::{Command, Stdio};
 
 use anyhow::{bail, Context as _};
 
-use crate::harness::{self, apple_family, Artifacts, Daemon};
+use crate::harness::{self, apple_family, clean, Artifacts, Daemon};
 use crate::stats::Samples;
 use crate::{Section, Target};
 
@@ -36,18 +36,6 @@ use crate::{Section, Target};
 const NEXT: usize = 10;
 /// The shim's default deadline (shim/c/metalift_shim.h ML_DEFAULT_TIMEOUT_MS).
 const DEADLINE_US: f64 = 2_000_000.0;
-
-fn clean(program: &Path) -> Command {
-    let mut cmd = Command::new(program);
-    for (key, _) in std::env::vars_os() {
-        let key = key.to_string_lossy().into_owned();
-        if key.starts_with("METALIFT_") || key == "LD_PRELOAD" || key == "LD_LIBRARY_PATH" {
-            cmd.env_remove(key);
-        }
-    }
-    cmd.stdin(Stdio::null());
-    cmd
-}
 
 /// The probe with libmetalift asking `socket`; markers go to `markers`.
 fn injected(art: &Artifacts, socket: &Path, markers: &Path) -> Command {
