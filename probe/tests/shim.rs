@@ -70,10 +70,12 @@ fn metals_own_imps(variant: &str) -> std::collections::BTreeMap<String, String> 
 }
 
 #[test]
-fn given_driver_state_set_after_super_init_then_the_outcome_reports_the_finished_devices_answers() {
-    // The default shape: the driver sets its threadgroup memory only after
-    // [super init] returns, and Metal's feature queries ask the device while it
-    // is half-built. The stock answers must be the finished device's.
+fn given_metal_asks_the_device_during_its_creation_then_the_outcome_reports_the_finished_devices_answers(
+) {
+    // The real order: the driver's init is complete before MTLAddDevice, and
+    // Metal's feature queries ask the device (under the registration lock)
+    // right after the vector is built. The stock answers are the finished
+    // device's, read when the original -initGPUFamilySupport returns.
     let daemon = FakeDaemon::start(unlock(APPLE7));
     assert_apple7(&probe_json(injected(probe(), &daemon.socket)));
     let outcome = daemon.outcome();
