@@ -38,6 +38,8 @@ enum Cmd {
     Probe,
     /// Item 3: daemon throughput and latency at 1, 8, 64 clients, and RSS.
     Throughput,
+    /// Issue 24 item 6: a check-in identified inline vs on the blocking pool, in one run.
+    IdentityHop,
     /// Item 4: policy write → first verdict under it.
     Reload,
     /// Item 5: a 100 MB executable under a sha256 rule, first vs later decisions.
@@ -75,7 +77,7 @@ fn run(args: Args) -> anyhow::Result<()> {
     use anyhow::Context as _;
     use metalift_bench::harness::{self, Artifacts};
     use metalift_bench::{
-        big_exe, probe_cost, reload, startup, summary_table, throughput, Section,
+        big_exe, identity_hop, probe_cost, reload, startup, summary_table, throughput, Section,
     };
 
     let q = args.quick;
@@ -88,6 +90,14 @@ fn run(args: Args) -> anyhow::Result<()> {
             (5, Duration::from_secs(2))
         };
         throughput::run(art, rounds, length)
+    };
+    let hop = |art: &Artifacts| {
+        let (rounds, length) = if q {
+            (2, Duration::from_millis(500))
+        } else {
+            (5, Duration::from_secs(2))
+        };
+        identity_hop::run(art, rounds, length)
     };
     let reloads = |art: &Artifacts| reload::run(art, if q { 10 } else { 100 });
     let big = |art: &Artifacts| {
@@ -122,6 +132,7 @@ fn run(args: Args) -> anyhow::Result<()> {
                 Cmd::Startup => vec![start_up(&art)?],
                 Cmd::Probe => vec![probe(&art)?],
                 Cmd::Throughput => vec![through(&art)?],
+                Cmd::IdentityHop => vec![hop(&art)?],
                 Cmd::Reload => vec![reloads(&art)?],
                 Cmd::BigExe => vec![big(&art)?],
                 _ => {
@@ -133,6 +144,7 @@ fn run(args: Args) -> anyhow::Result<()> {
                         ),
                         ("probe", &probe),
                         ("throughput", &through),
+                        ("identity-hop", &hop),
                         ("reload", &reloads),
                         ("big-exe", &big),
                     ] {

@@ -85,6 +85,12 @@ pub struct DaemonArgs {
     #[arg(long)]
     pub syslog: bool,
 
+    /// BENCHMARKS ONLY: identify every Unix-socket peer on the blocking pool, as
+    /// metaliftd did before identification that reads only kernel memory ran
+    /// inline (`metalift-bench identity-hop` compares both in one run).
+    #[arg(long, hide = true)]
+    pub identify_on_blocking_pool: bool,
+
     /// The XPC mach service to serve (must be in the launchd job's `MachServices`).
     #[cfg(target_os = "macos")]
     #[arg(long, value_name = "NAME", default_value = crate::checkin::transport::xpc::DEFAULT_SERVICE)]
@@ -115,6 +121,8 @@ pub struct Config {
     pub cache_entries: usize,
     /// The XPC mach service to serve beside the socket; `None`: socket only.
     pub mach_service: Option<String>,
+    /// Identify every socket peer on the blocking pool (benchmarks only).
+    pub identify_on_blocking_pool: bool,
 }
 
 /// A flag combination metaliftd cannot run with.
@@ -185,6 +193,7 @@ impl DaemonArgs {
             mach_service: (!self.no_xpc).then_some(self.mach_service),
             #[cfg(not(target_os = "macos"))]
             mach_service: None,
+            identify_on_blocking_pool: self.identify_on_blocking_pool,
         })
     }
 }

@@ -151,10 +151,19 @@ async fn serve(
             let _ = stopping.changed().await;
         }
     };
-    let unix = tokio::spawn(transport::unix::run(
+    let identity: Arc<dyn crate::checkin::peer::IdentifyPeer> = if config.identify_on_blocking_pool
+    {
+        Arc::new(crate::checkin::peer::OnBlockingPool(
+            crate::checkin::peer::KernelIdentity,
+        ))
+    } else {
+        Arc::new(crate::checkin::peer::KernelIdentity)
+    };
+    let unix = tokio::spawn(transport::unix::run_with_identity(
         socket.listener,
         Arc::clone(&core),
         config.limits,
+        identity,
         unix_stop,
     ));
     let transports = {

@@ -45,20 +45,61 @@ mod unsupported;
 pub use unsupported::{facts_for, facts_from_unix_stream};
 
 /// How the Unix-socket transport learns who is on the other end of a connection.
-/// Blocking; called on the transport's [`crate::checkin::blocking_pool::BlockingPool`],
-/// never on the async executor.
+///
+/// Called inline on the executor when [`IdentifyPeer::may_block`] says it cannot
+/// wait on anything but kernel memory, on the transport's
+/// [`crate::checkin::blocking_pool::BlockingPool`] otherwise.
 pub trait IdentifyPeer: Send + Sync + std::fmt::Debug + 'static {
     /// The kernel's facts about the peer of the connected `socket`.
     fn identify(&self, socket: BorrowedFd<'_>, wants: Wants) -> Result<PeerFacts, PeerError>;
+
+    /// Whether [`IdentifyPeer::identify`] may wait on something other than the
+    /// kernel's memory (a disk, `securityd`, a directory service), so that it must
+    /// run on the blocking pool. True unless an implementation knows better: a
+    /// test's slow stand-in is exactly such an identity.
+    fn may_block(&self, _wants: Wants) -> bool {
+        true
+    }
 }
 
 /// The real identity: this platform's `facts_for`.
+///
+/// On Linux it never blocks: `SO_PEERCRED`, `SO_PEERPIDFD`, `/proc/<pid>/stat`
+/// and the readlink (and open) of `/proc/<pid>/exe` are answered from kernel
+/// memory (procfs generates them; the executable's inode is mapped by the running
+/// process, so opening it reads no disk). Handing that to the blocking pool cost
+/// more than the work: the thread wake-ups made one check-in 1.6× slower (issue
+/// 24 item 6; `metalift-bench identity-hop` measures both ways in one run). The
+/// one step that reads a disk, hashing for `sha256` rules, goes through the
+/// identity cache, which hops to the pool only on a miss. On macOS `SecCode` reads
+/// the executable and may wait on `securityd`: always on the pool.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct KernelIdentity;
 
 impl IdentifyPeer for KernelIdentity {
     fn identify(&self, socket: BorrowedFd<'_>, wants: Wants) -> Result<PeerFacts, PeerError> {
         facts_for(socket, wants)
+    }
+
+    fn may_block(&self, _wants: Wants) -> bool {
+        !cfg!(target_os = "linux")
+    }
+}
+
+/// An identity always run on the blocking pool, whatever it says of itself:
+/// metaliftd's `--identify-on-blocking-pool` (benchmarks only), so that
+/// `metalift-bench identity-hop` can measure the hop against the inline path in
+/// one run, on one machine.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OnBlockingPool<I>(pub I);
+
+impl<I: IdentifyPeer> IdentifyPeer for OnBlockingPool<I> {
+    fn identify(&self, socket: BorrowedFd<'_>, wants: Wants) -> Result<PeerFacts, PeerError> {
+        self.0.identify(socket, wants)
+    }
+
+    fn may_block(&self, _wants: Wants) -> bool {
+        true
     }
 }
 

@@ -24,10 +24,14 @@
 //! malformed frame, a message out of order, or a timeout closes that connection
 //! only.
 //!
-//! Identifying the peer (`/proc` reads, `SecCode`, hashing) blocks, so it never
-//! runs on the executor: the connection's socket is duplicated and identified on
-//! the core's bounded blocking pool ([`crate::checkin::blocking_pool`]) while the accept
-//! loop, the deadlines and every other connection go on.
+//! Identifying the peer may block (`SecCode` on macOS, a test's slow stand-in),
+//! and then it never runs on the executor: the connection's socket is duplicated
+//! and identified on the core's bounded blocking pool
+//! ([`crate::checkin::blocking_pool`]) while the accept loop, the deadlines and
+//! every other connection go on. An identity that reads kernel memory only (Linux:
+//! `SO_PEERCRED`, pidfd, procfs; [`IdentifyPeer::may_block`]) runs inline, where it
+//! costs less than the hop; hashing for `sha256` rules still goes to the pool, on
+//! an identity-cache miss only.
 //!
 //! The socket file itself (creation, stale replacement, mode 0666, removal) is
 //! [`super::socket_file`]'s.
@@ -278,13 +282,19 @@ impl Connection {
         // stream stays here. Not raced against shutdown (a check-in that arrived
         // is decided); a slow identification holds this connection's active
         // place, and the pool bounds how many run at once.
-        let socket = self.frames.stream.as_fd().try_clone_to_owned()?;
-        let identity = Arc::clone(&self.identity);
-        let identified = self
-            .core
-            .blocking()
-            .run(move || identity.identify(socket.as_fd(), wants));
-        let facts: PeerFacts = match identified.await {
+        let identified = if self.identity.may_block(wants) {
+            let socket = self.frames.stream.as_fd().try_clone_to_owned()?;
+            let identity = Arc::clone(&self.identity);
+            self.core
+                .blocking()
+                .run(move || identity.identify(socket.as_fd(), wants))
+                .await
+        } else {
+            // Kernel memory only (see `KernelIdentity`): cheaper here than the
+            // hop to a blocking thread and back.
+            Ok(self.identity.identify(self.frames.stream.as_fd(), wants))
+        };
+        let facts: PeerFacts = match identified {
             Ok(Ok(facts)) => facts,
             Ok(Err(error)) => {
                 self.core.note_unidentified(&error);
