@@ -24,6 +24,8 @@ pub enum Record {
     Decision(DecisionRecord),
     /// What the shim reported it actually did with a verdict.
     Outcome(OutcomeRecord),
+    /// A check-in or outcome the daemon refused (rate-limited: `super::refused`).
+    Refused(super::refused::RefusedRecord),
     /// A policy became live (at start, after an edit, or because the file was deleted).
     PolicyLoaded {
         /// When it became live.
@@ -151,7 +153,9 @@ pub struct DecisionRecord {
     pub anchor: Option<String>,
     /// Why the executable could not be read, e.g. `identity unreadable:
     /// permission denied` (on macOS: metaliftd lacks Full Disk Access for a
-    /// TCC-protected folder); `null` when it was read.
+    /// TCC-protected folder), or why the file it read was not used: `file hashes
+    /// not used: the running code no longer matches its file
+    /// (errSecCSStaticCodeChanged)` (no `sha256`, no `cdhash`); `null` otherwise.
     #[serde(default)]
     pub identity_error: Option<String>,
     /// The parent process's executable.
@@ -279,6 +283,7 @@ impl Record {
         match self {
             Record::Decision(_) => "decision",
             Record::Outcome(_) => "outcome",
+            Record::Refused(_) => "refused",
             Record::PolicyLoaded { .. } => "policy_loaded",
             Record::PolicyRejected { .. } => "policy_rejected",
             Record::DaemonStart { .. } => "daemon_start",
@@ -292,6 +297,7 @@ impl Record {
         match self {
             Record::Decision(d) => d.time,
             Record::Outcome(o) => o.time,
+            Record::Refused(r) => r.time,
             Record::PolicyLoaded { time, .. }
             | Record::PolicyRejected { time, .. }
             | Record::DaemonStart { time, .. }

@@ -181,7 +181,13 @@ async fn serve(
             match mach_service {
                 None => unix.await,
                 Some(service) => {
-                    let xpc = serve_xpc(&service, core, config.limits, stopping);
+                    let xpc = serve_xpc(
+                        &service,
+                        core,
+                        config.limits,
+                        config.xpc_identities,
+                        stopping,
+                    );
                     tokio::join!(unix, xpc);
                 }
             }
@@ -266,12 +272,13 @@ async fn serve_xpc(
     service: &str,
     core: Arc<Core>,
     limits: transport::Limits,
+    identities: bool,
     mut stopping: tokio::sync::watch::Receiver<Option<String>>,
 ) {
     let stop = async move {
         let _ = stopping.changed().await;
     };
-    if let Err(error) = transport::xpc::run(service, core, limits, stop).await {
+    if let Err(error) = transport::xpc::run(service, core, limits, identities, stop).await {
         tracing::error!(%error, service, "XPC transport not serving; the Unix socket still is");
     }
 }
@@ -282,6 +289,7 @@ async fn serve_xpc(
     service: &str,
     _core: Arc<Core>,
     _limits: transport::Limits,
+    _identities: bool,
     _stopping: tokio::sync::watch::Receiver<Option<String>>,
 ) {
     tracing::error!(service, "XPC is macOS only; serving the Unix socket only");

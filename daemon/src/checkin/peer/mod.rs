@@ -177,7 +177,10 @@ pub struct PeerFacts {
     /// What makes `pid` unique over time: the pid version on macOS, the start
     /// time (clock ticks since boot) on Linux. Logged, not matched.
     pub pid_version: Option<u64>,
-    /// User id the kernel recorded for the peer (Linux: the effective uid at `connect`).
+    /// User id the kernel recorded for the peer: the effective uid at `connect`
+    /// (Linux `SO_PEERCRED`; macOS socket `LOCAL_PEERCRED`, checked against the
+    /// audit token by [`socket_uid`]); over XPC the euid the kernel stamped on the
+    /// message.
     pub uid: u32,
     /// The executable's path, as the kernel resolves the mapped file.
     pub exe: PathBuf,
@@ -192,6 +195,11 @@ pub struct PeerFacts {
     /// executable in a TCC-protected folder). Decisions then say
     /// `identity unreadable: ...`, never "unsigned".
     pub unreadable: Option<String>,
+    /// Why the executable's file must not be hashed for this process, although it
+    /// could be read: on macOS the running code no longer matches its file
+    /// ([`signature::file_hashes`]). `sha256` rules then cannot match, and the
+    /// decision says why.
+    pub hashes_withheld: Option<String>,
 }
 
 /// Why a peer could not be identified. The connection is then closed unanswered:
@@ -224,6 +232,50 @@ pub enum PeerError {
     /// This platform has no kernel identity for Unix-socket peers in this build.
     #[error("peer identity is not implemented on this platform")]
     Unsupported,
+    /// macOS socket: the process that last used the socket runs with another
+    /// effective uid than the one that connected ([`socket_uid`]). Refused and
+    /// recorded: it is how a local user would get a decision recorded, and `uid`
+    /// rules matched, as someone else (e.g. through a setuid program).
+    #[error(
+        "process {pid} runs as uid {token_euid}, but the socket was connected by uid {connect_uid}"
+    )]
+    UidChanged {
+        /// The pid the socket's audit token names (its last user).
+        pid: u32,
+        /// The uid `LOCAL_PEERCRED` recorded at `connect`.
+        connect_uid: u32,
+        /// The effective uid in the `LOCAL_PEERTOKEN` audit token, computed when asked.
+        token_euid: u32,
+    },
+}
+
+impl PeerError {
+    /// Whether this is a refusal worth an audit record (someone tried to be
+    /// taken for someone else), not a peer that could not be identified.
+    #[must_use]
+    pub fn is_refusal(&self) -> bool {
+        matches!(self, PeerError::UidChanged { .. })
+    }
+}
+
+/// The uid a macOS socket check-in is decided with: `LOCAL_PEERCRED`'s, which xnu
+/// records at `connect` (`unp_peercred`), and only when the audit token's
+/// effective uid agrees with it. `LOCAL_PEERTOKEN` is computed when the daemon
+/// asks, from the socket's `last_pid` with that process's *current* credentials
+/// (xnu `bsd/kern/uipc_usrreq.c`, `uipc_ctloutput`), so a process that connected as
+/// one user could let a setuid program touch the socket first and be taken for
+/// root. The two disagreeing is refused, never resolved in either's favour.
+/// Pure, so it is tested on every platform; `peer/macos.rs` feeds it.
+pub fn socket_uid(pid: u32, connect_uid: u32, token_euid: u32) -> Result<u32, PeerError> {
+    if connect_uid == token_euid {
+        Ok(connect_uid)
+    } else {
+        Err(PeerError::UidChanged {
+            pid,
+            connect_uid,
+            token_euid,
+        })
+    }
 }
 
 /// How a failed read of the executable is worded in decisions: the error kind
