@@ -1,6 +1,7 @@
 //! The audit log: every decision, outcome, policy load and daemon start/stop, as JSON Lines.
 //!
 //! - [`record`]: what a line says ([`Record`], tagged by `"kind"`).
+//! - [`rfc3339`]: how every record writes and reads its `"time"`.
 //! - [`refused`]: a refused check-in or outcome ([`RefusedRecord`]) and the budget
 //!   that bounds how many are written.
 //! - [`writer`]: [`AuditLog`], one `write(2)` per record, size rotation under one lock.
@@ -13,6 +14,7 @@ pub mod line;
 pub mod reader;
 pub mod record;
 pub mod refused;
+pub mod rfc3339;
 pub mod rotation;
 pub mod tail;
 pub mod writer;

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
-use super::record::rfc3339;
+use super::rfc3339;
 
 /// A message the daemon refused, and why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
