@@ -185,6 +185,12 @@ pub struct DecisionRecord {
     /// In monitor mode: the winning rule would have unlocked.
     #[serde(default)]
     pub would_unlock: bool,
+    /// The host chip's brand string the daemon compiled its policies with (for
+    /// `apple_family_max = "host"` and the ceiling no unlock exceeds), so
+    /// `metalift explain --decision` re-explains on the daemon's chip, not the
+    /// reader's; `null` when the daemon could not read it (or an older daemon).
+    #[serde(default)]
+    pub host_chip: Option<String>,
     /// SHA-256 of the policy that decided.
     pub policy_sha256: String,
     /// Microseconds from check-in received to verdict decided.
@@ -351,6 +357,7 @@ mod tests {
             apple_family_requested: None,
             apple_family_capped: None,
             would_unlock: false,
+            host_chip: None,
             policy_sha256: "ab".repeat(32),
             latency_us: 85,
             transport: "unix".into(),

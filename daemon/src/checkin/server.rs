@@ -354,6 +354,7 @@ impl Core {
             connections_waiting: self.waiting.get(),
             cache_entries: self.cache.len(),
             full_disk_access: self.full_disk_access,
+            host_chip_brand: crate::live_policy::host_chip::daemon_host().brand.clone(),
         }
     }
 
@@ -558,6 +559,7 @@ fn decision_record(
         apple_family_requested,
         apple_family_capped,
         would_unlock: verdict.would_unlock.is_some(),
+        host_chip: crate::live_policy::host_chip::daemon_host().brand.clone(),
         policy_sha256: policy_sha256.to_owned(),
         latency_us,
         transport: transport.to_owned(),
