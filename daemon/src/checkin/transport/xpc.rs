@@ -470,14 +470,14 @@ impl PeerTask {
             Admission::Decline(declined) => {
                 tracing::debug!(reason = declined.reason.as_str(), "XPC check-in declined");
                 reply(&accepted.peer, &mut answer, &Message::Declined(declined));
-                // Still one of the pending places: lingering declined peers stay
-                // bounded by `max_pending`.
+                // No place while it lingers; still one of the pending ones, so
+                // lingering declined peers stay bounded by `max_pending`.
+                drop(place);
                 self.linger(&mut accepted.events, first_message).await;
                 return Ok(());
             }
             Admission::Decide(req) => req,
         };
-        drop(accepted.pending);
         let asker_token = match token {
             Some(token) => token,
             None => {
@@ -491,10 +491,12 @@ impl PeerTask {
                         detail: refusal.to_string(),
                     }),
                 );
+                drop(place);
                 self.linger(&mut accepted.events, first_message).await;
                 return Err(refusal.into());
             }
         };
+        drop(accepted.pending);
 
         // Not raced against shutdown: a check-in that arrived is decided, recorded
         // and answered.
