@@ -41,6 +41,8 @@ enum Cmd {
     /// Issue 23 item 4: the first device creation with the daemon healthy, not
     /// running, stopped and silent; the registration lock's wait.
     Stalls,
+    /// Issue 24 item 6: a check-in identified inline vs on the blocking pool, in one run.
+    IdentityHop,
     /// Item 4: policy write → first verdict under it.
     Reload,
     /// Item 5: a 100 MB executable under a sha256 rule, first vs later decisions.
@@ -78,7 +80,8 @@ fn run(args: Args) -> anyhow::Result<()> {
     use anyhow::Context as _;
     use metalift_bench::harness::{self, Artifacts};
     use metalift_bench::{
-        big_exe, probe_cost, reload, stalls, startup, summary_table, throughput, Section,
+        big_exe, identity_hop, probe_cost, reload, stalls, startup, summary_table, throughput,
+        Section,
     };
 
     let q = args.quick;
@@ -91,6 +94,14 @@ fn run(args: Args) -> anyhow::Result<()> {
             (5, Duration::from_secs(2))
         };
         throughput::run(art, rounds, length)
+    };
+    let hop = |art: &Artifacts| {
+        let (rounds, length) = if q {
+            (2, Duration::from_millis(500))
+        } else {
+            (5, Duration::from_secs(2))
+        };
+        identity_hop::run(art, rounds, length)
     };
     let reloads = |art: &Artifacts| reload::run(art, if q { 10 } else { 100 });
     let stall = |art: &Artifacts| {
@@ -132,6 +143,7 @@ fn run(args: Args) -> anyhow::Result<()> {
                 Cmd::Startup => vec![start_up(&art)?],
                 Cmd::Probe => vec![probe(&art)?],
                 Cmd::Throughput => vec![through(&art)?],
+                Cmd::IdentityHop => vec![hop(&art)?],
                 Cmd::Reload => vec![reloads(&art)?],
                 Cmd::BigExe => vec![big(&art)?],
                 Cmd::Stalls => vec![stall(&art)?],
@@ -145,6 +157,7 @@ fn run(args: Args) -> anyhow::Result<()> {
                         ("probe", &probe),
                         ("stalls", &stall),
                         ("throughput", &through),
+                        ("identity-hop", &hop),
                         ("reload", &reloads),
                         ("big-exe", &big),
                     ] {
