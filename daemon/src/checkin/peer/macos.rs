@@ -10,7 +10,7 @@
 //! executable is "the process that last used the socket", and a client may hand
 //! its descriptor to another process (or exec) before the daemon looks; the uid
 //! (`LOCAL_PEERCRED`) is fixed at connect. That is why the shim checks in with the
-//! LaunchDaemon over XPC (README, "Who is asking"). From the token, in this order:
+//! LaunchDaemon over XPC (docs/src/security.md, "Who is asking"). From the token, in this order:
 //!
 //! 1. pid, pid version, euid: libbsm's accessors.
 //! 2. The executable: `proc_pidpath_audittoken`, which fails (`ESRCH`) if the pid
