@@ -38,6 +38,9 @@ enum Cmd {
     Probe,
     /// Item 3: daemon throughput and latency at 1, 8, 64 clients, and RSS.
     Throughput,
+    /// Issue 23 item 4: the first device creation with the daemon healthy, not
+    /// running, stopped and silent; the registration lock's wait.
+    Stalls,
     /// Item 4: policy write → first verdict under it.
     Reload,
     /// Item 5: a 100 MB executable under a sha256 rule, first vs later decisions.
@@ -75,7 +78,7 @@ fn run(args: Args) -> anyhow::Result<()> {
     use anyhow::Context as _;
     use metalift_bench::harness::{self, Artifacts};
     use metalift_bench::{
-        big_exe, probe_cost, reload, startup, summary_table, throughput, Section,
+        big_exe, probe_cost, reload, stalls, startup, summary_table, throughput, Section,
     };
 
     let q = args.quick;
@@ -90,6 +93,13 @@ fn run(args: Args) -> anyhow::Result<()> {
         throughput::run(art, rounds, length)
     };
     let reloads = |art: &Artifacts| reload::run(art, if q { 10 } else { 100 });
+    let stall = |art: &Artifacts| {
+        if q {
+            stalls::run(art, 10, 1)
+        } else {
+            stalls::run(art, 200, 3)
+        }
+    };
     let big = |art: &Artifacts| {
         if q {
             big_exe::run(art, 2, 10)
@@ -124,6 +134,7 @@ fn run(args: Args) -> anyhow::Result<()> {
                 Cmd::Throughput => vec![through(&art)?],
                 Cmd::Reload => vec![reloads(&art)?],
                 Cmd::BigExe => vec![big(&art)?],
+                Cmd::Stalls => vec![stall(&art)?],
                 _ => {
                     let mut all = Vec::new();
                     for (name, bench) in [
@@ -132,6 +143,7 @@ fn run(args: Args) -> anyhow::Result<()> {
                             &start_up as &dyn Fn(&Artifacts) -> anyhow::Result<Section>,
                         ),
                         ("probe", &probe),
+                        ("stalls", &stall),
                         ("throughput", &through),
                         ("reload", &reloads),
                         ("big-exe", &big),
