@@ -219,6 +219,11 @@ pub fn cli_page(metalift: &clap::Command, metaliftd: &clap::Command) -> String {
     page
 }
 
+/// metaliftd's flags that exist only in a macOS build (`#[cfg]` fields of
+/// `DaemonArgs`). Left out of the generated page so it is the same whichever
+/// platform generates it; configuration.md describes them.
+const MACOS_ONLY: [&str; 2] = ["mach_service", "no_xpc"];
+
 /// One `## name` section: what it does, its usage, its options and its epilogue.
 fn command_section(page: &mut String, name: &str, cmd: &clap::Command) {
     let mut cmd = cmd.clone().bin_name(name.to_owned());
@@ -230,7 +235,10 @@ fn command_section(page: &mut String, name: &str, cmd: &clap::Command) {
     let _ = writeln!(page, "```text\n{}\n```\n", usage.trim());
     let args: Vec<&clap::Arg> = cmd
         .get_arguments()
-        .filter(|a| !a.is_hide_set() && !matches!(a.get_id().as_str(), "help" | "version"))
+        .filter(|a| {
+            let id = a.get_id().as_str();
+            !a.is_hide_set() && !matches!(id, "help" | "version") && !MACOS_ONLY.contains(&id)
+        })
         .collect();
     if !args.is_empty() {
         page.push_str("| option | meaning | default |\n|---|---|---|\n");
