@@ -526,6 +526,24 @@ static id wrap(id device)
 
 /* MTLRegisterDevices_lock: held across a device's whole creation. */
 static pthread_mutex_t sim_register_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Across fork: NOT evidenced. Real Metal's lock is an os_unfair_lock, and one
+ * held by another thread at fork is, in the child, "corrupt, or owner thread
+ * exited without unlocking" (libplatform's abort) unless Metal resets it in an
+ * atfork handler, which nothing we read shows or rules out. The simulation
+ * gives the child a free lock so that the fork tests see the shim's own locks
+ * (hook.c, session.c) and nothing else; whether a child forked while another
+ * thread creates a device can create one on a Mac is Metal's, with or without
+ * metalift (shim/c/README.md, known limits). */
+static void sim_register_lock_child(void)
+{
+    pthread_mutex_init(&sim_register_lock, NULL);
+}
+
+__attribute__((constructor)) static void sim_register_fork_handler(void)
+{
+    pthread_atfork(NULL, NULL, sim_register_lock_child);
+}
 static id sim_default_device;
 #define SIM_MAX_DEVICES 64
 static id sim_devices[SIM_MAX_DEVICES]; /* the device array */
