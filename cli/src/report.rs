@@ -10,7 +10,7 @@ use std::process::ExitCode;
 pub const EXIT_STATUS_HELP: &str = "\
 Exit status (every command; each command's --help says which apply):
   0    success; the answer is yes (valid policy, healthy installation)
-  1    the answer is no: validate found errors, doctor found warnings
+  1    the answer is no: validate found errors, doctor found warnings, verify: a kernel failed
   2    usage or runtime error (unreadable file, no daemon); doctor found failures
   3    status: the policy on disk was refused or differs from the live one
   4    exec --require-unlock: the command was not unlocked (or it could not be learned)

@@ -118,6 +118,22 @@ pub fn row(out: &mut dyn Write, r: &Record, rule: Option<&str>) -> io::Result<()
             dash(),
             format!("version={version} listen={listen}"),
         ),
+        Record::Verification(v) => (
+            None,
+            None,
+            if v.passed { "verified" } else { "unverified" }.to_owned(),
+            format!(
+                "profile={} build={} chip={} {}",
+                v.profile,
+                v.os_build.as_deref().unwrap_or("-"),
+                v.host_chip.as_deref().unwrap_or("-"),
+                if v.passed {
+                    "passed".to_owned()
+                } else {
+                    format!("failed: {}", v.failures().join(", "))
+                }
+            ),
+        ),
         Record::DaemonStop {
             reason,
             checkins,

@@ -194,6 +194,7 @@ mod tests {
             apple_family_max: None,
             apple_family_requested: None,
             apple_family_capped: None,
+            unverified: None,
             would_unlock,
             policy_sha256: String::new(),
             latency_us: 0,

@@ -26,6 +26,7 @@ use crate::checkin::blocking_pool::BlockingPool;
 use crate::checkin::identity_cache::IdentityCache;
 use crate::checkin::peer::{self, PeerFacts};
 use crate::live_policy::store::PolicyStore;
+use crate::live_policy::verification::{HostBuild, VerificationStore};
 use crate::service::status::StatusReport;
 
 /// The decision-making heart of metaliftd. `Send + Sync`; share it in an `Arc`.
@@ -52,6 +53,9 @@ pub struct Core {
     waiting: Arc<Gauge>,
     /// Whether this daemon can read TCC-protected files (macOS), probed at start.
     full_disk_access: Option<bool>,
+    /// Verified unlock: the verifications beside the policy, for profiles with
+    /// `require_verified = true`.
+    verification: VerificationStore,
 }
 
 /// A count of things alive now, kept by [`Counted`] guards. Statistics only.
@@ -101,6 +105,11 @@ impl Core {
     #[must_use]
     pub fn new(policy: Arc<PolicyStore>, audit: Arc<AuditLog>, cache_entries: usize) -> Self {
         let started_at = SystemTime::now();
+        let verification = VerificationStore::beside(
+            policy.path(),
+            policy.allows_insecure_owner(),
+            HostBuild::daemon(),
+        );
         Core {
             policy,
             audit,
@@ -112,6 +121,7 @@ impl Core {
             active: Arc::default(),
             waiting: Arc::default(),
             full_disk_access: crate::service::full_disk_access::probe(),
+            verification,
         }
     }
 
@@ -188,7 +198,11 @@ impl Core {
         let received = Instant::now();
         let live = self.policy.current();
         let subject = self.subject(peer, live.policy.needs()).await;
-        let verdict = live.policy.evaluate(&subject);
+        // Verified unlock: stock, with the reason, unless a passing verification
+        // covers this host (only for profiles with `require_verified = true`).
+        let verdict = self
+            .verification
+            .gate(live.policy.evaluate(&subject), &live.policy);
         let decision_id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let latency_us = u64::try_from(received.elapsed().as_micros()).unwrap_or(u64::MAX);
         let record = decision_record(
@@ -452,6 +466,7 @@ fn decision_record(
         },
         apple_family_requested,
         apple_family_capped,
+        unverified: verdict.unverified.clone(),
         would_unlock: verdict.would_unlock.is_some(),
         policy_sha256: policy_sha256.to_owned(),
         latency_us,
@@ -518,6 +533,7 @@ mod tests {
             mode: metalift_policy::Mode::Monitor,
             would_unlock: Some("apple7".into()),
             family_cap: None,
+            unverified: None,
             trace: Vec::new(),
         };
         let msg = verdict_msg(9, verdict);

@@ -204,6 +204,7 @@ fn profile_key(profile: &mut RawProfile, key: &str, value: Scalar<'_>) -> Option
             )
         }
         "max_threadgroup_memory" => set(&mut profile.max_threadgroup_memory, value.int()),
+        "require_verified" => set(&mut profile.require_verified, value.bool()),
         "recommended_working_set" => {
             let span = value.span.clone();
             let size = match value.value {
