@@ -256,3 +256,78 @@ fn print_text(record: &VerificationRecord, file: &Path) {
         );
     }
 }
+
+/// The verifications beside `policy_path` judged as metaliftd on this machine
+/// would judge them (`chip`: the host chip's brand `validate`/`explain` resolve
+/// `"host"` with; the build from `METALIFT_HOST_OS_BUILD` or `kern.osversion`).
+pub(crate) fn store_here(
+    policy_path: &Path,
+    chip: Option<String>,
+    allow_insecure_owner: bool,
+) -> verification::VerificationStore {
+    verification::VerificationStore::beside(
+        policy_path,
+        allow_insecure_owner,
+        verification::HostBuild {
+            chip,
+            os_build: host_os::os_build(),
+        },
+    )
+}
+
+/// For each profile of `policy` with `require_verified = true`: whether it would
+/// unlock here now, and why not (`metalift validate` prints these).
+pub(crate) fn coverage_here(
+    policy: &metalift_policy::Policy,
+    store: &verification::VerificationStore,
+) -> Vec<(String, verification::Coverage)> {
+    let recorded = store.recorded();
+    policy
+        .profiles()
+        .iter()
+        .filter(|(name, _)| policy.requires_verification(name))
+        .map(|(name, caps)| {
+            (
+                name.clone(),
+                verification::coverage(&recorded, name, caps, store.host()),
+            )
+        })
+        .collect()
+}
+
+/// One line per profile for `validate`'s text.
+pub(crate) fn coverage_text(path: &Path, coverage: &[(String, verification::Coverage)]) -> String {
+    coverage
+        .iter()
+        .map(|(name, c)| match c {
+            verification::Coverage::Verified(r) => format!(
+                "{}: profile `{name}` requires verification: verified for host chip {}, macOS build {} ({})\n",
+                path.display(),
+                r.host_chip.as_deref().unwrap_or("(unknown)"),
+                r.os_build.as_deref().unwrap_or("(unknown)"),
+                metalift_daemon::audit::rfc3339::format(r.time)
+            ),
+            verification::Coverage::Unverified(why) => format!(
+                "{}: profile `{name}` requires verification: metaliftd answers stock here: {why}\n",
+                path.display()
+            ),
+        })
+        .collect()
+}
+
+/// `validate --json`'s `require_verified` array.
+pub(crate) fn coverage_json(coverage: &[(String, verification::Coverage)]) -> serde_json::Value {
+    coverage
+        .iter()
+        .map(|(name, c)| match c {
+            verification::Coverage::Verified(r) => serde_json::json!({
+                "profile": name, "verified": true, "reason": null,
+                "host_chip": r.host_chip, "os_build": r.os_build,
+                "time": metalift_daemon::audit::rfc3339::format(r.time),
+            }),
+            verification::Coverage::Unverified(why) => serde_json::json!({
+                "profile": name, "verified": false, "reason": why,
+            }),
+        })
+        .collect()
+}

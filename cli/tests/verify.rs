@@ -202,3 +202,80 @@ fn a_profile_that_does_not_exist_records_nothing() {
     assert!(String::from_utf8_lossy(&output.stderr).contains("no profile `apple7`"));
     assert!(!dir.path("verifications.jsonl").exists());
 }
+
+/// `metalift ARGS` on this machine's seam (chip via the flag, build via the env).
+fn metalift(args: &[&str], build: &str) -> String {
+    let output = Command::new(env!("CARGO_BIN_EXE_metalift"))
+        .args(args)
+        .env("METALIFT_HOST_OS_BUILD", build)
+        .output()
+        .expect("run metalift");
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+#[test]
+fn validate_explain_and_status_say_whether_the_profile_unlocks_here() {
+    let dir = DaemonDir::new("verify-show");
+    write_policy(&dir);
+    let daemon = start(&dir, "24A335");
+    let policy = dir.policy().display().to_string();
+    let me = std::env::current_exe()
+        .and_then(|p| p.canonicalize())
+        .expect("this test's executable")
+        .display()
+        .to_string();
+    let validate = [
+        "validate",
+        "--allow-insecure-owner",
+        "--host-chip-brand",
+        CHIP,
+        &policy,
+    ];
+    let explain = [
+        "explain",
+        "--allow-insecure-owner",
+        "--host-chip-brand",
+        CHIP,
+        "--policy",
+        &policy,
+        "--path",
+        &me,
+    ];
+    let socket = daemon.socket.display().to_string();
+    let status = ["status", "--socket", &socket];
+
+    let text = metalift(&validate, "24A335");
+    assert!(
+        text.contains("profile `apple7` requires verification: metaliftd answers stock here")
+            && text.contains("none recorded"),
+        "{text}"
+    );
+    let text = metalift(&explain, "24A335");
+    assert!(
+        text.contains("stock: rule `this-test` unlocks, but its profile requires verification"),
+        "{text}"
+    );
+    let text = metalift(&status, "24A335");
+    assert!(text.contains("verified unlock   apple7: stock:"), "{text}");
+
+    let (output, _) = verify(&dir, "24A335", "normal");
+    assert!(output.status.success());
+    let text = metalift(&validate, "24A335");
+    assert!(
+        text.contains(&format!(
+            "profile `apple7` requires verification: verified for host chip {CHIP}, macOS build 24A335"
+        )),
+        "{text}"
+    );
+    let text = metalift(&explain, "24A335");
+    assert!(text.contains("unlock with profile `apple7`"), "{text}");
+    assert!(text.contains("require_verified         yes"), "{text}");
+    let text = metalift(&status, "24A335");
+    assert!(
+        text.contains("verified unlock   apple7: verified for host chip"),
+        "{text}"
+    );
+    // validate and explain judge for this machine's build, as the daemon would.
+    let text = metalift(&validate, "24B83");
+    assert!(text.contains("metaliftd answers stock here"), "{text}");
+}

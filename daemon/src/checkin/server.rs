@@ -294,6 +294,7 @@ impl Core {
             connections_waiting: self.waiting.get(),
             cache_entries: self.cache.len(),
             full_disk_access: self.full_disk_access,
+            verified_unlock: self.verification.status_lines(&live.policy),
         }
     }
 

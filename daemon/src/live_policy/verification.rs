@@ -229,6 +229,33 @@ impl VerificationStore {
         gate(verdict, policy, &self.recorded(), &self.host)
     }
 
+    /// One line per profile of `policy` with `require_verified = true`: whether it
+    /// unlocks on this host now, and why not (`metalift status`).
+    pub fn status_lines(&self, policy: &Policy) -> Vec<String> {
+        let wanted: Vec<(&String, &Capabilities)> = policy
+            .profiles()
+            .iter()
+            .filter(|(name, _)| policy.requires_verification(name))
+            .collect();
+        if wanted.is_empty() {
+            return Vec::new();
+        }
+        let recorded = self.recorded();
+        wanted
+            .into_iter()
+            .map(
+                |(name, caps)| match coverage(&recorded, name, caps, &self.host) {
+                    Coverage::Verified(r) => format!(
+                        "{name}: verified for {} at {}",
+                        self.host.describe(),
+                        rfc3339::format(r.time)
+                    ),
+                    Coverage::Unverified(why) => format!("{name}: stock: {why}"),
+                },
+            )
+            .collect()
+    }
+
     /// The file's records (re-read when it changed since the last call).
     pub fn recorded(&self) -> Arc<Recorded> {
         let meta = fs::metadata(&self.path);
