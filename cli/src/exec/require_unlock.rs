@@ -196,6 +196,7 @@ mod tests {
             apple_family_capped: None,
             unverified: None,
             would_unlock,
+            host_chip: None,
             policy_sha256: String::new(),
             latency_us: 0,
             transport: "unix".into(),

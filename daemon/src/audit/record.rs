@@ -24,6 +24,8 @@ pub enum Record {
     Decision(DecisionRecord),
     /// What the shim reported it actually did with a verdict.
     Outcome(OutcomeRecord),
+    /// A check-in or outcome the daemon refused (rate-limited: `super::refused`).
+    Refused(super::refused::RefusedRecord),
     /// A policy became live (at start, after an edit, or because the file was deleted).
     PolicyLoaded {
         /// When it became live.
@@ -154,7 +156,9 @@ pub struct DecisionRecord {
     pub anchor: Option<String>,
     /// Why the executable could not be read, e.g. `identity unreadable:
     /// permission denied` (on macOS: metaliftd lacks Full Disk Access for a
-    /// TCC-protected folder); `null` when it was read.
+    /// TCC-protected folder), or why the file it read was not used: `file hashes
+    /// not used: the running code no longer matches its file
+    /// (errSecCSStaticCodeChanged)` (no `sha256`, no `cdhash`); `null` otherwise.
     #[serde(default)]
     pub identity_error: Option<String>,
     /// The parent process's executable.
@@ -189,6 +193,12 @@ pub struct DecisionRecord {
     /// In monitor mode: the winning rule would have unlocked.
     #[serde(default)]
     pub would_unlock: bool,
+    /// The host chip's brand string the daemon compiled its policies with (for
+    /// `apple_family_max = "host"` and the ceiling no unlock exceeds), so
+    /// `metalift explain --decision` re-explains on the daemon's chip, not the
+    /// reader's; `null` when the daemon could not read it (or an older daemon).
+    #[serde(default)]
+    pub host_chip: Option<String>,
     /// SHA-256 of the policy that decided.
     pub policy_sha256: String,
     /// Microseconds from check-in received to verdict decided.
@@ -287,6 +297,7 @@ impl Record {
         match self {
             Record::Decision(_) => "decision",
             Record::Outcome(_) => "outcome",
+            Record::Refused(_) => "refused",
             Record::PolicyLoaded { .. } => "policy_loaded",
             Record::PolicyRejected { .. } => "policy_rejected",
             Record::DaemonStart { .. } => "daemon_start",
@@ -302,6 +313,7 @@ impl Record {
             Record::Decision(d) => d.time,
             Record::Outcome(o) => o.time,
             Record::Verification(v) => v.time,
+            Record::Refused(r) => r.time,
             Record::PolicyLoaded { time, .. }
             | Record::PolicyRejected { time, .. }
             | Record::DaemonStart { time, .. }
@@ -318,8 +330,8 @@ impl Record {
     }
 }
 
-/// The timestamp format of every record (its own module, shared with
-/// [`super::verification`]); kept reachable here for existing callers.
+/// `SystemTime` as RFC 3339 (its own module, shared with [`super::refused`] and
+/// [`super::verification`]).
 pub use super::rfc3339;
 
 #[cfg(test)]
@@ -357,6 +369,7 @@ mod tests {
             apple_family_capped: None,
             unverified: None,
             would_unlock: false,
+            host_chip: None,
             policy_sha256: "ab".repeat(32),
             latency_us: 85,
             transport: "unix".into(),

@@ -75,6 +75,11 @@ pub struct StatusReport {
     /// whether it unlocks on this host chip and macOS build now, and why not.
     #[serde(default)]
     pub verified_unlock: Vec<String>,
+    /// The host chip's brand string the daemon compiles policies with
+    /// (`crate::live_policy::host_chip::daemon_host`), so `metalift explain --live`
+    /// explains on the daemon's chip; `None` when unreadable, or an older daemon.
+    #[serde(default)]
+    pub host_chip_brand: Option<String>,
 }
 
 impl StatusReport {
@@ -256,6 +261,7 @@ mod tests {
             cache_entries: 2,
             full_disk_access: None,
             verified_unlock: Vec::new(),
+            host_chip_brand: None,
         }
     }
 
