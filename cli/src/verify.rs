@@ -266,6 +266,14 @@ fn print_text(record: &VerificationRecord, file: &Path) {
             k.detail.as_deref().unwrap_or("")
         );
     }
+    if record.recorded_by_uid != 0 {
+        println!(
+            "note: recorded as uid {}: metaliftd trusts {} only when root owns it and only root can write it \
+             (or when it runs with --allow-insecure-owner)",
+            record.recorded_by_uid,
+            file.display()
+        );
+    }
     if record.passed {
         println!(
             "verified: recorded in {}; profiles requiring verification unlock on this host chip and build",

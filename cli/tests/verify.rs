@@ -125,6 +125,16 @@ fn a_profile_requiring_verification_is_stock_until_a_passing_verification_then_u
     let audited = dir.records_of("verification");
     assert_eq!(audited.len(), 1, "one verification record in the audit log");
     assert_eq!(audited[0]["passed"], true);
+    let listed = Command::new(env!("CARGO_BIN_EXE_metalift"))
+        .args(["audit", "--kind", "verification", "--log"])
+        .arg(dir.audit_log())
+        .output()
+        .expect("metalift audit");
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    assert!(
+        listed.contains(" verified ") && listed.contains("profile=apple7 build=24A335"),
+        "{listed}"
+    );
 
     let (action, decision) = decide(&dir, &daemon.socket);
     assert_eq!(action, WireAction::Unlock, "{decision}");

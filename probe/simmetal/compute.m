@@ -21,7 +21,8 @@
  *              the unlock (REAL-METAL "How the working peers hook it"), which
  *              needs MUL_MAT through simd_sum and simdgroup_float8x8; kronk
  *              reproduced it on macOS 26.6.1. magnitudedev/magnitude's probe runs
- *              a real simd_sum (expects 528 from 1..32) before it injects.
+ *              a real simd_sum (expects 528 from 1..32) before it injects (as
+ *              issue 25 reports it; not re-read here).
  *              Hence the default build: the host GPU executes every kernel.
  *   EVIDENCED  No shipping Apple GPU has more than 32768 bytes of threadgroup
  *              memory (Apple's Metal feature set tables; REAL-METAL 6: the guest

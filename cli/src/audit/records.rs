@@ -59,6 +59,10 @@ pub fn row(out: &mut dyn Write, r: &Record, rule: Option<&str>) -> io::Result<()
                 detail.push_str(&format!(" profile={profile}"));
             }
             detail.push_str(&format!(" mode={} latency={}us", d.mode, d.latency_us));
+            if d.unverified.is_some() {
+                // verified unlock: the profile required a verification this host lacks.
+                detail.push_str(" unverified");
+            }
             let mut action = d.action.clone();
             if d.would_unlock {
                 action.push_str(" (would unlock)");
