@@ -52,6 +52,9 @@ _metalift() {
             metalift,validate)
                 cmd="metalift__subcmd__validate"
                 ;;
+            metalift,verify)
+                cmd="metalift__subcmd__verify"
+                ;;
             metalift__subcmd__help,__generate-docs)
                 cmd="metalift__subcmd__help__subcmd____generate__subcmd__docs"
                 ;;
@@ -88,6 +91,9 @@ _metalift() {
             metalift__subcmd__help,validate)
                 cmd="metalift__subcmd__help__subcmd__validate"
                 ;;
+            metalift__subcmd__help,verify)
+                cmd="metalift__subcmd__help__subcmd__verify"
+                ;;
             *)
                 ;;
         esac
@@ -95,7 +101,7 @@ _metalift() {
 
     case "${cmd}" in
         metalift)
-            opts="-h -V --help --version validate explain status audit exec demo edit doctor schema completions __generate-docs help"
+            opts="-h -V --help --version validate explain status audit exec demo edit doctor verify schema completions __generate-docs help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -166,7 +172,7 @@ _metalift() {
                     return 0
                     ;;
                 --kind)
-                    COMPREPLY=($(compgen -W "decision outcome policy_loaded policy_rejected daemon_start daemon_stop refused" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "decision outcome policy_loaded policy_rejected daemon_start daemon_stop refused verification" -- "${cur}"))
                     return 0
                     ;;
                 --lines)
@@ -373,7 +379,7 @@ _metalift() {
             return 0
             ;;
         metalift__subcmd__help)
-            opts="validate explain status audit exec demo edit doctor schema completions __generate-docs help"
+            opts="validate explain status audit exec demo edit doctor verify schema completions __generate-docs help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -554,6 +560,20 @@ _metalift() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        metalift__subcmd__help__subcmd__verify)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         metalift__subcmd__schema)
             opts="-h --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
@@ -598,6 +618,36 @@ _metalift() {
                     return 0
                     ;;
                 --host-chip-brand)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        metalift__subcmd__verify)
+            opts="-h --profile --policy --audit-log --timeout-ms --json --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --profile)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --policy)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --audit-log)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --timeout-ms)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

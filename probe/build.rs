@@ -13,6 +13,11 @@
 //! | `cached/`      | `-initGPUFamilySupport` moves the device to a subclass answering from copies | the self-check/roll-back test |
 //! | `wrapper/`     | the default device is a forwarding wrapper (`libsimmetal_tools.so`) | the wrapper test |
 //! | `lateclasses/` | classes in `libsimmetal_driver.so`, dlopened by `MTLCreateSystemDefaultDevice` | the dyld-order tests |
+//! | `nocompile/`   | the compute path's compiler rejects simdgroup functions (`compute.m`) | the verification tests |
+//! | `wrongresults/`| the compute path's simdgroup operations give wrong numbers (`compute.m`) | the verification tests |
+//!
+//! Every variant also compiles `probe/simmetal/compute.m` (the compute path
+//! `metalift-probe --verify` uses; empty in the stub and tools images).
 //!
 //! Also the hostile test programs (`probe/hostile/hostile.c`, C) into `OUT_DIR/bin/`:
 //! `metalift-hostile` (links `normal/`) and `metalift-hostile-late` (dlopens
@@ -33,10 +38,13 @@ use std::process::Command;
 
 const SOURCE: &str = "simmetal/simmetal.m";
 
+/// The compute path (kernels compiled from source, run, read back), in every variant.
+const COMPUTE: &str = "simmetal/compute.m";
+
 const HOSTILE: &str = "hostile/hostile.c";
 
 /// (directory, file, defines).
-const VARIANTS: [(&str, &str, &[&str]); 9] = [
+const VARIANTS: [(&str, &str, &[&str]); 11] = [
     ("normal", "libsimmetal.so", &[]),
     (
         "noinit",
@@ -54,10 +62,21 @@ const VARIANTS: [(&str, &str, &[&str]); 9] = [
         "libsimmetal_driver.so",
         &["-DSIMMETAL_DRIVER"],
     ),
+    (
+        "nocompile",
+        "libsimmetal.so",
+        &["-DSIMMETAL_COMPUTE_NO_COMPILE"],
+    ),
+    (
+        "wrongresults",
+        "libsimmetal.so",
+        &["-DSIMMETAL_COMPUTE_WRONG"],
+    ),
 ];
 
 fn main() {
     println!("cargo:rerun-if-changed={SOURCE}");
+    println!("cargo:rerun-if-changed={COMPUTE}");
     println!("cargo:rerun-if-changed={HOSTILE}");
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-env-changed=SIMMETAL_CC");
@@ -124,6 +143,7 @@ fn compile(cc: &str, defines: &[&str], file: &str, output: &Path) {
         .arg("-o")
         .arg(output)
         .arg(SOURCE)
+        .arg(COMPUTE)
         .arg("-Wl,--no-as-needed")
         .arg("-lobjc")
         .arg("-ldl")

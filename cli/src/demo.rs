@@ -175,17 +175,18 @@ fn demo(tools: &Tools, dir: &Path, json: bool) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// The binaries the demo runs, all from this executable's directory.
-struct Tools {
-    daemon: PathBuf,
-    probe: PathBuf,
-    shim: PathBuf,
+/// The binaries the demo runs, all from this executable's directory (also what
+/// `metalift verify` runs).
+pub(crate) struct Tools {
+    pub(crate) daemon: PathBuf,
+    pub(crate) probe: PathBuf,
+    pub(crate) shim: PathBuf,
     /// `--timeout-ms`, passed to the shim as METALIFT_TIMEOUT_MS.
-    timeout_ms: Option<u64>,
+    pub(crate) timeout_ms: Option<u64>,
 }
 
 impl Tools {
-    fn find() -> anyhow::Result<Tools> {
+    pub(crate) fn find() -> anyhow::Result<Tools> {
         let exe = std::env::current_exe().context("locating this executable")?;
         let dir = exe.parent().context("this executable has no directory")?;
         let need = |name: &str| -> anyhow::Result<PathBuf> {
@@ -209,14 +210,19 @@ impl Tools {
 }
 
 /// A running throw-away `metaliftd`.
-struct Daemon {
+pub(crate) struct Daemon {
     child: Child,
-    socket: PathBuf,
-    audit_log: PathBuf,
+    pub(crate) socket: PathBuf,
+    pub(crate) audit_log: PathBuf,
 }
 
 impl Daemon {
-    fn start(tools: &Tools, dir: &Path, name: &str, policy: &str) -> anyhow::Result<Daemon> {
+    pub(crate) fn start(
+        tools: &Tools,
+        dir: &Path,
+        name: &str,
+        policy: &str,
+    ) -> anyhow::Result<Daemon> {
         let policy_path = dir.join(format!("{name}-policy.toml"));
         std::fs::write(&policy_path, policy).context("writing the demo policy")?;
         let socket = dir.join(format!("{name}.sock"));
@@ -261,7 +267,7 @@ impl Daemon {
     }
 
     /// SIGTERM (the daemon records `daemon_stop`), then wait; SIGKILL if it lingers.
-    fn stop(mut self) {
+    pub(crate) fn stop(mut self) {
         let pid = rustix::process::Pid::from_child(&self.child);
         let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -372,10 +378,10 @@ fn print_table(rows: &[Row]) {
 }
 
 /// A private directory under the system temp dir, removed on drop.
-struct TempDir(PathBuf);
+pub(crate) struct TempDir(PathBuf);
 
 impl TempDir {
-    fn create() -> anyhow::Result<TempDir> {
+    pub(crate) fn create() -> anyhow::Result<TempDir> {
         let base = std::env::temp_dir();
         for attempt in 0..100u32 {
             let path = base.join(format!("metalift-demo-{}-{attempt}", std::process::id()));
@@ -388,7 +394,7 @@ impl TempDir {
         bail!("no free temporary directory name under {}", base.display())
     }
 
-    fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.0
     }
 }

@@ -177,10 +177,20 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(2));
         }
     };
-    let verdict = chosen.policy.explain(&subject);
+    let mut verdict = chosen.policy.explain(&subject);
+    if args.decision.is_none() && !args.live {
+        // verified unlock: as metaliftd here would answer, given verifications.jsonl.
+        verdict = crate::verify::store_here(
+            &args.policy,
+            host_for(&args, None).host.brand,
+            args.allow_insecure_owner,
+        )
+        .gate(verdict, &chosen.policy);
+    }
     if args.json {
         let mut doc = explain_json(&chosen, &subject, &hash_note, &verdict);
         if let Some(obj) = doc.as_object_mut() {
+            obj.insert("unverified".into(), json!(verdict.unverified));
             obj.insert(
                 "given_path".into(),
                 json!(given.as_ref().map(|g| g.display().to_string())),
@@ -413,8 +423,13 @@ fn profile_lines(policy: &Policy, profile: &str, caps: &Capabilities) -> String 
             cap.describe(profile)
         )
     });
+    let verified = if policy.requires_verification(profile) {
+        format!("  require_verified         yes: unlocks only while a passing `metalift verify --profile {profile}` covers the host chip and macOS build\n")
+    } else {
+        String::new()
+    };
     format!(
-        "  apple_family_max         {}{} (supportsFamily: YES for Apple1..Apple{}; Metal3/Common/Mac unchanged)\n{capped}  max_threadgroup_memory   {} (floor)\n  recommended_working_set  {}\n",
+        "  apple_family_max         {}{} (supportsFamily: YES for Apple1..Apple{}; Metal3/Common/Mac unchanged)\n{capped}  max_threadgroup_memory   {} (floor)\n  recommended_working_set  {}\n{verified}",
         caps.apple_family_max,
         host.map(|h| format!(" (\"host\": {})", h.describe()))
             .unwrap_or_default(),
@@ -511,6 +526,12 @@ fn explain_text(
     }
 
     out.push_str("\nverdict\n");
+    if let (Some(why), Some(rule)) = (&v.unverified, &v.rule) {
+        out.push_str(&format!(
+            "  stock: rule `{rule}` unlocks, but its profile requires verification: {why}\n"
+        ));
+        return out;
+    }
     match (&v.action, &v.rule) {
         (
             Action::Unlock {

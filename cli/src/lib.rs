@@ -16,6 +16,7 @@
 //! - [`edit`]: `metalift edit`: visudo for the policy (lock, edit a copy, validate, install).
 //! - [`doctor`]: `metalift doctor`: can this installation unlock anything, and the fix if not.
 //! - [`schema`]: `metalift schema`: the JSON Schema of a policy file.
+//! - [`verify`]: `metalift verify`: run a profile's kernels here and record the result (verified unlock).
 //! - [`completions`], [`docs`]: shell completions and man pages from the clap definitions.
 //! - [`reference`]: the exit status table and the command-line reference, for `--help` and the guide.
 //! - [`report`]: `--json`, exit codes and how an error ends the process.
@@ -36,3 +37,4 @@ pub mod schema;
 pub mod sigpipe;
 pub mod status;
 pub mod validate;
+pub mod verify;

@@ -31,6 +31,8 @@ enum Command {
     Edit(cli::edit::Args),
     /// Check the installation: daemon, policy, audit log, shim, SIP, injection, rules' executables.
     Doctor(cli::doctor::Args),
+    /// Run a profile's kernels on this machine (under the shim) and record the result for require_verified.
+    Verify(cli::verify::Args),
     /// Print the JSON Schema of a policy file (for taplo / Even Better TOML).
     Schema(cli::schema::Args),
     /// Print the shell completion script for bash, zsh or fish.
@@ -59,6 +61,7 @@ fn main() -> ExitCode {
         Command::Demo(a) => cli::demo::run(a),
         Command::Edit(a) => cli::edit::run(a),
         Command::Doctor(a) => cli::doctor::run(a),
+        Command::Verify(a) => cli::verify::run(a),
         Command::Schema(a) => cli::schema::run(a),
         Command::Completions(a) => cli::completions::run(&a, Cli::command()),
         Command::GenerateDocs { dir } => cli::docs::generate(

@@ -9,7 +9,7 @@
 
 use std::fmt::Write as _;
 
-use crate::{doctor, edit, exec, explain, report, status, validate};
+use crate::{doctor, edit, exec, explain, report, status, validate, verify};
 
 /// One exit status of one command (or of every command).
 #[derive(Debug, Clone, Copy)]
@@ -53,6 +53,11 @@ pub const METALIFT_EXIT: &[ExitStatus] = &[
         code: edit::DISCARDED,
         command: "edit",
         meaning: "the edit was invalid and discarded",
+    },
+    ExitStatus {
+        code: verify::FAILED,
+        command: "verify",
+        meaning: "a kernel failed to compile, to run, or differed from the CPU (recorded: the profile stays stock)",
     },
     ExitStatus {
         code: report::ERROR,

@@ -103,6 +103,10 @@ pub fn policy_schema() -> Value {
                         "maximum": 65536,
                         "description": "A floor for maxThreadgroupMemoryLength in bytes (default 32768; above 32768 draws a warning)."
                     },
+                    "require_verified": {
+                        "type": "boolean",
+                        "description": "Unlock only while a passing `metalift verify --profile NAME` is recorded for the host chip and macOS build (verifications.jsonl beside the policy); otherwise stock, with the reason in the decision record. Default false."
+                    },
                     "recommended_working_set": {
                         "description": "A floor for recommendedMaxWorkingSetSize: bytes, or a size such as \"12 GiB\" (B, KiB, MiB, GiB, TiB, kB, MB, GB, TB).",
                         "oneOf": [

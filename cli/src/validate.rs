@@ -83,6 +83,8 @@ struct Facts {
     mode: &'static str,
     rules: usize,
     profiles: Vec<String>,
+    /// Profiles with `require_verified = true`, and whether one would unlock here now.
+    verification: Vec<(String, metalift_daemon::live_policy::verification::Coverage)>,
 }
 
 /// Runs `metalift validate`.
@@ -175,6 +177,7 @@ fn check(args: &Args) -> Result<Report, LoadError> {
         host_lints(&sources, &RealHost)
     };
     let policy = if diagnostics.is_empty() {
+        let chip = host.brand.clone();
         match compile_sources_with(sources.clone(), &CompileOptions { host }) {
             Ok(loaded) => {
                 diagnostics.extend(loaded.warnings);
@@ -184,6 +187,15 @@ fn check(args: &Args) -> Result<Report, LoadError> {
                     mode: p.mode().as_str(),
                     rules: p.rule_count(),
                     profiles: p.profiles().keys().cloned().collect(),
+                    // verified unlock: judged against verifications.jsonl beside the main file.
+                    verification: crate::verify::coverage_here(
+                        p,
+                        &crate::verify::store_here(
+                            args.main.as_deref().unwrap_or(&args.path),
+                            chip,
+                            args.allow_insecure_owner,
+                        ),
+                    ),
                 })
             }
             Err(LoadError::Invalid {
@@ -307,6 +319,7 @@ fn report_text(args: &Args, r: &Report, errors: usize, warnings: usize) -> Strin
                 plural(all_warnings, "warning"),
                 p.sha256,
             ));
+            out.push_str(&crate::verify::coverage_text(&args.path, &p.verification));
         }
         (Some(_), 0) => out.push_str(&format!(
             "{path}: invalid (--strict): 0 errors, {}\n",
@@ -355,6 +368,7 @@ fn report_json(args: &Args, r: &Report, code: u8) -> Value {
             "mode": p.mode,
             "rules": p.rules,
             "profiles": p.profiles,
+            "require_verified": crate::verify::coverage_json(&p.verification),
         })),
         "error": null,
     })

@@ -320,7 +320,8 @@ fn the_schema_names_every_key_the_validator_accepts() {
         [
             "apple_family_max",
             "max_threadgroup_memory",
-            "recommended_working_set"
+            "recommended_working_set",
+            "require_verified"
         ]
     );
     // Each rule key the schema names is one the validator accepts.

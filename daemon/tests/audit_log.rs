@@ -31,6 +31,7 @@ fn decision(id: u64, exe: &str) -> Record {
         apple_family_max: None,
         apple_family_requested: None,
         apple_family_capped: None,
+        unverified: None,
         would_unlock: false,
         host_chip: None,
         policy_sha256: "ab".repeat(32),

@@ -41,6 +41,9 @@ pub(crate) struct RawProfile {
     pub apple_family_max: Option<At<FamilyText>>,
     pub max_threadgroup_memory: Option<At<i64>>,
     pub recommended_working_set: Option<At<SizeText>>,
+    /// `require_verified = true`: unlock only while a passing verification exists
+    /// for the host chip and macOS build (`metalift verify`).
+    pub require_verified: Option<At<bool>>,
     /// Keys present with a value of the wrong type (already reported), so later
     /// stages do not also call them missing.
     pub mistyped: Vec<String>,
@@ -112,6 +115,7 @@ const PROFILE_KEYS: &[&str] = &[
     "apple_family_max",
     "max_threadgroup_memory",
     "recommended_working_set",
+    "require_verified",
 ];
 
 /// Whether the fast path for plain policy files agrees with the general one on
@@ -188,6 +192,9 @@ fn parse_profiles(sink: &mut Sink<'_>, value: &Spanned<DeValue<'_>>, out: &mut V
                 }
                 "recommended_working_set" => {
                     profile.recommended_working_set = sink.size(v, "recommended_working_set");
+                }
+                "require_verified" => {
+                    profile.require_verified = sink.bool(v, "require_verified");
                 }
                 other => sink.unknown_key(key.span(), other, "a profile", PROFILE_KEYS),
             }

@@ -49,6 +49,8 @@ pub struct Policy {
     host: HostFamily,
     /// Profiles the host chip capped (never above the host), by name.
     capped: BTreeMap<String, FamilyCap>,
+    /// Profiles with `require_verified = true` (see [`crate::verification`]).
+    verified_profiles: std::collections::BTreeSet<String>,
 }
 
 /// A successfully loaded policy, the warnings it drew, and the text it came from.
@@ -161,6 +163,7 @@ pub fn compile_sources_with(
         host_profiles: validated.host_profiles,
         host: opts.host.clone(),
         capped: validated.capped,
+        verified_profiles: validated.verified_profiles,
     };
     Ok(Loaded {
         policy,
@@ -189,6 +192,7 @@ impl Policy {
             host_profiles: std::collections::BTreeSet::new(),
             host: HostFamily::default(),
             capped: BTreeMap::new(),
+            verified_profiles: std::collections::BTreeSet::new(),
         }
     }
 
@@ -282,6 +286,7 @@ impl Policy {
             mode: self.mode,
             would_unlock,
             family_cap,
+            unverified: None,
             trace,
         }
     }
@@ -308,6 +313,13 @@ impl Policy {
     #[must_use]
     pub fn mode(&self) -> Mode {
         self.mode
+    }
+
+    /// Whether profile `name` sets `require_verified = true`: it unlocks only while
+    /// a passing verification covers this host (see [`crate::verification`]).
+    #[must_use]
+    pub fn requires_verification(&self, name: &str) -> bool {
+        self.verified_profiles.contains(name)
     }
 
     /// The defined profiles by name.

@@ -79,6 +79,10 @@ pub struct Verdict {
     /// capabilities already hold the applied value; this says why they differ from
     /// the profile's text.
     pub family_cap: Option<FamilyCap>,
+    /// Why an unlock was answered stock because its profile sets
+    /// `require_verified = true` and no passing verification covers this host chip
+    /// and macOS build (decided by the daemon, which knows the verifications).
+    pub unverified: Option<String>,
     /// Every rule of the policy, in file order, with why it matched, failed or lost.
     /// Filled by `Policy::explain`; empty from the fast `Policy::evaluate`.
     pub trace: Vec<Considered>,
@@ -93,6 +97,7 @@ impl Verdict {
             mode,
             would_unlock: None,
             family_cap: None,
+            unverified: None,
             trace: Vec::new(),
         }
     }

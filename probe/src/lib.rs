@@ -9,6 +9,9 @@
 //!   Objective-C runtime, reached through `objc_msg_lookup` like compiled
 //!   Objective-C would.
 //! - `macos` (macOS): the real Metal through `objc2-metal`.
+//! - [`verify`]: `--verify`, the kernels an unlock promises, run and compared with
+//!   the CPU; its GPU is `sim_compute` (Linux, `probe/simmetal/compute.m`) or
+//!   `macos_compute` (the real Metal).
 //!
 //! Two binaries sit on top: `metalift-probe` links the Metal library (like llama.cpp
 //! links Metal.framework), `metalift-probe-dlopen` loads it later with `dlopen`
@@ -16,12 +19,17 @@
 //! libmetalift can meet Metal.
 
 pub mod report;
+pub mod verify;
 
 #[cfg(target_os = "linux")]
 pub mod sim;
+#[cfg(target_os = "linux")]
+pub mod sim_compute;
 
 #[cfg(target_os = "macos")]
 pub mod macos;
+#[cfg(target_os = "macos")]
+pub mod macos_compute;
 
 pub use report::{Device, LlamaFlags, Report};
 
@@ -39,6 +47,9 @@ pub struct Options {
     /// `--expect-family N`: exit with [`EXIT_FAMILY_MISMATCH`] unless the device
     /// answers YES for AppleN and NO for Apple(N+1).
     pub expect_family: Option<u8>,
+    /// `--verify`: also compile and run a kernel for each capability the device
+    /// claims, and exit with [`EXIT_VERIFY_FAILED`] unless all compute correctly.
+    pub verify: bool,
     /// `--threads N` (Linux): first create N devices at once on N threads.
     pub threads: usize,
     /// Positional arguments (the library path for `metalift-probe-dlopen`).
@@ -48,13 +59,20 @@ pub struct Options {
 /// Exit status when `--expect-family N` does not hold.
 pub const EXIT_FAMILY_MISMATCH: u8 = 3;
 
+/// Exit status when `--verify` found a claimed kernel that fails to compile, to
+/// run, or computes something else than the CPU.
+pub const EXIT_VERIFY_FAILED: u8 = 4;
+
 /// The options both probes document in `--help`.
 pub const OPTIONS_HELP: &str = "\
   --json               one JSON document instead of the table
   --expect-family N    exit 3 unless the device answers YES for AppleN and NO for Apple(N+1)
+  --verify             run a kernel for each claimed capability (simd_sum, simd_max, 8x8
+                       simdgroup matrix, bfloat, threadgroup memory); exit 4 if any fails
   --threads N          (Linux) first create N devices at the same moment on N threads
   --simmetal-dir       print where the simulated Metal variants were built
-exit status: 0 ok; 1 no Metal device; 2 usage; 3 --expect-family did not hold";
+exit status: 0 ok; 1 no Metal device; 2 usage; 3 --expect-family did not hold;
+             4 --verify: a claimed kernel failed to compile or run, or computed wrongly";
 
 impl Options {
     /// Parses `args` (without the program name).
@@ -65,6 +83,7 @@ impl Options {
             match arg.as_str() {
                 "--json" => options.json = true,
                 "--simmetal-dir" => options.simmetal_dir = true,
+                "--verify" => options.verify = true,
                 "--expect-family" => {
                     let value = args.next().ok_or("--expect-family needs a number")?;
                     options.expect_family = Some(
@@ -90,10 +109,41 @@ impl Options {
 
 /// Prints `report` as the options ask and returns the exit status.
 pub fn print(report: &Report, options: &Options) -> std::process::ExitCode {
+    print_verified(report, None, options)
+}
+
+/// Prints `report` and, with `--verify`, its `verification` (a table after the
+/// report; a `verification` object in the JSON), and returns the exit status: a
+/// failed verification first, then `--expect-family`.
+pub fn print_verified(
+    report: &Report,
+    verification: Option<&verify::Verification>,
+    options: &Options,
+) -> std::process::ExitCode {
     if options.json {
-        println!("{}", report.to_json());
+        let mut json = report.to_json();
+        if let (Some(v), Some(object)) = (verification, json.as_object_mut()) {
+            object.insert("verification".into(), v.to_json());
+        }
+        println!("{json}");
     } else {
         print!("{}", report.to_text());
+        if let Some(v) = verification {
+            print!("{}", v.to_text());
+        }
+    }
+    if let Some(v) = verification.filter(|v| !v.passed()) {
+        let failed: Vec<&str> = v
+            .kernels
+            .iter()
+            .filter(|k| k.outcome.is_failure())
+            .map(|k| k.capability.function())
+            .collect();
+        eprintln!(
+            "metalift-probe: verification failed: {} (the device claims what it does not compute)",
+            failed.join(", ")
+        );
+        return std::process::ExitCode::from(EXIT_VERIFY_FAILED);
     }
     match options.expect_family {
         Some(n) if !report.is_exactly_apple(n) => {

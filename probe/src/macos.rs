@@ -48,6 +48,13 @@ pub fn open(path: &str) -> Result<MetalDevice, String> {
         .ok_or_else(|| "MTLCreateSystemDefaultDevice returned nil".into())
 }
 
+impl MetalDevice {
+    /// The `MTLDevice` itself, for the compute path (`crate::macos_compute`).
+    pub(crate) fn device(&self) -> &ProtocolObject<dyn MTLDevice> {
+        &self.0
+    }
+}
+
 impl Device for MetalDevice {
     fn name(&self) -> String {
         self.0.name().to_string()

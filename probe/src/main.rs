@@ -15,7 +15,7 @@ fn main() -> ExitCode {
                 eprintln!("metalift-probe: {msg}");
             }
             eprintln!(
-                "usage: metalift-probe [--json] [--expect-family N] [--threads N] [--simmetal-dir]\n{}",
+                "usage: metalift-probe [--json] [--expect-family N] [--verify] [--threads N] [--simmetal-dir]\n{}",
                 metalift_probe::OPTIONS_HELP
             );
             return ExitCode::from(2);
@@ -24,6 +24,17 @@ fn main() -> ExitCode {
     if options.simmetal_dir {
         println!("{}", metalift_probe::SIMMETAL_DIR);
         return ExitCode::SUCCESS;
+    }
+    if options.verify {
+        return match platform::verify(&options) {
+            Ok((report, verification)) => {
+                metalift_probe::print_verified(&report, Some(&verification), &options)
+            }
+            Err(err) => {
+                eprintln!("metalift-probe: no Metal device: {err}");
+                ExitCode::FAILURE
+            }
+        };
     }
     match platform::default_device(&options) {
         Ok(report) => metalift_probe::print(&report, &options),
@@ -60,6 +71,18 @@ mod platform {
             .with_device_creation(took)
             .with_concurrent_creations(concurrent))
     }
+
+    /// The report, then the kernels it claims run on the simulated compute path.
+    pub fn verify(
+        _options: &metalift_probe::Options,
+    ) -> Result<(Report, metalift_probe::verify::Verification), String> {
+        // SAFETY: the linked symbol is the simulated Metal's MTLCreateSystemDefaultDevice.
+        let device = unsafe { sim::default_device(MTLCreateSystemDefaultDevice, Scope::Global) }?;
+        let report = Report::probe(&device);
+        let gpu = metalift_probe::sim_compute::SimCompute::new(&device)?;
+        let verification = metalift_probe::verify::verify(&gpu, &report);
+        Ok((report, verification))
+    }
 }
 
 #[cfg(target_os = "macos")]
@@ -72,6 +95,17 @@ mod platform {
         let took = start.elapsed();
         Ok(Report::probe(&device).with_device_creation(took))
     }
+
+    /// The report, then the kernels it claims run on the real Metal.
+    pub fn verify(
+        _options: &metalift_probe::Options,
+    ) -> Result<(Report, metalift_probe::verify::Verification), String> {
+        let device = metalift_probe::macos::default_device()?;
+        let report = Report::probe(&device);
+        let gpu = metalift_probe::macos_compute::MetalCompute(&device);
+        let verification = metalift_probe::verify::verify(&gpu, &report);
+        Ok((report, verification))
+    }
 }
 
 #[cfg(not(any(target_os = "linux", target_os = "macos")))]
@@ -79,6 +113,12 @@ mod platform {
     use metalift_probe::Report;
 
     pub fn default_device(_options: &metalift_probe::Options) -> Result<Report, String> {
+        Err("no Metal (real or simulated) on this platform".into())
+    }
+
+    pub fn verify(
+        _options: &metalift_probe::Options,
+    ) -> Result<(Report, metalift_probe::verify::Verification), String> {
         Err("no Metal (real or simulated) on this platform".into())
     }
 }

@@ -185,6 +185,11 @@ fn last_dl_error() -> String {
 }
 
 impl SimDevice {
+    /// The device object, for the compute path (`crate::sim_compute`).
+    pub(crate) fn object(&self) -> *mut c_void {
+        self.object
+    }
+
     fn imp(&self, selector: &CStr) -> Option<(Imp, Sel)> {
         let sel = self.runtime.sel(selector);
         // SAFETY: `object` is a live instance; GCC's runtime returns the IMP (or a forwarder).

@@ -70,6 +70,9 @@ pub enum KindFilter {
     /// wrong decision id, a malformed message, a uid changed since connect).
     #[value(name = "refused")]
     Refused,
+    /// A `metalift verify` run (verified unlock), passed or failed.
+    #[value(name = "verification")]
+    Verification,
 }
 
 impl KindFilter {
@@ -82,6 +85,7 @@ impl KindFilter {
             KindFilter::DaemonStart => "daemon_start",
             KindFilter::DaemonStop => "daemon_stop",
             KindFilter::Refused => "refused",
+            KindFilter::Verification => "verification",
         }
     }
 }

@@ -59,6 +59,10 @@ pub fn row(out: &mut dyn Write, r: &Record, rule: Option<&str>) -> io::Result<()
                 detail.push_str(&format!(" profile={profile}"));
             }
             detail.push_str(&format!(" mode={} latency={}us", d.mode, d.latency_us));
+            if d.unverified.is_some() {
+                // verified unlock: the profile required a verification this host lacks.
+                detail.push_str(" unverified");
+            }
             let mut action = d.action.clone();
             if d.would_unlock {
                 action.push_str(" (would unlock)");
@@ -128,6 +132,22 @@ pub fn row(out: &mut dyn Write, r: &Record, rule: Option<&str>) -> io::Result<()
             Some(policy),
             dash(),
             format!("version={version} listen={listen}"),
+        ),
+        Record::Verification(v) => (
+            None,
+            None,
+            if v.passed { "verified" } else { "unverified" }.to_owned(),
+            format!(
+                "profile={} build={} chip={} {}",
+                v.profile,
+                v.os_build.as_deref().unwrap_or("-"),
+                v.host_chip.as_deref().unwrap_or("-"),
+                if v.passed {
+                    "passed".to_owned()
+                } else {
+                    format!("failed: {}", v.failures().join(", "))
+                }
+            ),
         ),
         Record::DaemonStop {
             reason,

@@ -194,6 +194,7 @@ mod tests {
             apple_family_max: None,
             apple_family_requested: None,
             apple_family_capped: None,
+            unverified: None,
             would_unlock,
             host_chip: None,
             policy_sha256: String::new(),

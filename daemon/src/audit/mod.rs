@@ -8,6 +8,7 @@
 //! - [`rotation`]: [`Rotation`] settings and the file-name scheme of rotated files.
 //! - [`line`]: one line read back as the writer's typed [`Record`] (or a newer kind, or corrupt).
 //! - [`reader`]: reading the log back (rotated files first), and following it, for `metalift audit`.
+//! - [`verification`]: the `verification` record (`metalift verify`), shared with the verification file.
 //! - [`tail`]: where the last N lines start, read backwards (`metalift audit -f -n N`).
 
 pub mod line;
@@ -17,6 +18,7 @@ pub mod refused;
 pub mod rfc3339;
 pub mod rotation;
 pub mod tail;
+pub mod verification;
 pub mod writer;
 
 use std::io;

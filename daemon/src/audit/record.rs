@@ -72,6 +72,9 @@ pub enum Record {
         /// Where it listens (socket path or XPC service name).
         listen: String,
     },
+    /// `metalift verify` ran the kernels of a profile (verified unlock): the same
+    /// record the verification file holds.
+    Verification(super::verification::VerificationRecord),
     /// metaliftd stopped.
     DaemonStop {
         /// When it stopped.
@@ -182,6 +185,11 @@ pub struct DecisionRecord {
     /// `None` when nothing was capped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub apple_family_capped: Option<String>,
+    /// Why an unlock was answered stock: its profile requires a passing
+    /// verification (`require_verified = true`) and none covers this host chip and
+    /// macOS build. `None` otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unverified: Option<String>,
     /// In monitor mode: the winning rule would have unlocked.
     #[serde(default)]
     pub would_unlock: bool,
@@ -294,6 +302,7 @@ impl Record {
             Record::PolicyRejected { .. } => "policy_rejected",
             Record::DaemonStart { .. } => "daemon_start",
             Record::DaemonStop { .. } => "daemon_stop",
+            Record::Verification(_) => "verification",
         }
     }
 
@@ -303,6 +312,7 @@ impl Record {
         match self {
             Record::Decision(d) => d.time,
             Record::Outcome(o) => o.time,
+            Record::Verification(v) => v.time,
             Record::Refused(r) => r.time,
             Record::PolicyLoaded { time, .. }
             | Record::PolicyRejected { time, .. }
@@ -320,7 +330,8 @@ impl Record {
     }
 }
 
-/// `SystemTime` as RFC 3339 (its own module, shared with [`super::refused`]).
+/// `SystemTime` as RFC 3339 (its own module, shared with [`super::refused`] and
+/// [`super::verification`]).
 pub use super::rfc3339;
 
 #[cfg(test)]
@@ -356,6 +367,7 @@ mod tests {
             apple_family_max: None,
             apple_family_requested: None,
             apple_family_capped: None,
+            unverified: None,
             would_unlock: false,
             host_chip: None,
             policy_sha256: "ab".repeat(32),

@@ -29,6 +29,7 @@ use crate::checkin::blocking_pool::BlockingPool;
 use crate::checkin::identity_cache::IdentityCache;
 use crate::checkin::peer::{self, PeerFacts};
 use crate::live_policy::store::PolicyStore;
+use crate::live_policy::verification::{HostBuild, VerificationStore};
 use crate::service::status::StatusReport;
 
 /// The decision-making heart of metaliftd. `Send + Sync`; share it in an `Arc`.
@@ -55,6 +56,9 @@ pub struct Core {
     waiting: Arc<Gauge>,
     /// Whether this daemon can read TCC-protected files (macOS), probed at start.
     full_disk_access: Option<bool>,
+    /// Verified unlock: the verifications beside the policy, for profiles with
+    /// `require_verified = true`.
+    verification: VerificationStore,
     /// How many `refused` records may be written (a flood cannot fill the disk).
     refusals: RefusalBudget,
 }
@@ -106,6 +110,11 @@ impl Core {
     #[must_use]
     pub fn new(policy: Arc<PolicyStore>, audit: Arc<AuditLog>, cache_entries: usize) -> Self {
         let started_at = SystemTime::now();
+        let verification = VerificationStore::beside(
+            policy.path(),
+            policy.allows_insecure_owner(),
+            HostBuild::daemon(),
+        );
         Core {
             policy,
             audit,
@@ -117,6 +126,7 @@ impl Core {
             active: Arc::default(),
             waiting: Arc::default(),
             full_disk_access: crate::service::full_disk_access::probe(),
+            verification,
             refusals: RefusalBudget::default(),
         }
     }
@@ -219,7 +229,11 @@ impl Core {
         let received = Instant::now();
         let live = self.policy.current();
         let subject = self.subject(peer, live.policy.needs()).await;
-        let verdict = live.policy.evaluate(&subject);
+        // Verified unlock: stock, with the reason, unless a passing verification
+        // covers this host (only for profiles with `require_verified = true`).
+        let verdict = self
+            .verification
+            .gate(live.policy.evaluate(&subject), &live.policy);
         let decision_id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let latency_us = u64::try_from(received.elapsed().as_micros()).unwrap_or(u64::MAX);
         let record = decision_record(
@@ -354,6 +368,7 @@ impl Core {
             connections_waiting: self.waiting.get(),
             cache_entries: self.cache.len(),
             full_disk_access: self.full_disk_access,
+            verified_unlock: self.verification.status_lines(&live.policy),
             host_chip_brand: crate::live_policy::host_chip::daemon_host().brand.clone(),
         }
     }
@@ -558,6 +573,7 @@ fn decision_record(
         },
         apple_family_requested,
         apple_family_capped,
+        unverified: verdict.unverified.clone(),
         would_unlock: verdict.would_unlock.is_some(),
         host_chip: crate::live_policy::host_chip::daemon_host().brand.clone(),
         policy_sha256: policy_sha256.to_owned(),
@@ -625,6 +641,7 @@ mod tests {
             mode: metalift_policy::Mode::Monitor,
             would_unlock: Some("apple7".into()),
             family_cap: None,
+            unverified: None,
             trace: Vec::new(),
         };
         let msg = verdict_msg(9, verdict);

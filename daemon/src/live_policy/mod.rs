@@ -6,9 +6,14 @@
 //! - [`archive`]: the text of every policy made live, by hash, for `explain`.
 //! - [`host`]: the real machine behind the policy lints; path resolution.
 //! - [`host_chip`]: the host chip's brand, for `apple_family_max = "host"`.
+//! - [`host_os`]: the macOS build, for verified unlock.
+//! - [`verification`]: verified unlock (`require_verified = true`): the recorded
+//!   verifications and the gate that answers stock without a passing one.
 
 pub mod archive;
 pub mod host;
 pub mod host_chip;
+pub mod host_os;
 pub mod store;
+pub mod verification;
 pub mod watcher;

@@ -273,6 +273,13 @@ impl PolicyStore {
         self.first_read_at
     }
 
+    /// Whether it accepts files not owned by root (`--allow-insecure-owner`); the
+    /// verification file beside the policy is judged the same way.
+    #[must_use]
+    pub fn allows_insecure_owner(&self) -> bool {
+        self.opts.allow_insecure_owner
+    }
+
     /// The main policy file this store loads.
     #[must_use]
     pub fn path(&self) -> &Path {

@@ -268,6 +268,19 @@
 //!     5 ms (the marker in `$(getconf DARWIN_USER_TEMP_DIR)`); after `kill -CONT`
 //!     and 10 s, a probe is unlocked again. Linux runs the same cases against the
 //!     socket (`probe/tests/shim.rs`, `metalift-bench stalls`).
+//! 27. **Verified unlock's kernels** (`probe/src/macos_compute.rs`,
+//!     `probe/src/verify/kernels.rs`, `cli/src/verify.rs`; workflow: "The kernels an
+//!     unlock promises run"): on the hosted runner's guest, Metal's compiler accepts
+//!     each kernel's MSL (`simd_sum`, `simd_max`, `simdgroup_float8x8` with
+//!     `simdgroup_multiply`, `bfloat`, a `[[threadgroup(0)]]` buffer of 32768
+//!     bytes) and, unlocked as Apple7, the paravirtual GPU computes what the CPU does
+//!     (`metalift-probe --verify --json | jq .verification.passed` is `true` with five
+//!     passes); stock, only threadgroup memory is claimed and passes. `sudo metalift
+//!     verify --profile NAME` then records a pass for the runner's chip and
+//!     `kern.osversion`, after which a `require_verified` profile unlocks (stock with
+//!     `unverified` before). Assumed until then: that `bfloat` compiles without
+//!     compile options on the runner's macOS (MSL 3.1), and how Metal reports a
+//!     threadgroup allocation beyond the GPU (the simulation fails the command buffer).
 #![allow(unsafe_code)]
 
 pub mod audit_token;

@@ -71,6 +71,10 @@ pub struct StatusReport {
     /// told nothing, or from an older daemon.
     #[serde(default)]
     pub full_disk_access: Option<bool>,
+    /// Verified unlock: one line per live profile with `require_verified = true`,
+    /// whether it unlocks on this host chip and macOS build now, and why not.
+    #[serde(default)]
+    pub verified_unlock: Vec<String>,
     /// The host chip's brand string the daemon compiles policies with
     /// (`crate::live_policy::host_chip::daemon_host`), so `metalift explain --live`
     /// explains on the daemon's chip; `None` when unreadable, or an older daemon.
@@ -96,7 +100,7 @@ impl StatusReport {
                 format!("{acc}\n                  {l}")
             }),
         };
-        format!(
+        let text = format!(
             "metaliftd {version} (pid {pid}), running since {started}\n\
              policy            {path}\n\
              \x20 sha256          {sha}\n\
@@ -130,7 +134,16 @@ impl StatusReport {
             active = self.connections_active,
             waiting = self.connections_waiting,
             cache = self.cache_entries,
-        )
+        );
+        // verified unlock: only when some live profile requires it.
+        match self.verified_unlock.split_first() {
+            None => text,
+            Some((first, rest)) => rest
+                .iter()
+                .fold(format!("{text}verified unlock   {first}\n"), |acc, l| {
+                    format!("{acc}                  {l}\n")
+                }),
+        }
     }
 }
 
@@ -247,6 +260,7 @@ mod tests {
             connections_waiting: 7,
             cache_entries: 2,
             full_disk_access: None,
+            verified_unlock: Vec::new(),
             host_chip_brand: None,
         }
     }

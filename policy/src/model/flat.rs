@@ -204,6 +204,7 @@ fn profile_key(profile: &mut RawProfile, key: &str, value: Scalar<'_>) -> Option
             )
         }
         "max_threadgroup_memory" => set(&mut profile.max_threadgroup_memory, value.int()),
+        "require_verified" => set(&mut profile.require_verified, value.bool()),
         "recommended_working_set" => {
             let span = value.span.clone();
             let size = match value.value {
@@ -518,6 +519,9 @@ mod tests {
         "recommended_working_set = \"12 GiB\"",
         "recommended_working_set = 1024",
         "recommended_working_set = true",
+        "require_verified = true",
+        "require_verified = false",
+        "require_verified = 1",
         "[[rule]]",
         "[[ rule ]]",
         "[[\"rule\"]]",

@@ -47,6 +47,8 @@ pub(crate) struct Validated {
     /// Profiles whose `apple_family_max` the host chip lowered (their entry in
     /// `profiles` holds the applied value).
     pub capped: BTreeMap<String, FamilyCap>,
+    /// Profiles with `require_verified = true`.
+    pub verified_profiles: std::collections::BTreeSet<String>,
     pub diagnostics: Vec<Diagnostic>,
 }
 
@@ -100,6 +102,9 @@ pub(crate) fn validate(
                     })
                 ) {
                     result.host_profiles.insert(name.value.clone());
+                }
+                if raw.require_verified.as_ref().is_some_and(|r| r.value) {
+                    result.verified_profiles.insert(name.value.clone());
                 }
                 result.profiles.insert(name.value.clone(), caps);
             }

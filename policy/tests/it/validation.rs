@@ -31,7 +31,7 @@ fn unknown_keys_are_reported_where_they_are_with_a_hint() {
         problems("version = 1\nmodee = \"monitor\"\n[profile.p]\napple_family_max = 7\ncolour = 1\n[[rule]]\nid = \"r\"\nname = \"x\"\nteam-id = \"ABCDE12345\"\nstock = true\n"),
         [
             "2:1: error: unknown key `modee` in the top level (did you mean `mode`?)",
-            "5:1: error: unknown key `colour` in a profile (expected one of: apple_family_max, max_threadgroup_memory, recommended_working_set)",
+            "5:1: error: unknown key `colour` in a profile (expected one of: apple_family_max, max_threadgroup_memory, recommended_working_set, require_verified)",
             "9:1: error: unknown key `team-id` in a rule (did you mean `team_id`?)",
         ]
     );

@@ -1,0 +1,365 @@
+//! `metalift verify --profile NAME`: run the kernels a profile's unlock promises,
+//! on this machine, and record the result for the daemon (verified unlock).
+//!
+//! 1. Reads the profile from the policy (`--policy`), `"host"` and the host's
+//!    ceiling resolved as metaliftd resolves them.
+//! 2. Starts a throw-away `metaliftd` (sibling of this executable) whose policy
+//!    unlocks `metalift-probe` with exactly that profile, and runs
+//!    `metalift-probe --verify --json` with libmetalift injected: the device as the
+//!    shim leaves it, one kernel per claimed capability, compared with the CPU.
+//!    The system daemon is not asked: a profile with `require_verified = true` is
+//!    stock there until this command has recorded a pass.
+//! 3. Appends a `verification` record to the audit log (`--audit-log`) and then
+//!    the same record to the verification file beside the policy
+//!    (`verifications.jsonl`), which the daemon reads: audited before it takes
+//!    effect, as every decision is. Both are root's files, so only root records a
+//!    verification the daemon trusts (`metalift_daemon::live_policy::verification`).
+//!
+//! The record names what the result depends on: the profile's capabilities, the
+//! host chip, the macOS build (`kern.osversion`) and the metalift version. The
+//! daemon unlocks the profile only while the last record for its capabilities on
+//! its host chip and build passed: after a macOS update it answers stock until
+//! this command is run again.
+
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::time::SystemTime;
+
+use anyhow::{bail, Context};
+use metalift_daemon::audit::{AuditLog, Record, Rotation};
+use metalift_daemon::live_policy::verification::{self, KernelLine, VerificationRecord};
+use metalift_daemon::live_policy::{host_chip, host_os};
+use metalift_policy::{Capabilities, LoadOptions};
+
+use crate::demo::{Daemon, TempDir, Tools};
+use crate::exec::INSERT_VAR;
+
+/// Exit status when the verification ran and failed (the answer is no).
+pub const FAILED: u8 = 1;
+
+/// Arguments of `metalift verify`.
+#[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Exit status: 0 every claimed kernel computed correctly (recorded: the \
+                        daemon may unlock the profile on this host chip and macOS build); 1 a \
+                        kernel failed to compile, to run, or computed wrongly (recorded: the \
+                        daemon answers stock for it); 2 the verification could not run (nothing \
+                        recorded)."
+)]
+pub struct Args {
+    /// The profile to verify (`[profile.NAME]` in the policy).
+    #[arg(long, value_name = "NAME")]
+    pub profile: String,
+    /// The policy file the profile is read from; the verification file
+    /// (`verifications.jsonl`) is written beside it.
+    #[arg(long, value_name = "PATH", default_value = metalift_daemon::service::config::DEFAULT_POLICY)]
+    pub policy: PathBuf,
+    /// The audit log the `verification` record is appended to.
+    #[arg(long, value_name = "PATH", default_value = metalift_daemon::audit::DEFAULT_LOG_PATH)]
+    pub audit_log: PathBuf,
+    /// The shim's verdict deadline for the probe (METALIFT_TIMEOUT_MS).
+    #[arg(long, value_name = "MS")]
+    pub timeout_ms: Option<u64>,
+    /// Print the record as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Runs `metalift verify`.
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    // Ownership is the daemon's to enforce when it loads the policy; here the file
+    // is only read for the profile's values.
+    let loaded = host_chip::load(
+        &args.policy,
+        &LoadOptions {
+            allow_insecure_owner: true,
+        },
+    )
+    .with_context(|| format!("reading {}", args.policy.display()))?;
+    let Some(capabilities) = loaded.policy.profile(&args.profile).copied() else {
+        let names: Vec<&String> = loaded.policy.profiles().keys().collect();
+        bail!(
+            "{}: no profile `{}` (profiles: {names:?})",
+            args.policy.display(),
+            args.profile
+        );
+    };
+    let tools = find_tools(args.timeout_ms)?;
+    let dir = TempDir::create()?;
+    let daemon = Daemon::start(
+        &tools,
+        dir.path(),
+        "verify",
+        &private_policy(&args.profile, &capabilities),
+    )?;
+    let probe = run_probe(&tools, &daemon.socket);
+    daemon.stop();
+    let report = probe?;
+    check_unlocked(&report, &capabilities)?;
+
+    let record = VerificationRecord {
+        time: SystemTime::now(),
+        profile: args.profile.clone(),
+        apple_family_max: capabilities.apple_family_max,
+        max_threadgroup_memory: capabilities.max_threadgroup_memory,
+        recommended_working_set: capabilities.recommended_working_set,
+        host_chip: host_chip::daemon_host().brand.clone(),
+        os_build: host_os::os_build(),
+        metalift_version: env!("CARGO_PKG_VERSION").to_owned(),
+        passed: report["verification"]["passed"].as_bool() == Some(true),
+        kernels: kernels(&report)?,
+        error: None,
+        recorded_by_uid: rustix::process::getuid().as_raw(),
+    };
+    let file = verification::path_beside(&args.policy);
+    // Audited first: a verification the daemon acts on is always in the log.
+    AuditLog::open(&args.audit_log, Rotation::default())
+        .and_then(|log| log.append(&Record::Verification(record.clone())))
+        .with_context(|| format!("appending to the audit log {}", args.audit_log.display()))?;
+    append(&file, &record)?;
+
+    if args.json {
+        println!("{}", serde_json::to_string(&record)?);
+    } else {
+        print_text(&record, &file);
+    }
+    Ok(if record.passed {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(FAILED)
+    })
+}
+
+/// `metaliftd` and `metalift-probe` beside this executable (the installed
+/// `/usr/local/metalift/bin/`, or cargo's target directory), and the shim where
+/// `metalift exec` finds it (`$METALIFT_SHIM`, `../lib/`, beside, the prefix).
+fn find_tools(timeout_ms: Option<u64>) -> anyhow::Result<Tools> {
+    // Resolved: `metalift` may be a symlink on the PATH (/usr/local/bin/metalift).
+    let exe = std::env::current_exe()
+        .and_then(|e| e.canonicalize())
+        .context("locating this executable")?;
+    let dir = exe.parent().context("this executable has no directory")?;
+    let beside = |name: &str| -> anyhow::Result<PathBuf> {
+        let path = dir.join(name);
+        if path.is_file() {
+            Ok(path)
+        } else {
+            bail!("{name} not found next to {}", exe.display())
+        }
+    };
+    Ok(Tools {
+        daemon: beside("metaliftd")?,
+        probe: beside("metalift-probe")?,
+        shim: crate::exec::find_shim(None, std::env::var_os(crate::exec::SHIM_ENV).as_deref())?,
+        timeout_ms,
+    })
+}
+
+/// A policy that unlocks the probe (by name) with exactly `capabilities`.
+fn private_policy(profile: &str, capabilities: &Capabilities) -> String {
+    let mut text = format!(
+        "# metalift verify: unlock the probe with profile {profile:?} as the policy defines it.\n\
+         version = 1\nmode = \"enforce\"\n\n[profile.{profile:?}]\n\
+         apple_family_max = {}\nmax_threadgroup_memory = {}\n",
+        capabilities.apple_family_max, capabilities.max_threadgroup_memory
+    );
+    if let Some(ws) = capabilities.recommended_working_set {
+        text.push_str(&format!("recommended_working_set = {ws}\n"));
+    }
+    text.push_str(&format!(
+        "\n[[rule]]\nid = \"metalift-verify\"\nname = \"metalift-probe\"\nunlock = {profile:?}\n"
+    ));
+    text
+}
+
+/// `metalift-probe --verify --json` under the shim, asking `socket`.
+fn run_probe(tools: &Tools, socket: &Path) -> anyhow::Result<serde_json::Value> {
+    let mut cmd = Command::new(&tools.probe);
+    cmd.args(["--verify", "--json"])
+        .stdin(Stdio::null())
+        .env(INSERT_VAR, &tools.shim)
+        .env("METALIFT_SOCKET", socket)
+        .env_remove("METALIFT_DISABLE");
+    if let Some(ms) = tools.timeout_ms {
+        cmd.env("METALIFT_TIMEOUT_MS", ms.to_string());
+    }
+    let output = cmd
+        .output()
+        .with_context(|| format!("running {}", tools.probe.display()))?;
+    // 0: every kernel passed; 4: one failed (metalift-probe's EXIT_VERIFY_FAILED).
+    if !matches!(output.status.code(), Some(0 | 4)) {
+        bail!(
+            "the probe failed ({}): {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+    }
+    serde_json::from_slice(&output.stdout).context("the probe printed no JSON")
+}
+
+/// The verification means something only if the probe saw the profile applied.
+fn check_unlocked(report: &serde_json::Value, capabilities: &Capabilities) -> anyhow::Result<()> {
+    let family = report["apple_family"].as_u64();
+    let threadgroup = report["max_threadgroup_memory"].as_u64().unwrap_or(0);
+    if family != Some(u64::from(capabilities.apple_family_max))
+        || threadgroup < capabilities.max_threadgroup_memory
+    {
+        bail!(
+            "the probe was not unlocked with the profile (it answered Apple{} and {threadgroup} \
+             bytes of threadgroup memory; the profile claims Apple{} and {}): nothing recorded. \
+             Is the shim working here? Try `metalift demo`.",
+            family.map_or("?".to_owned(), |f| f.to_string()),
+            capabilities.apple_family_max,
+            capabilities.max_threadgroup_memory
+        );
+    }
+    Ok(())
+}
+
+fn kernels(report: &serde_json::Value) -> anyhow::Result<Vec<KernelLine>> {
+    let rows = report["verification"]["kernels"]
+        .as_array()
+        .context("the probe's JSON has no verification (an older probe?)")?;
+    Ok(rows
+        .iter()
+        .map(|k| KernelLine {
+            kernel: k["kernel"].as_str().unwrap_or("?").to_owned(),
+            result: k["result"].as_str().unwrap_or("?").to_owned(),
+            detail: k["detail"].as_str().map(str::to_owned),
+        })
+        .collect())
+}
+
+/// One line appended with one `write(2)` (`O_APPEND`); created 0644 (root's, as
+/// the daemon requires).
+fn append(file: &Path, record: &VerificationRecord) -> anyhow::Result<()> {
+    let mut line = serde_json::to_vec(record)?;
+    line.push(b'\n');
+    std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(0o644)
+        .open(file)
+        .and_then(|mut f| f.write_all(&line))
+        .with_context(|| format!("appending to {}", file.display()))
+}
+
+fn print_text(record: &VerificationRecord, file: &Path) {
+    println!(
+        "profile {}: Apple{}, {} bytes of threadgroup memory",
+        record.profile, record.apple_family_max, record.max_threadgroup_memory
+    );
+    println!(
+        "host chip {}, macOS build {}, metalift {}",
+        record.host_chip.as_deref().unwrap_or("(unknown)"),
+        record.os_build.as_deref().unwrap_or("(unknown)"),
+        record.metalift_version
+    );
+    println!("  {:<24} {:<15} detail", "kernel", "result");
+    for k in &record.kernels {
+        println!(
+            "  {:<24} {:<15} {}",
+            k.kernel,
+            k.result,
+            k.detail.as_deref().unwrap_or("")
+        );
+    }
+    if record.recorded_by_uid != 0 {
+        println!(
+            "note: recorded as uid {}: metaliftd trusts {} only when root owns it and only root can write it \
+             (or when it runs with --allow-insecure-owner)",
+            record.recorded_by_uid,
+            file.display()
+        );
+    }
+    if record.passed {
+        println!(
+            "verified: recorded in {}; profiles requiring verification unlock on this host chip and build",
+            file.display()
+        );
+    } else {
+        println!(
+            "FAILED: recorded in {}; the daemon answers stock for profile `{}` with require_verified = true ({})",
+            file.display(),
+            record.profile,
+            record.failures().join(", ")
+        );
+    }
+}
+
+/// The verifications beside `policy_path` judged as metaliftd on this machine
+/// would judge them (`chip`: the host chip's brand `validate`/`explain` resolve
+/// `"host"` with; the build from `METALIFT_HOST_OS_BUILD` or `kern.osversion`).
+pub(crate) fn store_here(
+    policy_path: &Path,
+    chip: Option<String>,
+    allow_insecure_owner: bool,
+) -> verification::VerificationStore {
+    verification::VerificationStore::beside(
+        policy_path,
+        allow_insecure_owner,
+        verification::HostBuild {
+            chip,
+            os_build: host_os::os_build(),
+        },
+    )
+}
+
+/// For each profile of `policy` with `require_verified = true`: whether it would
+/// unlock here now, and why not (`metalift validate` prints these).
+pub(crate) fn coverage_here(
+    policy: &metalift_policy::Policy,
+    store: &verification::VerificationStore,
+) -> Vec<(String, verification::Coverage)> {
+    let recorded = store.recorded();
+    policy
+        .profiles()
+        .iter()
+        .filter(|(name, _)| policy.requires_verification(name))
+        .map(|(name, caps)| {
+            (
+                name.clone(),
+                verification::coverage(&recorded, name, caps, store.host()),
+            )
+        })
+        .collect()
+}
+
+/// One line per profile for `validate`'s text.
+pub(crate) fn coverage_text(path: &Path, coverage: &[(String, verification::Coverage)]) -> String {
+    coverage
+        .iter()
+        .map(|(name, c)| match c {
+            verification::Coverage::Verified(r) => format!(
+                "{}: profile `{name}` requires verification: verified for host chip {}, macOS build {} ({})\n",
+                path.display(),
+                r.host_chip.as_deref().unwrap_or("(unknown)"),
+                r.os_build.as_deref().unwrap_or("(unknown)"),
+                metalift_daemon::audit::rfc3339::format(r.time)
+            ),
+            verification::Coverage::Unverified(why) => format!(
+                "{}: profile `{name}` requires verification: metaliftd answers stock here: {why}\n",
+                path.display()
+            ),
+        })
+        .collect()
+}
+
+/// `validate --json`'s `require_verified` array.
+pub(crate) fn coverage_json(coverage: &[(String, verification::Coverage)]) -> serde_json::Value {
+    coverage
+        .iter()
+        .map(|(name, c)| match c {
+            verification::Coverage::Verified(r) => serde_json::json!({
+                "profile": name, "verified": true, "reason": null,
+                "host_chip": r.host_chip, "os_build": r.os_build,
+                "time": metalift_daemon::audit::rfc3339::format(r.time),
+            }),
+            verification::Coverage::Unverified(why) => serde_json::json!({
+                "profile": name, "verified": false, "reason": why,
+            }),
+        })
+        .collect()
+}

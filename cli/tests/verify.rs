@@ -1,0 +1,291 @@
+//! Verified unlock end to end on Linux: `metalift verify` runs the real probe
+//! under the real shim (a throw-away metaliftd unlocks it with the profile) on the
+//! simulated Metal's compute path, records the result, and the real metaliftd
+//! unlocks a profile with `require_verified = true` only while the last
+//! verification for its host chip and macOS build passed.
+//!
+//! The host chip and build come through the daemon's host seam
+//! (`METALIFT_HOST_CHIP_BRAND`, `METALIFT_HOST_OS_BUILD`), given to both the daemon
+//! and `metalift verify`; a new build is a daemon restart with another string, as an
+//! OS update restarts the machine. The broken GPUs are the simulated Metal's
+//! `nocompile/` and `wrongresults/` builds, picked with `LD_LIBRARY_PATH`.
+//!
+//! Needs the workspace built first (`cargo build --workspace`, as scripts/test.sh does).
+#![cfg(target_os = "linux")]
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use metalift_policy::wire::WireAction;
+use serde_json::Value;
+use support::{check_in, workspace_binary, Daemon, DaemonDir};
+
+const CHIP: &str = "Apple M2 (Virtual)";
+
+/// A policy whose `apple7` profile requires verification and unlocks this test
+/// process (the check-ins come from it), plus a `free` profile that does not.
+fn write_policy(dir: &DaemonDir) {
+    let me = std::env::current_exe()
+        .and_then(|p| p.canonicalize())
+        .expect("this test's executable");
+    std::fs::write(
+        dir.policy(),
+        format!(
+            "version = 1\n\n[profile.apple7]\napple_family_max = 7\nrequire_verified = true\n\n\
+             [[rule]]\nid = \"this-test\"\npath = {:?}\nunlock = \"apple7\"\n",
+            me.display().to_string()
+        ),
+    )
+    .expect("policy");
+}
+
+fn start(dir: &DaemonDir, build: &str) -> Daemon {
+    dir.start(
+        &[],
+        &[
+            ("METALIFT_HOST_CHIP_BRAND", CHIP),
+            ("METALIFT_HOST_OS_BUILD", build),
+        ],
+    )
+}
+
+/// The simulated Metal variant directory (`normal`, `nocompile`, `wrongresults`).
+fn simmetal(variant: &str) -> PathBuf {
+    let out = Command::new(workspace_binary("metalift-probe"))
+        .arg("--simmetal-dir")
+        .output()
+        .expect("metalift-probe --simmetal-dir");
+    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()).join(variant)
+}
+
+/// `metalift verify --profile apple7 --json` on `build`, the GPU of `variant`.
+fn verify(dir: &DaemonDir, build: &str, variant: &str) -> (Output, Value) {
+    let output = Command::new(env!("CARGO_BIN_EXE_metalift"))
+        .args(["verify", "--profile", "apple7", "--json", "--policy"])
+        .arg(dir.policy())
+        .arg("--audit-log")
+        .arg(dir.audit_log())
+        .env("METALIFT_HOST_CHIP_BRAND", CHIP)
+        .env("METALIFT_HOST_OS_BUILD", build)
+        .env("LD_LIBRARY_PATH", simmetal(variant))
+        .env("METALIFT_TIMEOUT_MS", "10000")
+        .env_remove("LD_PRELOAD")
+        .env_remove("METALIFT_DISABLE")
+        .output()
+        .expect("run metalift verify");
+    let json = serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+        panic!(
+            "metalift verify printed no JSON ({e}): {}\nstderr: {}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        )
+    });
+    (output, json)
+}
+
+/// A check-in from this process, and the decision record the daemon wrote for it.
+fn decide(dir: &DaemonDir, socket: &Path) -> (WireAction, Value) {
+    let verdict = check_in(socket);
+    let decision = dir
+        .records_of("decision")
+        .into_iter()
+        .rfind(|d| d["decision_id"] == verdict.decision_id)
+        .expect("the decision is audited");
+    (verdict.action, decision)
+}
+
+fn reason(decision: &Value) -> &str {
+    decision["unverified"].as_str().unwrap_or("")
+}
+
+#[test]
+fn a_profile_requiring_verification_is_stock_until_a_passing_verification_then_unlocks() {
+    let dir = DaemonDir::new("verify-pass");
+    write_policy(&dir);
+    let daemon = start(&dir, "24A335");
+    let (action, decision) = decide(&dir, &daemon.socket);
+    assert_eq!(action, WireAction::Stock, "{decision}");
+    assert!(reason(&decision).contains("none recorded"), "{decision}");
+    assert!(reason(&decision).contains("24A335"), "{decision}");
+
+    let (output, record) = verify(&dir, "24A335", "normal");
+    assert!(output.status.success(), "{record}");
+    assert_eq!(record["passed"], true, "{record}");
+    assert_eq!(record["os_build"], "24A335");
+    assert_eq!(record["host_chip"], CHIP);
+    assert_eq!(record["apple_family_max"], 7);
+    assert!(
+        record["kernels"]
+            .as_array()
+            .is_some_and(|k| k.len() == 5 && k.iter().all(|k| k["result"] == "pass")),
+        "{record}"
+    );
+    let audited = dir.records_of("verification");
+    assert_eq!(audited.len(), 1, "one verification record in the audit log");
+    assert_eq!(audited[0]["passed"], true);
+    let listed = Command::new(env!("CARGO_BIN_EXE_metalift"))
+        .args(["audit", "--kind", "verification", "--log"])
+        .arg(dir.audit_log())
+        .output()
+        .expect("metalift audit");
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    assert!(
+        listed.contains(" verified ") && listed.contains("profile=apple7 build=24A335"),
+        "{listed}"
+    );
+
+    let (action, decision) = decide(&dir, &daemon.socket);
+    assert_eq!(action, WireAction::Unlock, "{decision}");
+    assert!(decision["unverified"].is_null(), "{decision}");
+}
+
+#[test]
+fn each_broken_gpu_fails_verification_and_the_daemon_answers_stock_with_the_reason() {
+    let dir = DaemonDir::new("verify-fail");
+    write_policy(&dir);
+    let daemon = start(&dir, "24A335");
+    for (variant, result) in [("nocompile", "compile_failed"), ("wrongresults", "differs")] {
+        // A pass first, so the failure is seen revoking it.
+        let (output, _) = verify(&dir, "24A335", "normal");
+        assert!(output.status.success(), "{variant}: the pass before");
+        assert_eq!(decide(&dir, &daemon.socket).0, WireAction::Unlock);
+
+        let (output, record) = verify(&dir, "24A335", variant);
+        assert_eq!(output.status.code(), Some(1), "{variant}: {record}");
+        assert_eq!(record["passed"], false, "{variant}: {record}");
+        let simd_sum = &record["kernels"][0];
+        assert_eq!(simd_sum["kernel"], "metalift_simd_sum");
+        assert_eq!(simd_sum["result"], result, "{variant}: {record}");
+
+        let (action, decision) = decide(&dir, &daemon.socket);
+        assert_eq!(action, WireAction::Stock, "{variant}: {decision}");
+        assert!(
+            reason(&decision).contains("failed")
+                && reason(&decision).contains(&format!("metalift_simd_sum: {result}")),
+            "{variant}: {decision}"
+        );
+        assert_eq!(decision["rule"], "this-test");
+    }
+    let audited = dir.records_of("verification");
+    assert_eq!(
+        audited.len(),
+        4,
+        "every verification, pass or fail, is audited"
+    );
+}
+
+#[test]
+fn after_a_macos_update_the_profile_is_stock_until_verified_again() {
+    let dir = DaemonDir::new("verify-build");
+    write_policy(&dir);
+    let daemon = start(&dir, "24A335");
+    let (output, _) = verify(&dir, "24A335", "normal");
+    assert!(output.status.success());
+    assert_eq!(decide(&dir, &daemon.socket).0, WireAction::Unlock);
+    drop(daemon);
+
+    // The update: the machine (and the daemon) restart on another build.
+    let daemon = start(&dir, "24B83");
+    let (action, decision) = decide(&dir, &daemon.socket);
+    assert_eq!(action, WireAction::Stock, "{decision}");
+    assert!(reason(&decision).contains("24B83"), "{decision}");
+
+    let (output, record) = verify(&dir, "24B83", "normal");
+    assert!(output.status.success(), "{record}");
+    assert_eq!(decide(&dir, &daemon.socket).0, WireAction::Unlock);
+}
+
+#[test]
+fn a_profile_that_does_not_exist_records_nothing() {
+    let dir = DaemonDir::new("verify-noprofile");
+    std::fs::write(dir.policy(), "version = 1\n").expect("policy");
+    let output = Command::new(env!("CARGO_BIN_EXE_metalift"))
+        .args(["verify", "--profile", "apple7", "--policy"])
+        .arg(dir.policy())
+        .arg("--audit-log")
+        .arg(dir.audit_log())
+        .output()
+        .expect("run metalift verify");
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("no profile `apple7`"));
+    assert!(!dir.path("verifications.jsonl").exists());
+}
+
+/// `metalift ARGS` on this machine's seam (chip via the flag, build via the env).
+fn metalift(args: &[&str], build: &str) -> String {
+    let output = Command::new(env!("CARGO_BIN_EXE_metalift"))
+        .args(args)
+        .env("METALIFT_HOST_OS_BUILD", build)
+        .output()
+        .expect("run metalift");
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+#[test]
+fn validate_explain_and_status_say_whether_the_profile_unlocks_here() {
+    let dir = DaemonDir::new("verify-show");
+    write_policy(&dir);
+    let daemon = start(&dir, "24A335");
+    let policy = dir.policy().display().to_string();
+    let me = std::env::current_exe()
+        .and_then(|p| p.canonicalize())
+        .expect("this test's executable")
+        .display()
+        .to_string();
+    let validate = [
+        "validate",
+        "--allow-insecure-owner",
+        "--host-chip-brand",
+        CHIP,
+        &policy,
+    ];
+    let explain = [
+        "explain",
+        "--allow-insecure-owner",
+        "--host-chip-brand",
+        CHIP,
+        "--policy",
+        &policy,
+        "--path",
+        &me,
+    ];
+    let socket = daemon.socket.display().to_string();
+    let status = ["status", "--socket", &socket];
+
+    let text = metalift(&validate, "24A335");
+    assert!(
+        text.contains("profile `apple7` requires verification: metaliftd answers stock here")
+            && text.contains("none recorded"),
+        "{text}"
+    );
+    let text = metalift(&explain, "24A335");
+    assert!(
+        text.contains("stock: rule `this-test` unlocks, but its profile requires verification"),
+        "{text}"
+    );
+    let text = metalift(&status, "24A335");
+    assert!(text.contains("verified unlock   apple7: stock:"), "{text}");
+
+    let (output, _) = verify(&dir, "24A335", "normal");
+    assert!(output.status.success());
+    let text = metalift(&validate, "24A335");
+    assert!(
+        text.contains(&format!(
+            "profile `apple7` requires verification: verified for host chip {CHIP}, macOS build 24A335"
+        )),
+        "{text}"
+    );
+    let text = metalift(&explain, "24A335");
+    assert!(text.contains("unlock with profile `apple7`"), "{text}");
+    assert!(text.contains("require_verified         yes"), "{text}");
+    let text = metalift(&status, "24A335");
+    assert!(
+        text.contains("verified unlock   apple7: verified for host chip"),
+        "{text}"
+    );
+    // validate and explain judge for this machine's build, as the daemon would.
+    let text = metalift(&validate, "24B83");
+    assert!(text.contains("metaliftd answers stock here"), "{text}");
+}
