@@ -36,6 +36,8 @@ pub mod probe_cost;
 #[cfg(target_os = "linux")]
 pub mod reload;
 #[cfg(target_os = "linux")]
+pub mod stalls;
+#[cfg(target_os = "linux")]
 pub mod startup;
 #[cfg(target_os = "linux")]
 pub mod throughput;
