@@ -96,10 +96,11 @@ fn run(args: Args) -> anyhow::Result<()> {
         throughput::run(art, rounds, length)
     };
     let hop = |art: &Artifacts| {
+        // Many short rounds: each ratio pairs neighbouring runs (see identity_hop).
         let (rounds, length) = if q {
-            (2, Duration::from_millis(500))
+            (4, Duration::from_millis(250))
         } else {
-            (5, Duration::from_secs(2))
+            (15, Duration::from_secs(1))
         };
         identity_hop::run(art, rounds, length)
     };
