@@ -11,8 +11,13 @@
 //! documents (one key per field of the wire messages). A peer connection carries:
 //!
 //! - a `check_in` sent with a reply handler → the reply is the `verdict`; then
-//!   optionally one `outcome` (sent without reply), or
+//!   optionally one `outcome` (sent without reply); or the reply is `declined`
+//!   (use the socket, or busy: see below) and nothing is decided; or
 //! - a `status_request` with a reply handler → `status` (counts only).
+//!
+//! A message refused (an outcome from another process or for another decision, a
+//! malformed one, one without its own audit token) is recorded by the core
+//! ([`Core::refuse`]) and closes the connection.
 //!
 //! # Who is asking
 //!
