@@ -518,6 +518,8 @@ impl PeerTask {
         let given = verdict.decision_id;
         reply(&accepted.peer, &mut answer, &Message::Verdict(verdict));
         drop(active);
+        // Counted in `metalift status` as waiting, as on the socket.
+        let _waiting = self.core.count_waiting();
 
         // The shim reports as soon as Metal's original `initGPUFamilySupport`
         // returns: this wait, and the place, last seconds at most.
