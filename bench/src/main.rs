@@ -38,11 +38,11 @@ enum Cmd {
     Probe,
     /// Item 3: daemon throughput and latency at 1, 8, 64 clients, and RSS.
     Throughput,
-    /// Issue 24 item 6: a check-in identified inline vs on the blocking pool, in one run.
-    IdentityHop,
     /// Issue 23 item 4: the first device creation with the daemon healthy, not
     /// running, stopped and silent; the registration lock's wait.
     Stalls,
+    /// Issue 24 item 6: a check-in identified inline vs on the blocking pool, in one run.
+    IdentityHop,
     /// Item 4: policy write → first verdict under it.
     Reload,
     /// Item 5: a 100 MB executable under a sha256 rule, first vs later decisions.
@@ -96,11 +96,10 @@ fn run(args: Args) -> anyhow::Result<()> {
         throughput::run(art, rounds, length)
     };
     let hop = |art: &Artifacts| {
-        // Many short rounds: each ratio pairs neighbouring runs (see identity_hop).
         let (rounds, length) = if q {
-            (4, Duration::from_millis(250))
+            (2, Duration::from_millis(500))
         } else {
-            (15, Duration::from_secs(1))
+            (5, Duration::from_secs(2))
         };
         identity_hop::run(art, rounds, length)
     };

@@ -207,21 +207,11 @@
 //!     LaunchDaemon; (b) the reply handler runs on a global queue while the
 //!     device's creation waits on the semaphore (no deadlock inside Metal's
 //!     registration lock); (c) the barrier delivers the outcome before the
-//!     cancel. Also: with the daemon started `--no-xpc`, the same probe is still
-//!     unlocked and quickly (the daemon answers "use the socket" at once; the
-//!     shim falls back within the deadline; the record says `"transport":
-//!     "unix"`, and the probe's `device_creation_us` is far below the 2 s
-//!     deadline), and a child forked without exec that creates a device checks in
-//!     over the socket (libdispatch would stop it over XPC).
-//! 20. **No stall a daemon can cause** (workflow: "A stopped daemon stalls one
-//!     process, not every one"): with the LaunchDaemon loaded and its process
-//!     stopped (`sudo kill -STOP $(pgrep metaliftd)`), the first shimmed probe's
-//!     `device_creation_us` is about the deadline (2 s: launchd keeps the mach
-//!     port, the message queues, no XPC error comes) and the next ones are below
-//!     5 ms (the marker in `$(getconf DARWIN_USER_TEMP_DIR)`); after `kill -CONT`
-//!     and 10 s, a probe is unlocked again. Linux runs the same cases against the
-//!     socket (`probe/tests/shim.rs`, `metalift-bench stalls`).
-//! 21. **"Use the socket" from a daemon that decides no XPC check-ins** (issue 23
+//!     cancel. Also a child forked without exec that creates a device checks in
+//!     over the socket (libdispatch would stop it over XPC); the daemon started
+//!     `--no-xpc` (its "use the socket" answer, which the shim's `xpc_reply.c`
+//!     follows within the same deadline) is item 20.
+//! 20. **"Use the socket" from a daemon that decides no XPC check-ins** (issue 23
 //!     item 3; `metalift_xpc::exchange::{Serving, admit}`, tested on Linux through
 //!     `daemon/tests/core_in_memory.rs`; workflow: "A daemon that decides no XPC
 //!     check-ins answers "use the socket" at once"): with `--no-xpc` added to the
@@ -234,7 +224,7 @@
 //!     outside launchd (metaliftd `--no-xpc` by hand) only logs. Not checkable on a
 //!     runner: a macOS without `xpc_dictionary_get_audit_token` (the same answer,
 //!     by construction: `Serving::new(true, false)`).
-//! 22. **The socket's uid is fixed at connect** (issue 24 item 1;
+//! 21. **The socket's uid is fixed at connect** (issue 24 item 1;
 //!     `checkin/peer/macos.rs`, `peer::socket_uid`, tested on Linux by
 //!     `daemon/tests/socket_refusals.rs`; workflow: "A socket whose last user runs as
 //!     another uid than the one that connected is refused and recorded"): the
@@ -243,18 +233,18 @@
 //!     user's uid, `LOCAL_PEERTOKEN` says euid 0, and the daemon closes the
 //!     connection unanswered with a `refused` record, reason `uid_changed`, `uid`
 //!     the user's (`metalift audit --kind refused` lists it).
-//! 23. **Refused XPC outcomes are records** (issue 24 items 2 and 3;
+//! 22. **Refused XPC outcomes are records** (issue 24 items 2 and 3;
 //!     `checkin/transport/xpc.rs`, `Core::refuse`): by hand, a small client that
 //!     checks in over XPC from one process and sends the outcome from a forked
 //!     child on a second connection gets `refused` with reason `unexpected`; an
 //!     outcome naming another decision id, `wrong_decision`. That libxpc always
 //!     attaches a token to a received dictionary (so `no_audit_token` is never seen
 //!     in practice) is assumed, and would show as such records.
-//! 24. **Busy instead of a silent cancel** (issue 23 item 2): by hand, metaliftd with
+//! 23. **Busy instead of a silent cancel** (issue 23 item 2): by hand, metaliftd with
 //!     `--max-waiting-outcomes 1` and a client holding its check-in without an
 //!     outcome: a second XPC check-in within `--outcome-idle-secs` (default 5) is
 //!     answered `Declined(Busy)`, one after it is decided.
-//! 25. **sha256 only for the code that runs** (issue 24 item 4;
+//! 24. **sha256 only for the code that runs** (issue 24 item 4;
 //!     `peer::signature::file_hashes`, tested on Linux through
 //!     `daemon/tests/core_in_memory.rs`): by hand, a signed program that sleeps before
 //!     creating its device, replaced on disk by `cp` over its path (same inode)
@@ -264,12 +254,20 @@
 //!     That `SecCodeCheckValidity` reports -67034 for that case (not -67061, or a
 //!     kill on page-in) is what this confirms; a replacement by `mv` (a new inode)
 //!     is already caught by the same-inode check.
-//! 26. **Requirements compiled once** (issue 24 item 5;
+//! 25. **Requirements compiled once** (issue 24 item 5;
 //!     `code_identity::requirements`): `SecRequirementCreateWithString` is called
 //!     four times per daemon, and `SecCodeCheckValidity` accepts the shared
 //!     `SecRequirement` from several threads at once (the pool runs eight
 //!     identifications). How: item 15's anchors are still right after a burst of
 //!     parallel check-ins (`for i in $(seq 1 32); do metalift exec -- /bin/ls & done`).
+//! 26. **No stall a daemon can cause** (workflow: "A stopped daemon stalls one
+//!     process, not every one"): with the LaunchDaemon loaded and its process
+//!     stopped (`sudo kill -STOP $(pgrep metaliftd)`), the first shimmed probe's
+//!     `device_creation_us` is about the deadline (2 s: launchd keeps the mach
+//!     port, the message queues, no XPC error comes) and the next ones are below
+//!     5 ms (the marker in `$(getconf DARWIN_USER_TEMP_DIR)`); after `kill -CONT`
+//!     and 10 s, a probe is unlocked again. Linux runs the same cases against the
+//!     socket (`probe/tests/shim.rs`, `metalift-bench stalls`).
 #![allow(unsafe_code)]
 
 pub mod audit_token;
