@@ -37,8 +37,8 @@ pub(crate) enum Client {
 
 /// What one round measured.
 pub(crate) struct Round {
-    per_second: f64,
-    latencies: Samples,
+    pub(crate) per_second: f64,
+    pub(crate) latencies: Samples,
     errors: u64,
     server_cpu: Duration,
     client_cpu: Duration,

@@ -1,7 +1,7 @@
 //! The server core driven through an in-memory stand-in for the XPC transport, on
 //! any OS: the proof that the XPC path decides and audits nothing on its own.
 //!
-//! The stand-in does exactly what `daemon/src/checkin/transport/xpc.rs` does between
+//! The stand-in does exactly what `daemon/src/checkin/transport/xpc/` does between
 //! libxpc and the core, minus libxpc: messages are dictionaries in the real
 //! key layout (`metalift_xpc::dict`), the order and checks of a peer's
 //! messages are the transport's own (`metalift_xpc::exchange`) — both pure and
@@ -108,7 +108,7 @@ impl Kernel {
     }
 }
 
-/// One peer connection, served as `checkin/transport/xpc.rs`'s `PeerTask` serves it: the
+/// One peer connection, served as `checkin/transport/xpc/peer_task.rs`'s `PeerTask` serves it: the
 /// exchange's checks are the transport's own code (`metalift_xpc::exchange`), and
 /// refusals are recorded through the same `Core::refuse`.
 struct Peer {

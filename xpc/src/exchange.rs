@@ -141,7 +141,7 @@ pub fn admit(request: Request, serving: Serving, place_free: bool) -> Admission 
         }),
         Request::CheckIn(_) if !place_free => Admission::Decline(Declined {
             reason: DeclineReason::Busy,
-            detail: "every XPC place is taken: check in on the socket".to_owned(),
+            detail: "every XPC place for a check-in awaiting its outcome is taken".to_owned(),
         }),
         Request::CheckIn(req) => Admission::Decide(req),
     }

@@ -6,9 +6,11 @@
 //! - [`peer`]: who is asking, from the kernel (`linux.rs`, `macos.rs`).
 //! - [`blocking_pool`]: where identity work runs: blocking threads, bounded.
 //! - [`identity_cache`]: executable sha256 by (dev, ino, size, mtime, ctime).
-//! - [`server`]: the transport-independent core: decide, audit, then answer.
+//! - [`server`]: the transport-independent core: decide, audit, then answer;
+//!   `decision`: what a decision becomes (its audit record, the wire verdict).
 
 pub mod blocking_pool;
+mod decision;
 pub mod identity_cache;
 pub mod peer;
 pub mod server;

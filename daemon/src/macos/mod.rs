@@ -1,5 +1,5 @@
 //! macOS system interfaces: libxpc, audit tokens, code signatures. The only place
-//! (with `checkin/peer/macos.rs`, `checkin/transport/xpc.rs` and `service/oslog.rs`) where the daemon's macOS
+//! (with `checkin/peer/macos.rs`, `checkin/transport/xpc/mod.rs` and `service/oslog.rs`) where the daemon's macOS
 //! code uses `unsafe`, one operation per block, each with a `// SAFETY:` line.
 //!
 //! # Layout
@@ -70,7 +70,7 @@
 //!
 //! # Verified only on a Mac (what, how): `.github/workflows/macos.yml` runs these
 //!
-//! 1. **XPC round trip** (`checkin/transport/xpc.rs`): the listener and peer handlers,
+//! 1. **XPC round trip** (`checkin/transport/xpc/`): the listener and peer handlers,
 //!    `xpc_dictionary_create_reply`, the private per-message audit token found by
 //!    `dlsym` (if absent, metaliftd logs it and answers every XPC check-in "use the
 //!    socket"; it never reads the connection-level token).
@@ -234,7 +234,7 @@
 //!     connection unanswered with a `refused` record, reason `uid_changed`, `uid`
 //!     the user's (`metalift audit --kind refused` lists it).
 //! 22. **Refused XPC outcomes are records** (issue 24 items 2 and 3;
-//!     `checkin/transport/xpc.rs`, `Core::refuse`): by hand, a small client that
+//!     `checkin/transport/xpc/peer_task.rs`, `Core::refuse`): by hand, a small client that
 //!     checks in over XPC from one process and sends the outcome from a forked
 //!     child on a second connection gets `refused` with reason `unexpected`; an
 //!     outcome naming another decision id, `wrong_decision`. That libxpc always

@@ -9,7 +9,7 @@
 //! error naming the callback, and returns a chosen safe value instead.
 //!
 //! Plain Rust: unit-tested on every platform (`service/oslog.rs` includes this file in
-//! its tests so Linux runs them), used on macOS by `checkin/transport/xpc.rs`.
+//! its tests so Linux runs them), used on macOS by `checkin/transport/xpc/mod.rs`.
 
 use std::any::Any;
 use std::panic::{catch_unwind, AssertUnwindSafe};
