@@ -162,8 +162,10 @@ pub mod wire;
 
 pub use anchor::Anchor;
 pub use ceiling::FamilyCap;
-pub use chip::{apple_family_for_brand, CompileOptions, HostFamily};
-pub use diagnostic::{Diagnostic, Severity, Source};
+pub use chip::{
+    apple_family_for_brand, known_chips_line, CompileOptions, HostFamily, UNKNOWN_HOST_FAMILY,
+};
+pub use diagnostic::{Basis, Diagnostic, Severity, Source};
 pub use host::{host_lints, Host, PathFact};
 pub use load::{
     load, load_with, read_file, read_policy, LoadError, LoadOptions, PermissionProblem, ReadPolicy,

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use crate::ceiling::FamilyCap;
 use crate::chip::CompileOptions;
-use crate::diagnostic::{Diagnostic, LineIndex, Severity, Source};
+use crate::diagnostic::{Basis, Diagnostic, LineIndex, Severity, Source};
 use crate::model::{At, FamilyText, FileModel, RawProfile, SizeText};
 use crate::profile::{
     Capabilities, MAX_APPLE_FAMILY, MIN_APPLE_FAMILY, SHIPPING_MAX_THREADGROUP_MEMORY,
@@ -182,6 +182,14 @@ impl Validator<'_> {
         self.push(Severity::Warning, file, span, msg);
     }
 
+    /// A warning judged on `basis` (see [`Basis`]): about the host chip.
+    fn warn_on(&mut self, basis: Basis, file: usize, span: Range<usize>, msg: impl Into<String>) {
+        self.warn(file, span, msg);
+        if let Some(last) = self.out.pop() {
+            self.out.push(last.on_basis(basis));
+        }
+    }
+
     fn place(&self, file: usize, span: &Range<usize>) -> String {
         match (self.sources.get(file), self.lines.get(file)) {
             (Some(s), Some(lines)) => {
@@ -276,18 +284,18 @@ impl Validator<'_> {
             }) if word == "host" => {
                 let host = &self.opts.host;
                 if host.known_family().is_none() {
-                    self.warn(
-                        i,
-                        span.clone(),
-                        format!(
-                            "apple_family_max = \"host\": {}: the ceiling is {} (set the number instead if you know the host chip)",
-                            match &host.brand {
-                                Some(b) => format!("the chip `{b}` is not one metalift knows (M1 → 7, M2 → 8, M3/M4 → 9)"),
-                                None => "the host chip could not be read here".to_owned(),
-                            },
-                            host.family()
+                    let why = match &host.brand {
+                        Some(b) => format!(
+                            "the chip `{b}` is not one this metalift knows ({})",
+                            crate::chip::known_chips_line()
                         ),
+                        None => "the host chip could not be read here".to_owned(),
+                    };
+                    let message = format!(
+                        "apple_family_max = \"host\": {why}: the ceiling is {}, the family every Apple silicon Mac has (metaliftd reads its host's chip from `sysctl machdep.cpu.brand_string`, or METALIFT_HOST_CHIP_BRAND in its own environment)",
+                        host.family()
                     );
+                    self.warn_on(Basis::HostChipUnknown, i, span.clone(), message);
                 }
                 host.family()
             }
