@@ -23,6 +23,7 @@ pub mod sim;
 #[cfg(target_os = "macos")]
 pub mod macos;
 
+pub use metalift_policy::FamilyExpectation;
 pub use report::{Device, LlamaFlags, Report};
 
 /// Where the build put the simulated Metal variants (`normal/`, `noinit/`, `nows/`,
@@ -36,9 +37,9 @@ pub struct Options {
     pub json: bool,
     /// `--simmetal-dir`: print [`SIMMETAL_DIR`] and exit.
     pub simmetal_dir: bool,
-    /// `--expect-family N`: exit with [`EXIT_FAMILY_MISMATCH`] unless the device
-    /// answers YES for AppleN and NO for Apple(N+1).
-    pub expect_family: Option<u8>,
+    /// `--expect-family N` (AppleN or above) or `=N` (exactly AppleN): exit with
+    /// [`EXIT_FAMILY_MISMATCH`] unless the device's answers meet it.
+    pub expect_family: Option<FamilyExpectation>,
     /// `--threads N` (Linux): first create N devices at once on N threads.
     pub threads: usize,
     /// Positional arguments (the library path for `metalift-probe-dlopen`).
@@ -51,13 +52,18 @@ pub const EXIT_FAMILY_MISMATCH: u8 = 3;
 /// The options both probes document in `--help`.
 pub const OPTIONS_HELP: &str = "\
   --json               one JSON document instead of the table
-  --expect-family N    exit 3 unless the device answers YES for AppleN and NO for Apple(N+1)
+  --expect-family N    exit 3 unless the device answers YES for AppleN (AppleN or above:
+                       what llama.cpp's fast paths need; 7 holds on every host chip)
+  --expect-family =N   exit 3 unless the device answers exactly AppleN (YES for AppleN,
+                       NO for Apple(N+1))
+  -h, --help           print this and exit 0
   --threads N          (Linux) first create N devices at the same moment on N threads
   --simmetal-dir       print where the simulated Metal variants were built
 exit status: 0 ok; 1 no Metal device; 2 usage; 3 --expect-family did not hold";
 
 impl Options {
-    /// Parses `args` (without the program name).
+    /// Parses `args` (without the program name). `Err` with an empty message is
+    /// `-h`/`--help`: the caller prints the usage on stdout and exits 0.
     pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Options, String> {
         let mut options = Options::default();
         let mut args = args.into_iter();
@@ -66,12 +72,9 @@ impl Options {
                 "--json" => options.json = true,
                 "--simmetal-dir" => options.simmetal_dir = true,
                 "--expect-family" => {
-                    let value = args.next().ok_or("--expect-family needs a number")?;
-                    options.expect_family = Some(
-                        value
-                            .parse()
-                            .map_err(|_| format!("--expect-family {value}: not a number"))?,
-                    );
+                    let value = args.next().ok_or("--expect-family needs N or =N")?;
+                    options.expect_family =
+                        Some(value.parse().map_err(|e| format!("--expect-family {e}"))?);
                 }
                 "--threads" => {
                     let value = args.next().ok_or("--threads needs a number")?;
@@ -96,10 +99,9 @@ pub fn print(report: &Report, options: &Options) -> std::process::ExitCode {
         print!("{}", report.to_text());
     }
     match options.expect_family {
-        Some(n) if !report.is_exactly_apple(n) => {
+        Some(expected) if !report.meets(expected) => {
             eprintln!(
-                "metalift-probe: expected Apple{n} (and not Apple{}), the device answers {}",
-                u16::from(n) + 1,
+                "metalift-probe: expected {expected}, the device answers {}",
                 report
                     .apple_family()
                     .map_or("no Apple family".to_owned(), |f| format!("up to Apple{f}"))
@@ -108,4 +110,16 @@ pub fn print(report: &Report, options: &Options) -> std::process::ExitCode {
         }
         _ => std::process::ExitCode::SUCCESS,
     }
+}
+
+/// Prints `usage` and the options: on stdout and exit 0 for `--help` (an empty
+/// `message`), else after the message on stderr with exit 2.
+pub fn usage(program: &str, usage: &str, message: &str) -> std::process::ExitCode {
+    let text = format!("usage: {usage}\n{OPTIONS_HELP}");
+    if message.is_empty() {
+        println!("{text}");
+        return std::process::ExitCode::SUCCESS;
+    }
+    eprintln!("{program}: {message}\n{text}");
+    std::process::ExitCode::from(2)
 }
