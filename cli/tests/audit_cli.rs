@@ -32,6 +32,7 @@ fn decision(id: u64, secs_ago: u64, exe: &str, rule: Option<&str>, action: &str)
         anchor: None,
         identity_error: None,
         parent_exe: None,
+        ancestors: Vec::new(),
         rule: rule.map(str::to_owned),
         action: action.to_owned(),
         profile: (action == "unlock").then(|| "apple7".to_owned()),

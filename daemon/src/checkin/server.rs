@@ -442,6 +442,7 @@ fn decision_record(
             .as_ref()
             .map(|why| format!("identity unreadable: {why}")),
         parent_exe: peer.parent_exe.as_ref().map(|p| p.display().to_string()),
+        ancestors: peer.ancestors.clone(),
         rule: verdict.rule.clone(),
         action: verdict.action.as_str().to_owned(),
         profile,

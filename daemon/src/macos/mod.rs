@@ -209,6 +209,13 @@
 //!     socket within the deadline; its record says `"transport": "unix"`), and a
 //!     child forked without exec that creates a device checks in over the socket
 //!     (libdispatch would stop it over XPC).
+//! 20. **A decision's ancestors, and the CI recipe** (`audit_token::ancestors`;
+//!     workflow: "CI recipe: a wrapper script's child unlocked"): a probe started by
+//!     `sh -c` through `metalift exec --require-unlock` has a decision record whose
+//!     `ancestors` names the `sh` (its `pbi_ppid` chain read with `proc_pidinfo` as
+//!     root), so `--require-unlock --expect-family 7` passes for the wrapper; and
+//!     `examples/ci-recipe.sh` exits 0 as written (both its steps inject with
+//!     `metalift exec`, past the SIP-protected job shell).
 #![allow(unsafe_code)]
 
 pub mod audit_token;
