@@ -85,7 +85,7 @@ policy_loaded\t'A policy became live'
 policy_rejected\t'A policy was refused'
 daemon_start\t'The daemon started'
 daemon_stop\t'The daemon stopped'"
-complete -c metalift -n "__fish_metalift_using_subcommand audit" -s n -l lines -d 'With --follow: first show the last N processes (records, with --records) of the live file' -r
+complete -c metalift -n "__fish_metalift_using_subcommand audit" -s n -l lines -d 'Only the last N processes (records, with --records) of the live file, like `tail -n`; with --follow, these first, then what is appended' -r
 complete -c metalift -n "__fish_metalift_using_subcommand audit" -l records -d 'Show the raw records instead of one line per process'
 complete -c metalift -n "__fish_metalift_using_subcommand audit" -l summary -d 'Print counts by result, rule and executable instead of lines'
 complete -c metalift -n "__fish_metalift_using_subcommand audit" -s f -l follow -d 'Follow the log from its end as records are appended, across rotations (Ctrl-C to stop)'

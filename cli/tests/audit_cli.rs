@@ -167,6 +167,21 @@ fn stdout_lines(out: &Output) -> Vec<String> {
         .collect()
 }
 
+/// Issue 26: `audit -n N` used to require `--follow`; it is `tail -n` for the log.
+#[test]
+fn lines_without_follow_prints_the_last_n_of_the_live_file_and_exits() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (log, valid) = fabricate(tmp.path());
+    let log = log.to_str().unwrap();
+    let out = metalift(&["--records", "--json", "-n", "2", "--log", log]);
+    assert_eq!(stdout_lines(&out), valid[valid.len() - 2..]);
+    // One line per process: the last one decided in the live file.
+    let out = metalift(&["--json", "-n", "1", "--log", log]);
+    let lines = stdout_lines(&out);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].contains("/usr/local/bin/whisper"), "{lines:?}");
+}
+
 #[test]
 fn json_prints_every_record_oldest_file_first_and_reports_the_corrupt_line() {
     let tmp = tempfile::tempdir().unwrap();

@@ -138,10 +138,17 @@ impl Diagnostic {
     #[must_use]
     pub fn render(&self, sources: &[Source]) -> String {
         let mut out = self.to_string();
+        // A line with control characters (binary data, an escape sequence) is not
+        // echoed: it would drive the admin's terminal, not show them the problem.
         let text_line = sources
             .iter()
             .find(|s| s.name == self.file)
-            .and_then(|s| s.text.lines().nth(self.line.saturating_sub(1)));
+            .and_then(|s| s.text.lines().nth(self.line.saturating_sub(1)))
+            .filter(|line| {
+                !line
+                    .chars()
+                    .any(|c| c.is_control() && c != '\t' && c != '\r')
+            });
         if let Some(text_line) = text_line {
             out.push('\n');
             out.push_str(text_line);

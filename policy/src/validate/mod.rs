@@ -22,6 +22,7 @@ use crate::size::parse_size;
 use crate::verdict::Mode;
 
 mod ceiling;
+mod glob_error;
 mod lint;
 mod rule;
 
@@ -62,6 +63,7 @@ pub(crate) fn validate(
         lines: sources.iter().map(|s| LineIndex::new(&s.text)).collect(),
         out: Vec::new(),
         errors: 0,
+        refused_profiles: std::collections::HashSet::new(),
     };
     let mut result = Validated::default();
     let all_parsed = files.iter().all(|f| f.parsed);
@@ -87,22 +89,24 @@ pub(crate) fn validate(
                 continue;
             }
             profile_sites.insert(name.value.clone(), (i, name.span.clone()));
-            if let Some(caps) = v.profile(i, raw) {
-                let (caps, cap) = v.host_ceiling(i, &name.value, raw, caps);
-                if let Some(cap) = cap {
-                    result.capped.insert(name.value.clone(), cap);
-                }
-                if matches!(
-                    &raw.apple_family_max,
-                    Some(At {
-                        value: FamilyText::Word(_),
-                        ..
-                    })
-                ) {
-                    result.host_profiles.insert(name.value.clone());
-                }
-                result.profiles.insert(name.value.clone(), caps);
+            let Some(caps) = v.profile(i, raw) else {
+                v.refused_profiles.insert(name.value.clone());
+                continue;
+            };
+            let (caps, cap) = v.host_ceiling(i, &name.value, raw, caps);
+            if let Some(cap) = cap {
+                result.capped.insert(name.value.clone(), cap);
             }
+            if matches!(
+                &raw.apple_family_max,
+                Some(At {
+                    value: FamilyText::Word(_),
+                    ..
+                })
+            ) {
+                result.host_profiles.insert(name.value.clone());
+            }
+            result.profiles.insert(name.value.clone(), caps);
         }
     }
 
@@ -161,6 +165,9 @@ struct Validator<'a> {
     out: Vec<Diagnostic>,
     /// Errors in `out`, so each rule can tell whether it added one.
     errors: usize,
+    /// Profiles that are defined but were refused (their errors say why): a rule
+    /// naming one draws no second error, one diagnostic per cause.
+    refused_profiles: std::collections::HashSet<String>,
 }
 
 impl Validator<'_> {
