@@ -84,7 +84,8 @@ outcome\t'What the shim did'
 policy_loaded\t'A policy became live'
 policy_rejected\t'A policy was refused'
 daemon_start\t'The daemon started'
-daemon_stop\t'The daemon stopped'"
+daemon_stop\t'The daemon stopped'
+refused\t'A check-in or outcome the daemon refused (another process\'s outcome, a wrong decision id, a malformed message, a uid changed since connect)'"
 complete -c metalift -n "__fish_metalift_using_subcommand audit" -s n -l lines -d 'Only the last N processes (records, with --records) of the live file, like `tail -n`; with --follow, these first, then what is appended' -r
 complete -c metalift -n "__fish_metalift_using_subcommand audit" -l records -d 'Show the raw records instead of one line per process'
 complete -c metalift -n "__fish_metalift_using_subcommand audit" -l summary -d 'Print counts by result, rule and executable instead of lines'

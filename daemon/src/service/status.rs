@@ -71,6 +71,11 @@ pub struct StatusReport {
     /// told nothing, or from an older daemon.
     #[serde(default)]
     pub full_disk_access: Option<bool>,
+    /// The host chip's brand string the daemon compiles policies with
+    /// (`crate::live_policy::host_chip::daemon_host`), so `metalift explain --live`
+    /// explains on the daemon's chip; `None` when unreadable, or an older daemon.
+    #[serde(default)]
+    pub host_chip_brand: Option<String>,
 }
 
 impl StatusReport {
@@ -242,6 +247,7 @@ mod tests {
             connections_waiting: 7,
             cache_entries: 2,
             full_disk_access: None,
+            host_chip_brand: None,
         }
     }
 
