@@ -50,8 +50,8 @@ pub struct Options {
 pub const EXIT_FAMILY_MISMATCH: u8 = 3;
 
 /// The options both probes document in `--help`.
-pub const OPTIONS_HELP: &str = "\
-  --json               one JSON document instead of the table
+/// (No `\` line continuation at the start: it would eat the first line's indent.)
+pub const OPTIONS_HELP: &str = "  --json               one JSON document instead of the table
   --expect-family N    exit 3 unless the device answers YES for AppleN (AppleN or above:
                        what llama.cpp's fast paths need; 7 holds on every host chip)
   --expect-family =N   exit 3 unless the device answers exactly AppleN (YES for AppleN,
@@ -117,7 +117,8 @@ pub fn print(report: &Report, options: &Options) -> std::process::ExitCode {
 pub fn usage(program: &str, usage: &str, message: &str) -> std::process::ExitCode {
     let text = format!("usage: {usage}\n{OPTIONS_HELP}");
     if message.is_empty() {
-        println!("{text}");
+        // `metalift-probe --help | head`: a closed pipe is not an error.
+        let _ = std::io::Write::write_all(&mut std::io::stdout(), format!("{text}\n").as_bytes());
         return std::process::ExitCode::SUCCESS;
     }
     eprintln!("{program}: {message}\n{text}");
