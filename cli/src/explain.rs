@@ -37,6 +37,9 @@ use metalift_daemon::service::config::DEFAULT_POLICY;
 mod past;
 use past::{archived_policy, compare_text, decision_text, find_decision, live_policy, subject_of};
 
+/// Exit status: the policy to explain with is invalid.
+pub const INVALID_POLICY: u8 = 1;
+
 /// Arguments of `metalift explain`.
 #[derive(Debug, clap::Args)]
 #[command(group(clap::ArgGroup::new("who").required(true).args(["path", "pid", "decision"])))]
@@ -256,7 +259,7 @@ fn file_policy(args: &Args, compile: &CompileOptions) -> Result<Chosen, ExitCode
                 "metalift: error: {}: the policy is invalid; metaliftd would keep its last good policy",
                 args.policy.display()
             );
-            Err(ExitCode::from(1))
+            Err(ExitCode::from(INVALID_POLICY))
         }
         Err(e) => {
             eprintln!("metalift: error: {e}");

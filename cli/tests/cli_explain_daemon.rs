@@ -263,14 +263,14 @@ fn one_policy_hash_in_status_the_audit_log_validate_explain_and_sha256sum() {
     );
 }
 
-/// The README's command for a policy with drop-ins, as documented.
+/// The guide's command for a policy with drop-ins (docs/src/policy/hash.md), as documented.
 fn readme_drop_in_one_liner() -> String {
-    let readme = Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md");
-    std::fs::read_to_string(readme)
-        .expect("README.md")
+    let page = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/src/policy/hash.md");
+    std::fs::read_to_string(page)
+        .expect("docs/src/policy/hash.md")
         .lines()
         .find(|l| l.starts_with("(cd /etc/metalift && "))
-        .expect("the README documents the drop-in one-liner")
+        .expect("the guide documents the drop-in one-liner")
         .to_owned()
 }
 

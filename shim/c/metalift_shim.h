@@ -421,7 +421,7 @@ ML_HIDDEN struct ml_wire_error ml_xpc_decode_verdict(xpc_object_t dict, struct m
 /* The XPC check-in (macOS): the kernel stamps every message with the sender's
  * audit token, so the daemon identifies each one (check-in and outcome) by
  * pid and pid version; a Unix socket's LOCAL_PEERTOKEN names only whoever last
- * used the socket (README, "Who is asking"). */
+ * used the socket (docs/src/security.md, "Who is asking"). */
 
 /* The constructor's note of the pid this image started in (no allocation). */
 ML_HIDDEN void ml_xpc_note_image_start(void);

@@ -1,6 +1,6 @@
 //! macOS peer identity: the kernel's audit token, then `SecCode`.
 //!
-//! What each transport proves (README, "Who is asking"):
+//! What each transport proves (docs/src/security.md, "Who is asking"):
 //!
 //! - **XPC** hands over the audit token the kernel stamped on the message itself
 //!   (`xpc_dictionary_get_audit_token`): pid, pid version and euid of the process
