@@ -18,7 +18,7 @@
 #   METALIFT_AUDIT_LOG  the daemon's log     (/var/log/metalift/audit.jsonl)
 #
 # Exit status: 3 when the probe is not unlocked to Apple7 or above; the workload's
-# own status when it fails; 4 when it succeeded without being unlocked.
+# own status when it fails; 4 when it succeeded without being unlocked; else 0.
 set -eu
 
 metalift=${METALIFT:-metalift}
@@ -35,4 +35,10 @@ log=${METALIFT_AUDIT_LOG:-/var/log/metalift/audit.jsonl}
 if [ "$#" -eq 0 ]; then
     set -- ./build/bin/llama-bench -m models/tinyllama-1.1b-q4_0.gguf
 fi
-exec "$metalift" exec --require-unlock --expect-family 7 --log "$log" -- "$@"
+status=0
+"$metalift" exec --require-unlock --expect-family 7 --log "$log" -- "$@" || status=$?
+
+# 3. The audit for the job's log: anything of the last hour that did not apply
+#    (informational: the job's status is the workload's, or 4).
+"$metalift" audit --since 1h --result failed --log "$log" || true
+exit "$status"

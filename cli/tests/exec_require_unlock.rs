@@ -207,12 +207,10 @@ fn expect_family_n_is_apple_n_or_above_of_the_unlocked_process_and_equals_n_exac
 #[test]
 fn the_readme_ci_recipe_holds_on_an_m1_and_an_m3_host() {
     let recipe = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/ci-recipe.sh");
-    for brand in ["Apple M1 (Virtual)", "Apple M3 (Virtual)"] {
-        let (dir, daemon) = daemon(&probe_policy("\"host\""), brand);
-        let workload = wrapper(dir.root());
-        let out = Command::new("sh")
+    let recipe_with = |daemon: &Daemon, dir: &DaemonDir, workload: &Path| {
+        Command::new("sh")
             .arg(&recipe)
-            .arg(&workload)
+            .arg(workload)
             .env("METALIFT", env!("CARGO_BIN_EXE_metalift"))
             .env("METALIFT_PROBE", probe())
             .env("METALIFT_AUDIT_LOG", dir.audit_log())
@@ -221,7 +219,12 @@ fn the_readme_ci_recipe_holds_on_an_m1_and_an_m3_host() {
             .env("METALIFT_SHIM", shim())
             .env("METALIFT_TIMEOUT_MS", "5000")
             .output()
-            .expect("run the recipe");
+            .expect("run the recipe")
+    };
+    for brand in ["Apple M1 (Virtual)", "Apple M3 (Virtual)"] {
+        let (dir, daemon) = daemon(&probe_policy("\"host\""), brand);
+        let workload = wrapper(dir.root());
+        let out = recipe_with(&daemon, &dir, &workload);
         assert_eq!(
             out.status.code(),
             Some(0),
@@ -234,6 +237,9 @@ fn the_readme_ci_recipe_holds_on_an_m1_and_an_m3_host() {
             "{brand}: {}",
             stderr(&out)
         );
+        // A workload that runs fine but is never unlocked fails the job with 4.
+        let out = recipe_with(&daemon, &dir, Path::new("/bin/true"));
+        assert_eq!(out.status.code(), Some(4), "{brand}: {}", stderr(&out));
     }
 }
 
