@@ -287,7 +287,7 @@ _metalift() {
             return 0
             ;;
         metalift__subcmd__exec)
-            opts="-h --shim --socket --require-unlock --log --help"
+            opts="-q -h --shim --socket --require-unlock --expect-family --quiet --log --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -298,6 +298,10 @@ _metalift() {
                     return 0
                     ;;
                 --socket)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --expect-family)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -40,10 +40,10 @@ complete -c metalift -n "__fish_metalift_needs_command" -f -a "completions" -d '
 complete -c metalift -n "__fish_metalift_needs_command" -f -a "__generate-docs" -d 'Write the man pages and completion scripts under DIR (for the repository and the .pkg)'
 complete -c metalift -n "__fish_metalift_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c metalift -n "__fish_metalift_using_subcommand validate" -l main -d 'Check PATH as a `policy.d/` drop-in of this installed main policy: with the main file and its other drop-ins, replacing one of the same file name' -r -F
-complete -c metalift -n "__fish_metalift_using_subcommand validate" -l host-chip-brand -d 'The host chip\'s brand: what `apple_family_max = "host"` resolves to, and the family no profile is applied above (default: this machine\'s `machdep.cpu.brand_string` on macOS; without it, a ceiling of 9 or more warns)' -r
+complete -c metalift -n "__fish_metalift_using_subcommand validate" -l host-chip-brand -d 'The host chip\'s brand: what `apple_family_max = "host"` resolves to, and the family no profile is applied above (default: this machine\'s `machdep.cpu.brand_string` on macOS; where the chip is unknown, `"host"` draws a note and a ceiling of 9 or more a warning)' -r
 complete -c metalift -n "__fish_metalift_using_subcommand validate" -l strict -d 'Treat warnings about the policy\'s contents (lints included) as errors: exit 1. Owner and mode problems stay warnings'
 complete -c metalift -n "__fish_metalift_using_subcommand validate" -l json -d 'Print one JSON document instead of text'
-complete -c metalift -n "__fish_metalift_using_subcommand validate" -l skip-host-checks -d 'Skip the checks against this machine (rule paths that are symlinks or missing, uid vs user): for checking a policy somewhere other than where it will run'
+complete -c metalift -n "__fish_metalift_using_subcommand validate" -l skip-host-checks -d 'Skip every check against this machine (rule paths that are symlinks or missing, uid vs user, and its chip: `"host"` and the ceiling no profile is applied above; a chip named with --host-chip-brand is still judged): for checking a policy somewhere other than where it will run'
 complete -c metalift -n "__fish_metalift_using_subcommand validate" -l allow-insecure-owner -d 'Do not report files not owned by root or writable by group/other'
 complete -c metalift -n "__fish_metalift_using_subcommand validate" -s h -l help -d 'Print help'
 complete -c metalift -n "__fish_metalift_using_subcommand explain" -l policy -d 'The main policy file (`policy.d/` beside it is read too)' -r -F
@@ -88,7 +88,7 @@ daemon_start\t'The daemon started'
 daemon_stop\t'The daemon stopped'
 refused\t'A check-in or outcome the daemon refused (another process\'s outcome, a wrong decision id, a malformed message, a uid changed since connect)'
 verification\t'A `metalift verify` run (verified unlock), passed or failed'"
-complete -c metalift -n "__fish_metalift_using_subcommand audit" -s n -l lines -d 'With --follow: first show the last N processes (records, with --records) of the live file' -r
+complete -c metalift -n "__fish_metalift_using_subcommand audit" -s n -l lines -d 'Only the last N processes (records, with --records) of the live file, like `tail -n`; with --follow, these first, then what is appended' -r
 complete -c metalift -n "__fish_metalift_using_subcommand audit" -l records -d 'Show the raw records instead of one line per process'
 complete -c metalift -n "__fish_metalift_using_subcommand audit" -l summary -d 'Print counts by result, rule and executable instead of lines'
 complete -c metalift -n "__fish_metalift_using_subcommand audit" -s f -l follow -d 'Follow the log from its end as records are appended, across rotations (Ctrl-C to stop)'
@@ -96,8 +96,10 @@ complete -c metalift -n "__fish_metalift_using_subcommand audit" -l json -d 'JSO
 complete -c metalift -n "__fish_metalift_using_subcommand audit" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c metalift -n "__fish_metalift_using_subcommand exec" -l shim -d 'The shim to inject. Default: $METALIFT_SHIM, then ../lib/ and the directory of this executable, then /usr/local/metalift/lib' -r -F
 complete -c metalift -n "__fish_metalift_using_subcommand exec" -l socket -d 'The daemon\'s socket (passed to the shim as METALIFT_SOCKET). Default: $METALIFT_SOCKET, else the system daemon\'s socket when it exists, else the user\'s' -r -F
+complete -c metalift -n "__fish_metalift_using_subcommand exec" -l expect-family -d 'With --require-unlock (implied): the unlocked process must also answer AppleN or above (`N`, what llama.cpp\'s fast paths need: 7 holds on every host chip), or exactly AppleN (`=N`)' -r
 complete -c metalift -n "__fish_metalift_using_subcommand exec" -l log -d 'The audit log --require-unlock reads the command\'s decision from' -r -F
-complete -c metalift -n "__fish_metalift_using_subcommand exec" -l require-unlock -d 'Run the command as a child and exit 4 unless the daemon\'s audit log shows its decision was `unlock` and the shim\'s outcome `applied` (for CI)'
+complete -c metalift -n "__fish_metalift_using_subcommand exec" -l require-unlock -d 'Run the command as a child and exit 4 unless the daemon\'s audit log shows that it, or a process it started (a wrapper script\'s child), got an `unlock` verdict and the shim\'s outcome `applied` (for CI). A command that fails keeps its own exit status'
+complete -c metalift -n "__fish_metalift_using_subcommand exec" -s q -l quiet -d 'Say nothing on stderr unless it explains a non-zero exit status (for scripts)'
 complete -c metalift -n "__fish_metalift_using_subcommand exec" -s h -l help -d 'Print help'
 complete -c metalift -n "__fish_metalift_using_subcommand demo" -l timeout-ms -d 'The shim\'s verdict deadline for the probe runs (METALIFT_TIMEOUT_MS); default: the shim\'s own' -r
 complete -c metalift -n "__fish_metalift_using_subcommand demo" -l keep -d 'Keep the temporary directory (policies, sockets, audit logs) and print its path'

@@ -83,8 +83,9 @@ pub struct Args {
     /// Follow the log from its end as records are appended, across rotations (Ctrl-C to stop).
     #[arg(long, short = 'f')]
     pub follow: bool,
-    /// With --follow: first show the last N processes (records, with --records) of the live file.
-    #[arg(short = 'n', long = "lines", value_name = "N", requires = "follow")]
+    /// Only the last N processes (records, with --records) of the live file, like
+    /// `tail -n`; with --follow, these first, then what is appended.
+    #[arg(short = 'n', long = "lines", value_name = "N")]
     pub lines: Option<usize>,
     /// JSON Lines: one object per process (with --records: each record as written).
     #[arg(long)]
@@ -218,7 +219,8 @@ pub fn run_with(args: &Args, out: &mut dyn Write, err: &mut dyn Write) -> anyhow
         decision: args.decision,
         kind: args.kind,
     };
-    let mut reader = if args.follow {
+    let tail = args.follow || args.lines.is_some();
+    let mut reader = if tail {
         let mut wanted = |item: &Item| match item {
             Item::Entry(e) => records_view || e.kind == "decision",
             Item::Corrupt { .. } => false,
@@ -247,7 +249,7 @@ pub fn run_with(args: &Args, out: &mut dyn Write, err: &mut dyn Write) -> anyhow
             view::header(printer.out)?;
         }
     }
-    if args.follow {
+    if tail {
         reader.poll_each(&mut |item| printer.item(item))
     } else {
         reader.read_to_end_each(&mut |item| printer.item(item))

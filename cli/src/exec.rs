@@ -13,6 +13,7 @@
 //! never breaks, and nobody is left wondering why nothing changed.
 
 pub mod binary;
+mod daemon_health;
 #[cfg(any(target_os = "macos", test))]
 #[cfg_attr(not(target_os = "macos"), allow(dead_code))]
 pub mod macos;
@@ -63,10 +64,12 @@ pub const NOT_UNLOCKED: u8 = 4;
     trailing_var_arg = true,
     after_help = "\
 Exit status:
-  N    the command's own exit status (128+N when killed by signal N)
+  N    the command's own exit status (128+N when killed by signal N); with
+       --require-unlock a failing command's status is passed through, with a line
   2    metalift itself failed (e.g. no shim found)
-  4    --require-unlock: the verdict was not unlock, or the shim's outcome was not
-       applied, as the daemon's audit log records it (or it could not be learned)
+  4    --require-unlock: the command succeeded, but no process of it got an unlock
+       verdict with the shim's outcome applied (and the family --expect-family
+       asks), as the daemon's audit log records it (or that could not be learned)
   126  the command is not executable
   127  the command was not found
 
@@ -82,9 +85,19 @@ pub struct Args {
     #[arg(long, value_name = "PATH")]
     pub socket: Option<PathBuf>,
     /// Run the command as a child and exit 4 unless the daemon's audit log shows
-    /// its decision was `unlock` and the shim's outcome `applied` (for CI).
+    /// that it, or a process it started (a wrapper script's child), got an `unlock`
+    /// verdict and the shim's outcome `applied` (for CI). A command that fails
+    /// keeps its own exit status.
     #[arg(long)]
     pub require_unlock: bool,
+    /// With --require-unlock (implied): the unlocked process must also answer
+    /// AppleN or above (`N`, what llama.cpp's fast paths need: 7 holds on every
+    /// host chip), or exactly AppleN (`=N`).
+    #[arg(long, value_name = "N|=N")]
+    pub expect_family: Option<metalift_policy::FamilyExpectation>,
+    /// Say nothing on stderr unless it explains a non-zero exit status (for scripts).
+    #[arg(long, short)]
+    pub quiet: bool,
     /// The audit log --require-unlock reads the command's decision from.
     #[arg(long, value_name = "PATH", default_value = metalift_daemon::audit::DEFAULT_LOG_PATH)]
     pub log: PathBuf,
@@ -103,8 +116,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Err(code) => return Ok(code),
     };
 
-    for warning in injection_warnings(&program, &shim) {
-        eprintln!("metalift: warning: {warning}");
+    if !args.quiet {
+        for warning in injection_warnings(&program, &shim) {
+            eprintln!("metalift: warning: {warning}");
+        }
     }
     let socket = match &args.socket {
         Some(s) => Some(s.clone()),
@@ -113,7 +128,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             None => metalift_daemon::service::config::default_client_socket().ok(),
         },
     };
-    if let Some(problem) = daemon_problem(socket.as_deref()) {
+    if let Some(problem) = daemon_problem(socket.as_deref()).filter(|_| !args.quiet) {
         eprintln!(
             "metalift: warning: {problem}: {} will run stock",
             program.display()
@@ -126,8 +141,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if let Some(socket) = &args.socket {
         command.env("METALIFT_SOCKET", socket);
     }
-    if args.require_unlock {
-        return require_unlock::run(command, &program, &args.log);
+    if args.require_unlock || args.expect_family.is_some() {
+        let requirement = require_unlock::Requirement {
+            log: args.log.clone(),
+            socket,
+            expect: args.expect_family,
+            quiet: args.quiet,
+        };
+        return require_unlock::run(command, &program, &requirement);
     }
     let err = command.exec();
     Ok(exec_failure(&program, &err))

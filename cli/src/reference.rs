@@ -82,7 +82,7 @@ pub const METALIFT_EXIT: &[ExitStatus] = &[
     ExitStatus {
         code: exec::NOT_UNLOCKED,
         command: "exec --require-unlock",
-        meaning: "the command was not unlocked and applied, as the audit log records it (or it could not be learned)",
+        meaning: "the command succeeded, but no process of its tree got an unlock with the shim's outcome applied (and the family --expect-family asks), as the audit log records it (or it could not be learned); a command that fails keeps its own status",
     },
     ExitStatus {
         code: edit::NOT_INSTALLED,

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use metalift_policy::{
-    compile_sources_with, host_lints, read_file, read_policy, CompileOptions, Diagnostic,
+    compile_sources_with, host_lints, read_file, read_policy, Basis, CompileOptions, Diagnostic,
     HostFamily, LoadError, PermissionProblem, Severity, Source,
 };
 use serde_json::{json, Value};
@@ -43,8 +43,10 @@ pub struct Args {
     /// Print one JSON document instead of text.
     #[arg(long)]
     pub json: bool,
-    /// Skip the checks against this machine (rule paths that are symlinks or missing,
-    /// uid vs user): for checking a policy somewhere other than where it will run.
+    /// Skip every check against this machine (rule paths that are symlinks or
+    /// missing, uid vs user, and its chip: `"host"` and the ceiling no profile is
+    /// applied above; a chip named with --host-chip-brand is still judged): for
+    /// checking a policy somewhere other than where it will run.
     #[arg(long)]
     pub skip_host_checks: bool,
     /// Do not report files not owned by root or writable by group/other.
@@ -52,7 +54,8 @@ pub struct Args {
     pub allow_insecure_owner: bool,
     /// The host chip's brand: what `apple_family_max = "host"` resolves to, and the
     /// family no profile is applied above (default: this machine's
-    /// `machdep.cpu.brand_string` on macOS; without it, a ceiling of 9 or more warns).
+    /// `machdep.cpu.brand_string` on macOS; where the chip is unknown, `"host"` draws a
+    /// note and a ceiling of 9 or more a warning).
     #[arg(long, value_name = "BRAND")]
     pub host_chip_brand: Option<String>,
 }
@@ -107,6 +110,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                         "strict": args.strict,
                         "errors": 0,
                         "warnings": 0,
+                        "notes": 0,
                         "diagnostics": [],
                         "ownership": [],
                         "files": [],
@@ -121,7 +125,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
     };
     let errors = report.diagnostics.iter().filter(|d| d.is_error()).count();
-    let warnings = report.diagnostics.len() - errors;
+    let warnings = count(&report.diagnostics, Severity::Warning);
     let refused_by_strict = args.strict && warnings > 0;
     let code = if errors > 0 || refused_by_strict {
         INVALID
@@ -166,10 +170,11 @@ fn check(args: &Args) -> Result<Report, LoadError> {
         ownership.clear();
     }
     let host = HostFamily {
-        brand: args
-            .host_chip_brand
-            .clone()
-            .or_else(metalift_daemon::live_policy::host_chip::machine_brand),
+        brand: match &args.host_chip_brand {
+            Some(brand) => Some(brand.clone()),
+            None if args.skip_host_checks => None,
+            None => metalift_daemon::live_policy::host_chip::machine_brand(),
+        },
     };
     let host_warnings = if args.skip_host_checks {
         Vec::new()
@@ -212,6 +217,9 @@ fn check(args: &Args) -> Result<Report, LoadError> {
         None
     };
     diagnostics.extend(host_warnings);
+    let no_chip = args.skip_host_checks && args.host_chip_brand.is_none();
+    let diagnostics = judged_here(diagnostics, no_chip);
+    let mut diagnostics = diagnostics;
     let rank = |name: &str| sources.iter().position(|s| s.name == name);
     diagnostics.sort_by_key(|d| (rank(&d.file), d.line, d.col, d.severity));
     Ok(Report {
@@ -221,6 +229,32 @@ fn check(args: &Args) -> Result<Report, LoadError> {
         policy,
         placement,
     })
+}
+
+/// The diagnostics as this machine can judge them. With `no_chip`
+/// (`--skip-host-checks` and no `--host-chip-brand`) none about the host chip. Otherwise what `"host"` resolves to on a chip unknown here is
+/// a note, not a warning: `"host"` is the recommended ceiling, the policy has nothing
+/// to change, and metaliftd resolves it with its own host's chip; so `--strict`
+/// passes it on every machine, as the README promises.
+fn judged_here(diagnostics: Vec<Diagnostic>, no_chip: bool) -> Vec<Diagnostic> {
+    diagnostics
+        .into_iter()
+        .filter(|d| !no_chip || d.basis == Basis::Text)
+        .map(|d| {
+            if d.basis == Basis::HostChipUnknown && d.severity == Severity::Warning {
+                Diagnostic {
+                    severity: Severity::Note,
+                    message: format!(
+                        "{}; `\"host\"` is resolved where metaliftd runs: check it for one host with --host-chip-brand \"Apple M2 (Virtual)\"",
+                        d.message
+                    ),
+                    ..d
+                }
+            } else {
+                d
+            }
+        })
+        .collect()
 }
 
 /// Puts `candidate` among the installed sources as metaliftd would read it from
@@ -266,6 +300,13 @@ fn place_drop_in(
     (sources, placement)
 }
 
+fn count(diagnostics: &[Diagnostic], severity: Severity) -> usize {
+    diagnostics
+        .iter()
+        .filter(|d| d.severity == severity)
+        .count()
+}
+
 fn plural(n: usize, word: &str) -> String {
     if n == 1 {
         format!("{n} {word}")
@@ -306,11 +347,15 @@ fn report_text(args: &Args, r: &Report, errors: usize, warnings: usize) -> Strin
         ));
     }
     let all_warnings = warnings + r.ownership.len();
+    let notes = match count(&r.diagnostics, Severity::Note) {
+        0 => String::new(),
+        n => format!(", {}", plural(n, "note")),
+    };
     match (&r.policy, errors) {
         (Some(p), 0) if !(args.strict && warnings > 0) => {
             let extra = r.sources.len().saturating_sub(1);
             out.push_str(&format!(
-                "{path}: valid: {} and {} in {}{}, mode {}, {}; sha256 {}\n",
+                "{path}: valid: {} and {} in {}{}, mode {}, {}{notes}; sha256 {}\n",
                 plural(p.rules, "rule"),
                 plural(p.profiles.len(), "profile"),
                 plural(1 + extra, "file"),
@@ -355,7 +400,8 @@ fn report_json(args: &Args, r: &Report, code: u8) -> Value {
         "status": if code == VALID { "valid" } else { "invalid" },
         "strict": args.strict,
         "errors": errors,
-        "warnings": r.diagnostics.len() - errors + r.ownership.len(),
+        "warnings": count(&r.diagnostics, Severity::Warning) + r.ownership.len(),
+        "notes": count(&r.diagnostics, Severity::Note),
         "diagnostics": r.diagnostics.iter().map(diagnostic_json).collect::<Vec<_>>(),
         "ownership": r.ownership.iter().map(|p| json!({
             "path": p.path.display().to_string(),

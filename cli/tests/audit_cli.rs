@@ -32,6 +32,7 @@ fn decision(id: u64, secs_ago: u64, exe: &str, rule: Option<&str>, action: &str)
         anchor: None,
         identity_error: None,
         parent_exe: None,
+        ancestors: Vec::new(),
         rule: rule.map(str::to_owned),
         action: action.to_owned(),
         profile: (action == "unlock").then(|| "apple7".to_owned()),
@@ -166,6 +167,21 @@ fn stdout_lines(out: &Output) -> Vec<String> {
         .lines()
         .map(str::to_owned)
         .collect()
+}
+
+/// Issue 26: `audit -n N` used to require `--follow`; it is `tail -n` for the log.
+#[test]
+fn lines_without_follow_prints_the_last_n_of_the_live_file_and_exits() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (log, valid) = fabricate(tmp.path());
+    let log = log.to_str().unwrap();
+    let out = metalift(&["--records", "--json", "-n", "2", "--log", log]);
+    assert_eq!(stdout_lines(&out), valid[valid.len() - 2..]);
+    // One line per process: the last one decided in the live file.
+    let out = metalift(&["--json", "-n", "1", "--log", log]);
+    let lines = stdout_lines(&out);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].contains("/usr/local/bin/whisper"), "{lines:?}");
 }
 
 #[test]

@@ -32,6 +32,7 @@ fn decision_at(id: u64, time: SystemTime, exe: &str, rule: Option<&str>, action:
         anchor: None,
         identity_error: None,
         parent_exe: None,
+        ancestors: Vec::new(),
         rule: rule.map(str::to_owned),
         action: action.to_owned(),
         profile: (action == "unlock").then(|| "apple7".to_owned()),

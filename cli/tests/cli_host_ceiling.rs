@@ -81,16 +81,19 @@ fn validate_on_an_m1_host_says_apple9_is_applied_as_apple7() {
     assert!(text.contains(", 0 warnings; sha256 "), "{text}");
 }
 
+/// A path that exists, so the checks against this machine have nothing to say about it.
+fn existing_exe(dir: &tempfile::TempDir) -> PathBuf {
+    let exe = dir.path().join("llama-server");
+    fs::write(&exe, b"x").expect("write exe");
+    fs::canonicalize(&exe).expect("resolve")
+}
+
 #[test]
 fn validate_with_the_host_unknown_warns_on_apple9_and_not_on_apple8() {
-    let (_d, path) = policy_dir("9", "/opt/llama/bin/llama-server");
-    let out = metalift(&[
-        "validate",
-        s(&path),
-        "--skip-host-checks",
-        "--allow-insecure-owner",
-        "--json",
-    ]);
+    let exes = tempfile::tempdir().expect("tempdir");
+    let exe = existing_exe(&exes);
+    let (_d, path) = policy_dir("9", s(&exe));
+    let out = metalift(&["validate", s(&path), "--allow-insecure-owner", "--json"]);
     assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
     let doc: Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(doc["warnings"], 1, "{doc}");
@@ -103,7 +106,7 @@ fn validate_with_the_host_unknown_warns_on_apple9_and_not_on_apple8() {
     );
     assert_eq!(doc["diagnostics"][0]["line"], 3, "{doc}");
 
-    let (_d, path) = policy_dir("8", "/opt/llama/bin/llama-server");
+    // --skip-host-checks: nothing about this machine's chip, so nothing to say.
     let out = metalift(&[
         "validate",
         s(&path),
@@ -113,6 +116,73 @@ fn validate_with_the_host_unknown_warns_on_apple9_and_not_on_apple8() {
     ]);
     let doc: Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(doc["warnings"], 0, "{doc}");
+
+    let (_d, path) = policy_dir("8", s(&exe));
+    let out = metalift(&["validate", s(&path), "--allow-insecure-owner", "--json"]);
+    let doc: Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(doc["warnings"], 0, "{doc}");
+}
+
+/// Issue 26: README recommends `apple_family_max = "host"` and `validate --strict` "for
+/// CI"; they must agree wherever validate runs: a machine whose chip cannot be read (a
+/// Linux runner, an Intel Mac), a chip this metalift does not know, a known one, and
+/// with `--skip-host-checks`. What `"host"` resolves to on an unknown chip is a note,
+/// and no message advises writing a number instead.
+#[test]
+fn readme_host_ceiling_passes_validate_strict_on_every_machine() {
+    let exes = tempfile::tempdir().expect("tempdir");
+    let exe = existing_exe(&exes);
+    let (_d, path) = policy_dir("\"host\"", s(&exe));
+    let p = path.display();
+    let strict = |extra: &[&str]| {
+        let mut args = vec!["validate", "--strict", "--allow-insecure-owner", s(&path)];
+        args.extend_from_slice(extra);
+        let out = metalift(&args);
+        (out.status.code(), stdout(&out))
+    };
+
+    let (code, text) = strict(&[]);
+    assert_eq!(code, Some(0), "no chip readable here: {text}");
+    assert!(
+        text.contains(&format!("{p}:3:20: note: apple_family_max = \"host\": the host chip could not be read here: the ceiling is 7")),
+        "{text}"
+    );
+    assert!(text.contains("--host-chip-brand"), "{text}");
+    assert!(text.contains(", 0 warnings, 1 note; sha256 "), "{text}");
+
+    let (code, text) = strict(&["--host-chip-brand", "Apple M7 (Virtual)"]);
+    assert_eq!(code, Some(0), "a chip metalift does not know: {text}");
+    assert!(
+        text.contains("note: apple_family_max = \"host\": the chip `Apple M7 (Virtual)` is not one this metalift knows (M1 → 7, M2 → 8, M3/M4 → 9, M5 → 10): the ceiling is 7"),
+        "{text}"
+    );
+
+    for brand in [
+        "Apple M1 (Virtual)",
+        "Apple M3 Max (Virtual)",
+        "Apple M5 (Virtual)",
+    ] {
+        let (code, text) = strict(&["--host-chip-brand", brand]);
+        assert_eq!(code, Some(0), "{brand}: {text}");
+        assert!(
+            !text.contains("note:") && !text.contains(": warning:"),
+            "{brand}: {text}"
+        );
+    }
+
+    let (code, text) = strict(&["--skip-host-checks"]);
+    assert_eq!(code, Some(0), "--skip-host-checks: {text}");
+    assert!(
+        !text.contains("note:") && !text.contains("host chip"),
+        "{text}"
+    );
+
+    for (_, text) in [strict(&[]), strict(&["--host-chip-brand", "Apple M7"])] {
+        assert!(
+            !text.contains("set the number"),
+            "advises against README: {text}"
+        );
+    }
 }
 
 #[test]

@@ -775,3 +775,80 @@ fn a_candidate_not_owned_by_root_is_checked_with_its_owner_as_a_warning() {
         format!("owned by uid {uid}, not root")
     );
 }
+
+/// `metalift validate --skip-host-checks --allow-insecure-owner PATH`: exit code and stdout.
+fn validate_text(path: &Path) -> (Option<i32>, String) {
+    let out = metalift(&[
+        "validate",
+        "--skip-host-checks",
+        "--allow-insecure-owner",
+        s(path),
+    ]);
+    (out.status.code(), stdout(&out))
+}
+
+/// Issue 26: one diagnostic per cause. A profile refused for its `apple_family_max`
+/// used to be reported again as "unknown profile" at every rule that names it.
+#[test]
+fn a_bad_apple_family_max_is_reported_once_not_again_at_every_rule() {
+    let (_d, path) = policy_dir(
+        "version = 1\n[profile.p]\napple_family_max = 12\n\n[[rule]]\nid = \"a\"\nname = \"x\"\nunlock = \"p\"\n\n[[rule]]\nid = \"b\"\nname = \"y\"\nunlock = \"p\"\n",
+    );
+    let (code, text) = validate_text(&path);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains(":3:20: error: apple_family_max 12 is outside Apple5..Apple10"),
+        "{text}"
+    );
+    assert!(!text.contains("unknown profile"), "{text}");
+    assert!(text.contains("invalid: 1 error,"), "{text}");
+    // A profile that is really missing is still named at its rule.
+    let (_d, path) =
+        policy_dir("version = 1\n[[rule]]\nid = \"a\"\nname = \"x\"\nunlock = \"q\"\n");
+    let (_, text) = validate_text(&path);
+    assert!(text.contains("unknown profile `q`"), "{text}");
+}
+
+/// Issue 26: an unclosed `[` is underlined at the `[`, in metalift's words.
+#[test]
+fn an_unclosed_bracket_in_a_glob_is_located_at_the_bracket() {
+    let (_d, path) = policy_dir(
+        "version = 1\n[profile.p]\napple_family_max = 7\n[[rule]]\nid = \"a\"\npath = \"/opt/x/ab[cd/e*\"\nunlock = \"p\"\n",
+    );
+    let (code, text) = validate_text(&path);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains(":6:18: error: bad glob in `path`: this `[` opens a character class that is never closed with `]` (for a literal `[`, write `[[]`)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("path = \"/opt/x/ab[cd/e*\"\n                 ^\n"),
+        "one caret under the `[`: {text}"
+    );
+}
+
+/// Issue 26: a binary file is described, never echoed to the terminal.
+#[test]
+fn validate_of_a_binary_file_describes_it_without_echoing_its_bytes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("policy.toml");
+    let mut elf = b"\x7fELF\x02\x01\x01\0\0\0\0\0\0\0\0\0\x03\0>\0".to_vec();
+    elf.extend((0u8..=255).cycle().take(2000));
+    fs::write(&path, &elf).expect("write");
+    let out = metalift(&[
+        "validate",
+        "--skip-host-checks",
+        "--allow-insecure-owner",
+        s(&path),
+    ]);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("error: not a policy file: it holds an ELF executable or library (2020 bytes, a NUL byte at offset 7)"),
+        "{text}"
+    );
+    assert!(
+        !text.chars().any(|c| c.is_control() && c != '\n'),
+        "control characters reached the terminal: {text:?}"
+    );
+}

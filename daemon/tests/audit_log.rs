@@ -24,6 +24,7 @@ fn decision(id: u64, exe: &str) -> Record {
         anchor: None,
         identity_error: None,
         parent_exe: None,
+        ancestors: Vec::new(),
         rule: Some("llama-cpp".into()),
         action: "unlock".into(),
         profile: Some("apple7".into()),

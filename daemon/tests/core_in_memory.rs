@@ -100,6 +100,7 @@ impl Kernel {
             uid: self.euid,
             exe: self.exe.clone(),
             parent_exe: None,
+            ancestors: Vec::new(),
             code_signature: self.signature.clone(),
             exe_file: None,
             unreadable: None,

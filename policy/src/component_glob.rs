@@ -22,7 +22,7 @@
 //!
 //! [`parse_glob`]: crate::rule::parse_glob
 
-/// Bytes with a meaning in a glob (the characters `literal_dir` and validation treat
+/// Bytes with a meaning in a glob (the characters `rule::literal_dir` and validation treat
 /// as glob syntax), plus the separator: a last component holding any of them but
 /// one `*` is not a [`ComponentGlob`].
 const SPECIAL: &[u8] = b"*?[]{}\\/";
@@ -40,7 +40,7 @@ pub(crate) struct ComponentGlob {
 impl ComponentGlob {
     /// The last component of `pattern` when `pattern` is `<dir>/<component>` and the
     /// component's only glob character is one `*`; `dir` is the pattern's literal
-    /// directory (`matcher::literal_dir`), which holds no glob character.
+    /// directory (`rule::literal_dir`), which holds no glob character.
     pub(crate) fn after(pattern: &str, dir: &[u8]) -> Option<ComponentGlob> {
         let component = pattern.as_bytes().get(dir.len()..)?.strip_prefix(b"/")?;
         let star = component.iter().position(|&b| b == b'*')?;
@@ -137,8 +137,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::{ComponentGlob, ComponentGlobs};
-    use crate::matcher::literal_dir;
-    use crate::rule::parse_glob;
+    use crate::rule::{literal_dir, parse_glob};
 
     fn component_glob(pattern: &str) -> Option<ComponentGlob> {
         ComponentGlob::after(pattern, literal_dir(pattern))

@@ -29,6 +29,10 @@ pub enum Severity {
     Error,
     /// The policy is accepted, but probably not what the admin meant.
     Warning,
+    /// Said for the reader: nothing in the policy to change, and `validate --strict`
+    /// does not count it (`metalift validate` turns a [`Basis::HostChipUnknown`]
+    /// warning into one).
+    Note,
 }
 
 impl Severity {
@@ -38,8 +42,27 @@ impl Severity {
         match self {
             Severity::Error => "error",
             Severity::Warning => "warning",
+            Severity::Note => "note",
         }
     }
+}
+
+/// What a diagnostic judges: the policy's text alone, or how it meets the host chip
+/// it was compiled for. The daemon judges against its own host; `metalift validate`
+/// may run elsewhere (an admin's laptop, a CI runner), so it needs to tell them apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Basis {
+    /// The policy's text: the same wherever it is checked.
+    #[default]
+    Text,
+    /// The text against the host chip: a numeric ceiling applied at the host's lower
+    /// family, or one of Apple9 or more that cannot be capped because the chip is
+    /// unknown. `validate --skip-host-checks` leaves these out.
+    HostChip,
+    /// What `apple_family_max = "host"` resolves to where the chip is unknown: a
+    /// fact about the machine, with nothing in the policy to change (`"host"` is the
+    /// recommended ceiling). `validate` prints it as a note.
+    HostChipUnknown,
 }
 
 /// A problem at a place in a policy file.
@@ -57,6 +80,8 @@ pub struct Diagnostic {
     pub len: usize,
     /// What is wrong, and when useful what to write instead.
     pub message: String,
+    /// Whether it judges the text alone or the text against the host chip.
+    pub basis: Basis,
 }
 
 impl Diagnostic {
@@ -92,7 +117,14 @@ impl Diagnostic {
             col,
             len,
             message: message.into(),
+            basis: Basis::Text,
         }
+    }
+
+    /// The same diagnostic, judged on `basis`.
+    #[must_use]
+    pub fn on_basis(self, basis: Basis) -> Self {
+        Diagnostic { basis, ..self }
     }
 
     /// Whether this diagnostic refuses the policy.
@@ -106,10 +138,17 @@ impl Diagnostic {
     #[must_use]
     pub fn render(&self, sources: &[Source]) -> String {
         let mut out = self.to_string();
+        // A line with control characters (binary data, an escape sequence) is not
+        // echoed: it would drive the admin's terminal, not show them the problem.
         let text_line = sources
             .iter()
             .find(|s| s.name == self.file)
-            .and_then(|s| s.text.lines().nth(self.line.saturating_sub(1)));
+            .and_then(|s| s.text.lines().nth(self.line.saturating_sub(1)))
+            .filter(|line| {
+                !line
+                    .chars()
+                    .any(|c| c.is_control() && c != '\t' && c != '\r')
+            });
         if let Some(text_line) = text_line {
             out.push('\n');
             out.push_str(text_line);
@@ -223,6 +262,7 @@ mod tests {
             col: 2,
             len: 0,
             message: "m".into(),
+            basis: Basis::Text,
         };
         assert_eq!(d.render(&[]), "x:3:2: warning: m");
     }

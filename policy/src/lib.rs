@@ -26,8 +26,9 @@
 //! [`verdict`] (the `#[must_use]` decision and its trace), [`diagnostic`]
 //! (`file:line:col` problems), [`size`] (human sizes), [`wire`] (the check-in
 //! protocol shared with the shim), [`socket_path`] (where the daemon listens by default),
-//! [`chip`] (the host chip's family) and [`ceiling`] (a profile is applied at most at
-//! the host chip's family: never above the host).
+//! [`chip`] (the host chip's family), [`ceiling`] (a profile is applied at most at
+//! the host chip's family: never above the host) and [`expect_family`] (what a CI
+//! check's `--expect-family` asks of the answers).
 //!
 //! # The policy file
 //!
@@ -146,6 +147,7 @@ pub mod ceiling;
 pub mod chip;
 mod component_glob;
 pub mod diagnostic;
+pub mod expect_family;
 pub mod host;
 mod load;
 mod matcher;
@@ -162,8 +164,11 @@ pub mod wire;
 
 pub use anchor::Anchor;
 pub use ceiling::FamilyCap;
-pub use chip::{apple_family_for_brand, CompileOptions, HostFamily};
-pub use diagnostic::{Diagnostic, Severity, Source};
+pub use chip::{
+    apple_family_for_brand, known_chips_line, CompileOptions, HostFamily, UNKNOWN_HOST_FAMILY,
+};
+pub use diagnostic::{Basis, Diagnostic, Severity, Source};
+pub use expect_family::FamilyExpectation;
 pub use host::{host_lints, Host, PathFact};
 pub use load::{
     load, load_with, read_file, read_policy, LoadError, LoadOptions, PermissionProblem, ReadPolicy,

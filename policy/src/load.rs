@@ -231,6 +231,17 @@ fn read_source(path: &Path) -> Result<(Source, Option<Diagnostic>), LoadError> {
         source,
     })?;
     let name = path.display().to_string();
+    if let Some(what) = binary_content(&bytes) {
+        let text = String::from_utf8_lossy(&bytes).into_owned();
+        let source = Source { name, text };
+        let d = Diagnostic::at(
+            Severity::Error,
+            &source,
+            0..0,
+            format!("not a policy file: {what}; a policy is TOML text"),
+        );
+        return Ok((source, Some(d)));
+    }
     Ok(match String::from_utf8(bytes) {
         Ok(text) => (Source { name, text }, None),
         Err(e) => {
@@ -246,6 +257,28 @@ fn read_source(path: &Path) -> Result<(Source, Option<Diagnostic>), LoadError> {
             (source, Some(d))
         }
     })
+}
+
+/// What a file holding binary data is, described so the admin recognises it (the
+/// wrong file given, an executable copied over the policy), or `None` for text. A
+/// NUL byte never occurs in a TOML document (the spec forbids control characters
+/// but tab in it), so one among the first bytes means binary.
+fn binary_content(bytes: &[u8]) -> Option<String> {
+    let head = bytes.get(..8192).unwrap_or(bytes);
+    let nul = head.iter().position(|&b| b == 0)?;
+    let kind = match bytes {
+        [0x7f, b'E', b'L', b'F', ..] => "an ELF executable or library",
+        [0xcf | 0xce, 0xfa, 0xed, 0xfe, ..] => "a Mach-O executable or library",
+        [0xca, 0xfe, 0xba, 0xbe, ..] => "a universal (fat) Mach-O binary",
+        [0x1f, 0x8b, ..] => "gzip-compressed data",
+        [b'P', b'K', 3, 4, ..] => "a zip archive",
+        [b'b', b'p', b'l', b'i', b's', b't', ..] => "a binary property list",
+        _ => "binary data",
+    };
+    Some(format!(
+        "it holds {kind} ({} bytes, a NUL byte at offset {nul})",
+        bytes.len()
+    ))
 }
 
 #[cfg(unix)]

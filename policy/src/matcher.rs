@@ -17,7 +17,9 @@ use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError, Weak};
 use globset::{GlobSet, GlobSetBuilder};
 
 use crate::component_glob::{ComponentGlob, ComponentGlobs};
-use crate::rule::{parse_glob, path_bytes, PathPattern, PrecedenceKey, Rule, Specificity};
+use crate::rule::{
+    literal_dir, parse_glob, path_bytes, PathPattern, PrecedenceKey, Rule, Specificity,
+};
 use crate::subject::Subject;
 
 /// Rule indices (into the policy's rule list) by index key, in file order.
@@ -65,16 +67,6 @@ struct GlobBucket {
     set: Option<Arc<GlobSet>>,
     /// The bucket's `<dir>/<prefix>*<suffix>` globs, each with its rule.
     by_bytes: ComponentGlobs,
-}
-
-/// The literal directory of a glob pattern (see [`GlobBuckets`]).
-pub(crate) fn literal_dir(pattern: &str) -> &[u8] {
-    let first_meta = pattern
-        .find(['*', '?', '[', ']', '{', '}', '\\'])
-        .unwrap_or(pattern.len());
-    let literal = pattern.get(..first_meta).unwrap_or("");
-    let end = literal.rfind('/').unwrap_or(0);
-    literal.as_bytes().get(..end).unwrap_or_default()
 }
 
 /// [`GlobBuckets`] being built, by literal directory.
@@ -296,22 +288,5 @@ fn better(
         (Some(a), Some(b)) => Some(if b.0 < a.0 { b } else { a }),
         (a, None) => a,
         (None, b) => b,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::literal_dir;
-
-    #[test]
-    fn a_glob_is_bucketed_under_the_directory_before_its_first_glob_character() {
-        assert_eq!(literal_dir("/opt/llama/bin/llama-*"), b"/opt/llama/bin");
-        assert_eq!(literal_dir("/opt/**"), b"/opt");
-        assert_eq!(literal_dir("/opt/**/x"), b"/opt");
-        assert_eq!(literal_dir("/**"), b"");
-        assert_eq!(literal_dir("/*/bin"), b"");
-        assert_eq!(literal_dir("/opt/{a,b/c}/x"), b"/opt");
-        assert_eq!(literal_dir("/usr/bin/l?"), b"/usr/bin");
-        assert_eq!(literal_dir("//x*"), b"/");
     }
 }

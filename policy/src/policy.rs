@@ -135,6 +135,7 @@ pub fn compile_sources_with(
                 col: 1,
                 len: 1,
                 message: format!("the path globs could not be compiled together: {e}"),
+                basis: crate::diagnostic::Basis::Text,
             });
             return Err(LoadError::Invalid {
                 diagnostics,

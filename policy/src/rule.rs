@@ -80,6 +80,18 @@ pub(crate) fn parse_glob(pattern: &str) -> Result<Glob, globset::Error> {
         .build()
 }
 
+/// The literal directory of a glob pattern under which the matcher buckets it
+/// (`matcher::GlobBuckets`): everything before the `/` that precedes its first glob
+/// character.
+pub(crate) fn literal_dir(pattern: &str) -> &[u8] {
+    let first_meta = pattern
+        .find(['*', '?', '[', ']', '{', '}', '\\'])
+        .unwrap_or(pattern.len());
+    let literal = pattern.get(..first_meta).unwrap_or("");
+    let end = literal.rfind('/').unwrap_or(0);
+    literal.as_bytes().get(..end).unwrap_or_default()
+}
+
 /// A path's bytes as the kernel reported them. Exact paths compare byte for byte (as
 /// globs do), not component-wise: `/opt//x` is not `/opt/x` (validation warns about
 /// such patterns).
@@ -382,5 +394,22 @@ fn why_no_signing_ids(s: &Subject) -> String {
         }
         Some(a) if a.chains_to_apple() => format!("the signature (anchor `{a}`) carries none"),
         Some(a) => format!("anchor `{a}`"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::literal_dir;
+
+    #[test]
+    fn a_glob_is_bucketed_under_the_directory_before_its_first_glob_character() {
+        assert_eq!(literal_dir("/opt/llama/bin/llama-*"), b"/opt/llama/bin");
+        assert_eq!(literal_dir("/opt/**"), b"/opt");
+        assert_eq!(literal_dir("/opt/**/x"), b"/opt");
+        assert_eq!(literal_dir("/**"), b"");
+        assert_eq!(literal_dir("/*/bin"), b"");
+        assert_eq!(literal_dir("/opt/{a,b/c}/x"), b"/opt");
+        assert_eq!(literal_dir("/usr/bin/l?"), b"/usr/bin");
+        assert_eq!(literal_dir("//x*"), b"/");
     }
 }

@@ -31,6 +31,7 @@ pub mod macos;
 #[cfg(target_os = "macos")]
 pub mod macos_compute;
 
+pub use metalift_policy::FamilyExpectation;
 pub use report::{Device, LlamaFlags, Report};
 
 /// Where the build put the simulated Metal variants (`normal/`, `noinit/`, `nows/`,
@@ -44,9 +45,9 @@ pub struct Options {
     pub json: bool,
     /// `--simmetal-dir`: print [`SIMMETAL_DIR`] and exit.
     pub simmetal_dir: bool,
-    /// `--expect-family N`: exit with [`EXIT_FAMILY_MISMATCH`] unless the device
-    /// answers YES for AppleN and NO for Apple(N+1).
-    pub expect_family: Option<u8>,
+    /// `--expect-family N` (AppleN or above) or `=N` (exactly AppleN): exit with
+    /// [`EXIT_FAMILY_MISMATCH`] unless the device's answers meet it.
+    pub expect_family: Option<FamilyExpectation>,
     /// `--verify`: also compile and run a kernel for each capability the device
     /// claims, and exit with [`EXIT_VERIFY_FAILED`] unless all compute correctly.
     pub verify: bool,
@@ -64,18 +65,23 @@ pub const EXIT_FAMILY_MISMATCH: u8 = 3;
 pub const EXIT_VERIFY_FAILED: u8 = 4;
 
 /// The options both probes document in `--help`.
-pub const OPTIONS_HELP: &str = "\
-  --json               one JSON document instead of the table
-  --expect-family N    exit 3 unless the device answers YES for AppleN and NO for Apple(N+1)
+/// (No `\` line continuation at the start: it would eat the first line's indent.)
+pub const OPTIONS_HELP: &str = "  --json               one JSON document instead of the table
+  --expect-family N    exit 3 unless the device answers YES for AppleN (AppleN or above:
+                       what llama.cpp's fast paths need; 7 holds on every host chip)
+  --expect-family =N   exit 3 unless the device answers exactly AppleN (YES for AppleN,
+                       NO for Apple(N+1))
   --verify             run a kernel for each claimed capability (simd_sum, simd_max, 8x8
                        simdgroup matrix, bfloat, threadgroup memory); exit 4 if any fails
+  -h, --help           print this and exit 0
   --threads N          (Linux) first create N devices at the same moment on N threads
   --simmetal-dir       print where the simulated Metal variants were built
 exit status: 0 ok; 1 no Metal device; 2 usage; 3 --expect-family did not hold;
              4 --verify: a claimed kernel failed to compile or run, or computed wrongly";
 
 impl Options {
-    /// Parses `args` (without the program name).
+    /// Parses `args` (without the program name). `Err` with an empty message is
+    /// `-h`/`--help`: the caller prints the usage on stdout and exits 0.
     pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Options, String> {
         let mut options = Options::default();
         let mut args = args.into_iter();
@@ -85,12 +91,9 @@ impl Options {
                 "--simmetal-dir" => options.simmetal_dir = true,
                 "--verify" => options.verify = true,
                 "--expect-family" => {
-                    let value = args.next().ok_or("--expect-family needs a number")?;
-                    options.expect_family = Some(
-                        value
-                            .parse()
-                            .map_err(|_| format!("--expect-family {value}: not a number"))?,
-                    );
+                    let value = args.next().ok_or("--expect-family needs N or =N")?;
+                    options.expect_family =
+                        Some(value.parse().map_err(|e| format!("--expect-family {e}"))?);
                 }
                 "--threads" => {
                     let value = args.next().ok_or("--threads needs a number")?;
@@ -146,10 +149,9 @@ pub fn print_verified(
         return std::process::ExitCode::from(EXIT_VERIFY_FAILED);
     }
     match options.expect_family {
-        Some(n) if !report.is_exactly_apple(n) => {
+        Some(expected) if !report.meets(expected) => {
             eprintln!(
-                "metalift-probe: expected Apple{n} (and not Apple{}), the device answers {}",
-                u16::from(n) + 1,
+                "metalift-probe: expected {expected}, the device answers {}",
                 report
                     .apple_family()
                     .map_or("no Apple family".to_owned(), |f| format!("up to Apple{f}"))
@@ -158,4 +160,17 @@ pub fn print_verified(
         }
         _ => std::process::ExitCode::SUCCESS,
     }
+}
+
+/// Prints `usage` and the options: on stdout and exit 0 for `--help` (an empty
+/// `message`), else after the message on stderr with exit 2.
+pub fn usage(program: &str, usage: &str, message: &str) -> std::process::ExitCode {
+    let text = format!("usage: {usage}\n{OPTIONS_HELP}");
+    if message.is_empty() {
+        // `metalift-probe --help | head`: a closed pipe is not an error.
+        let _ = std::io::Write::write_all(&mut std::io::stdout(), format!("{text}\n").as_bytes());
+        return std::process::ExitCode::SUCCESS;
+    }
+    eprintln!("{program}: {message}\n{text}");
+    std::process::ExitCode::from(2)
 }

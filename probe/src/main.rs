@@ -11,14 +11,11 @@ fn main() -> ExitCode {
     let options = match Options::parse(std::env::args().skip(1)) {
         Ok(options) => options,
         Err(msg) => {
-            if !msg.is_empty() {
-                eprintln!("metalift-probe: {msg}");
-            }
-            eprintln!(
-                "usage: metalift-probe [--json] [--expect-family N] [--verify] [--threads N] [--simmetal-dir]\n{}",
-                metalift_probe::OPTIONS_HELP
+            return metalift_probe::usage(
+                "metalift-probe",
+                "metalift-probe [--json] [--expect-family N|=N] [--verify] [--threads N] [--simmetal-dir]",
+                &msg,
             );
-            return ExitCode::from(2);
         }
     };
     if options.simmetal_dir {

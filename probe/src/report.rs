@@ -156,11 +156,10 @@ impl Report {
             .find(|n| self.supports(&format!("Apple{n}")) == Some(true))
     }
 
-    /// Whether the device answers YES for Apple`n` and NO for Apple`n+1`
-    /// (`metalift-probe --expect-family N`).
-    pub fn is_exactly_apple(&self, n: u8) -> bool {
-        self.supports(&format!("Apple{n}")) == Some(true)
-            && self.supports(&format!("Apple{}", n + 1)) != Some(true)
+    /// Whether the device's Apple family answers meet `expected`
+    /// (`metalift-probe --expect-family N` or `=N`).
+    pub fn meets(&self, expected: metalift_policy::FamilyExpectation) -> bool {
+        expected.holds(|n| self.supports(&format!("Apple{n}")) == Some(true))
     }
 
     /// The human-readable table.

@@ -573,16 +573,39 @@ fn given_two_threads_create_the_first_device_at_once_then_one_check_in_and_one_o
 }
 
 #[test]
-fn expect_family_exits_3_unless_the_device_answers_exactly_that_apple_family() {
+fn expect_family_n_is_at_least_apple_n_and_equals_n_is_exactly() {
     let code = |mut cmd: std::process::Command, n: &str| {
         cmd.args(["--expect-family", n]);
         run(cmd, b"").status.code()
     };
     assert_eq!(code(clean(probe()), "5"), Some(0));
     assert_eq!(code(clean(probe()), "7"), Some(3));
-    assert_eq!(code(clean(probe()), "4"), Some(3));
+    assert_eq!(
+        code(clean(probe()), "4"),
+        Some(0),
+        "Apple5 is Apple4 or above"
+    );
+    assert_eq!(code(clean(probe()), "=4"), Some(3));
+    assert_eq!(code(clean(probe()), "=5"), Some(0));
     let daemon = FakeDaemon::start(unlock(APPLE7));
     assert_eq!(code(injected(probe(), &daemon.socket), "7"), Some(0));
+    assert_eq!(code(injected(probe(), &daemon.socket), "6"), Some(0));
+    assert_eq!(code(injected(probe(), &daemon.socket), "=6"), Some(3));
+}
+
+#[test]
+fn probe_help_prints_the_usage_on_stdout_and_exits_0() {
+    for flag in ["--help", "-h"] {
+        let mut cmd = clean(probe());
+        cmd.arg(flag);
+        let out = run(cmd, b"");
+        assert_eq!(out.status.code(), Some(0), "{flag}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("--expect-family =N"), "{text}");
+    }
+    let mut cmd = clean(probe());
+    cmd.arg("--bogus");
+    assert_eq!(run(cmd, b"").status.code(), Some(2));
 }
 
 #[test]

@@ -228,6 +228,7 @@ mod tests {
             anchor: None,
             identity_error: None,
             parent_exe: None,
+            ancestors: Vec::new(),
             rule: Some("r".into()),
             action: "unlock".into(),
             profile: Some("apple7".into()),

@@ -1,49 +1,131 @@
 //! `metalift exec --require-unlock`: runs the command as a child, then learns from
-//! the daemon's audit log (never from the program) whether its decision was
-//! `unlock` and the shim's outcome `applied`; exit 4 when not, or when that
-//! cannot be learned, so a CI job fails loudly instead of running on Apple5.
+//! the daemon's audit log (never from the program) whether some process of the
+//! command's tree got an `unlock` verdict and the shim's outcome `applied`; exit 4
+//! when not, or when that cannot be learned, so a CI job fails loudly instead of
+//! running on Apple5.
 //!
-//! The child's decision is found by its pid among the records written after the
-//! log was opened (the log is opened at its end before the child starts, so a
-//! recycled pid in the history cannot match). If the command `exec`s another
-//! program, the last decision for the pid counts.
+//! The command's whole process tree counts: `sh -c`, `make`, a Python launcher
+//! whose child is the Metal program. A decision belongs to the tree when its pid is
+//! the command's, or the command's pid is among the ancestors the daemon recorded
+//! when that process checked in (`DecisionRecord::ancestors`, read from the kernel
+//! by the daemon, never from the program). Only records written after the log was
+//! opened (it is opened at its end before the child starts) and no later than the
+//! command's exit count: the command's pid cannot be reused before this process
+//! reaps it, so a recycled pid cannot match. A descendant that outlives the command
+//! does not count.
+//!
+//! Exit status: the command's own when it failed (with a line saying so; 128 +
+//! the signal when it was killed), whatever the unlock; 4 only when it ran fine
+//! but was not unlocked; otherwise the command's 0.
 
+use std::collections::HashMap;
 use std::io;
-use std::path::Path;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, ExitStatus};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
-use super::{exec_failure, NOT_UNLOCKED};
 use metalift_daemon::audit::reader::{Entry, Item, LogReader};
 use metalift_daemon::audit::{DecisionRecord, OutcomeRecord, Record};
+use metalift_policy::FamilyExpectation;
 
-/// How long to wait after the child exits for the daemon's records to appear.
+use super::{daemon_health, exec_failure, NOT_UNLOCKED};
+
+/// How long to wait after the child exits for the daemon's outcome records to appear.
 const GRACE: Duration = Duration::from_secs(3);
 
-/// Runs `command` (already injected) and checks its unlock in `log`.
-pub fn run(mut command: Command, program: &Path, log: &Path) -> anyhow::Result<ExitCode> {
-    let reader = LogReader::open_tail(log, 0, &mut |_| false);
+/// What `--require-unlock` checks, and where it looks.
+#[derive(Debug, Clone)]
+pub struct Requirement {
+    /// The audit log the decisions are read from.
+    pub log: PathBuf,
+    /// The daemon's socket, asked for its health when the unlock did not happen.
+    pub socket: Option<PathBuf>,
+    /// `--expect-family`: what the unlocked process must answer besides `applied`.
+    pub expect: Option<FamilyExpectation>,
+    /// `--quiet`: say only what explains a non-zero exit status.
+    pub quiet: bool,
+}
+
+/// Runs `command` (already injected) and checks its tree's unlock.
+pub fn run(mut command: Command, program: &Path, req: &Requirement) -> anyhow::Result<ExitCode> {
+    let reader = LogReader::open_tail(&req.log, 0, &mut |_| false);
     let mut child = match command.spawn() {
         Ok(child) => child,
         Err(err) => return Ok(exec_failure(program, &err)),
     };
-    let pid = i32::try_from(child.id()).unwrap_or(-1);
+    let root = child.id();
     let status = child.wait()?;
-    let answer = match reader {
-        Ok(mut reader) => learn(&mut reader, pid).map_err(|e| read_problem(log, &e)),
-        Err(e) => Err(read_problem(log, &e)),
+    let ended = SystemTime::now();
+    if let Some(code) = own_failure(program, status) {
+        return Ok(code);
+    }
+    let tree = match reader {
+        Ok(mut reader) => learn(&mut reader, root, ended).map_err(|e| read_problem(&req.log, &e)),
+        Err(e) => Err(read_problem(&req.log, &e)),
     };
-    let verdict = answer.and_then(|(decision, outcome)| judge(pid, log, decision, outcome));
-    match verdict {
-        Ok(rule) => {
-            eprintln!("metalift: pid {pid} unlocked by rule {rule}: the shim applied the profile");
-            Ok(exit_code(status))
+    match tree.and_then(|tree| judge(root, &req.log, &tree, req.expect)) {
+        Ok(unlocked) => {
+            if !req.quiet {
+                eprintln!("metalift: {unlocked}");
+            }
+            Ok(ExitCode::SUCCESS)
         }
         Err(reason) => {
             eprintln!("metalift: --require-unlock: {reason}");
+            if let Some(socket) = &req.socket {
+                for cause in daemon_health::degraded_causes(socket) {
+                    eprintln!("metalift: --require-unlock: the daemon cannot unlock: {cause}");
+                }
+            }
             Ok(ExitCode::from(NOT_UNLOCKED))
         }
     }
+}
+
+/// The command's own failure, said and passed through: its exit status, or 128 +
+/// the signal that killed it. `None` when it exited 0.
+fn own_failure(program: &Path, status: ExitStatus) -> Option<ExitCode> {
+    let shown = program.display();
+    match (status.code(), status.signal()) {
+        (Some(0), _) => None,
+        (Some(code), _) => {
+            eprintln!(
+                "metalift: {shown} exited with status {code}: passing it through (--require-unlock judges only a command that succeeds)"
+            );
+            Some(ExitCode::from(u8::try_from(code).unwrap_or(1)))
+        }
+        (None, Some(signal)) => {
+            let code = 128 + signal;
+            eprintln!(
+                "metalift: {shown} was killed by signal {signal}{}: exiting {code} (--require-unlock judges only a command that succeeds)",
+                signal_name(signal).map_or(String::new(), |n| format!(" ({n})"))
+            );
+            Some(ExitCode::from(u8::try_from(code).unwrap_or(255)))
+        }
+        (None, None) => {
+            eprintln!("metalift: {shown} ended without an exit status");
+            Some(ExitCode::from(1))
+        }
+    }
+}
+
+fn signal_name(signal: i32) -> Option<&'static str> {
+    Some(match signal {
+        libc::SIGHUP => "SIGHUP",
+        libc::SIGINT => "SIGINT",
+        libc::SIGQUIT => "SIGQUIT",
+        libc::SIGILL => "SIGILL",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGPIPE => "SIGPIPE",
+        libc::SIGALRM => "SIGALRM",
+        libc::SIGTERM => "SIGTERM",
+        _ => return None,
+    })
 }
 
 fn read_problem(log: &Path, e: &io::Error) -> String {
@@ -61,15 +143,33 @@ fn read_problem(log: &Path, e: &io::Error) -> String {
     }
 }
 
-/// Reads what was appended until the pid's decision and its outcome are there,
+/// The decisions of a command's process tree, in log order, and their outcomes.
+#[derive(Debug, Default)]
+struct Tree {
+    decisions: Vec<DecisionRecord>,
+    outcomes: HashMap<u64, OutcomeRecord>,
+}
+
+impl Tree {
+    /// Whether `d` is a decision for the command (`root`) or one of its descendants.
+    fn holds(root: u32, d: &DecisionRecord) -> bool {
+        u32::try_from(d.pid).is_ok_and(|pid| pid == root) || d.ancestors.contains(&root)
+    }
+
+    /// Whether every unlock decision has its outcome: nothing more to wait for.
+    fn complete(&self) -> bool {
+        self.decisions
+            .iter()
+            .filter(|d| d.action == "unlock")
+            .all(|d| self.outcomes.contains_key(&d.decision_id))
+    }
+}
+
+/// Reads what was appended until every unlock decision of the tree has its outcome,
 /// or the grace period ends.
-fn learn(
-    reader: &mut LogReader,
-    pid: i32,
-) -> io::Result<(Option<DecisionRecord>, Option<OutcomeRecord>)> {
+fn learn(reader: &mut LogReader, root: u32, ended: SystemTime) -> io::Result<Tree> {
     let deadline = Instant::now() + GRACE;
-    let mut decision: Option<DecisionRecord> = None;
-    let mut outcome: Option<OutcomeRecord> = None;
+    let mut tree = Tree::default();
     loop {
         reader.poll_each(&mut |item| {
             let Item::Entry(Entry {
@@ -80,94 +180,139 @@ fn learn(
                 return Ok(());
             };
             match record {
-                Record::Decision(d) if d.pid == pid => {
-                    outcome = None;
-                    decision = Some(d);
+                Record::Decision(d) if d.time <= ended && Tree::holds(root, &d) => {
+                    tree.decisions.push(d);
                 }
                 Record::Outcome(o)
-                    if decision
-                        .as_ref()
-                        .is_some_and(|d| d.decision_id == o.decision_id) =>
+                    if tree
+                        .decisions
+                        .iter()
+                        .any(|d| d.decision_id == o.decision_id) =>
                 {
-                    outcome = Some(o);
+                    tree.outcomes.insert(o.decision_id, o);
                 }
                 _ => {}
             }
             Ok(())
         })?;
-        if (decision.is_some() && outcome.is_some()) || Instant::now() >= deadline {
-            return Ok((decision, outcome));
+        let found = !tree.decisions.is_empty();
+        if (found && tree.complete()) || Instant::now() >= deadline {
+            return Ok(tree);
         }
         std::thread::sleep(Duration::from_millis(50));
     }
 }
 
-/// `Ok(rule)` when unlocked and applied; otherwise why not.
+/// One line about the process that was unlocked when some process of the tree was
+/// (unlock, `applied`, and the answers `expect` asks); otherwise why none was.
 fn judge(
-    pid: i32,
+    root: u32,
     log: &Path,
-    decision: Option<DecisionRecord>,
-    outcome: Option<OutcomeRecord>,
+    tree: &Tree,
+    expect: Option<FamilyExpectation>,
 ) -> Result<String, String> {
-    let Some(d) = decision else {
+    if tree.decisions.is_empty() {
         return Err(format!(
-            "no decision for pid {pid} in {} (no daemon answered, the shim was not \
-             loaded, or the program never loaded Metal)",
+            "no decision for pid {root} or any process it started in {} (no daemon \
+             answered, the shim was not loaded, or no process of the command loaded Metal)",
             log.display()
         ));
-    };
+    }
+    let mut reasons = Vec::new();
+    for d in &tree.decisions {
+        match why_not(d, tree.outcomes.get(&d.decision_id), expect) {
+            Ok(applied) => return Ok(applied),
+            Err(reason) => reasons.push(reason),
+        }
+    }
+    // The most useful reason first: a process that was unlocked and then fell short.
+    reasons.sort_by_key(|(rank, _)| std::cmp::Reverse(*rank));
+    let shown: Vec<String> = reasons.iter().take(3).map(|(_, r)| r.clone()).collect();
+    let more = reasons.len().saturating_sub(shown.len());
+    Err(format!(
+        "{}{}",
+        shown.join("; "),
+        if more > 0 {
+            format!(" (and {more} more decisions)")
+        } else {
+            String::new()
+        }
+    ))
+}
+
+/// How far a decision got (higher is closer to an unlock) and why it is not one.
+type Reason = (u8, String);
+
+/// `Ok(line)` when `d` was unlocked, applied, and answers as expected; else why not.
+fn why_not(
+    d: &DecisionRecord,
+    outcome: Option<&OutcomeRecord>,
+    expect: Option<FamilyExpectation>,
+) -> Result<String, Reason> {
+    let who = format!("decision {} for pid {} ({})", d.decision_id, d.pid, d.exe);
     let rule = d.rule.clone().unwrap_or_else(|| "(none)".to_owned());
     if d.action != "unlock" {
         return Err(if d.would_unlock {
-            format!(
-                "decision {} for pid {pid}: rule {rule} would unlock, but the policy is \
-                 in monitor mode (stock)",
-                d.decision_id
+            (
+                1,
+                format!(
+                    "{who}: rule {rule} would unlock, but the policy is in monitor mode (stock)"
+                ),
             )
         } else {
-            format!(
-                "decision {} for pid {pid} ({}): stock, rule {rule}",
-                d.decision_id, d.exe
-            )
+            (0, format!("{who}: stock, rule {rule}"))
         });
     }
     let Some(o) = outcome else {
-        return Err(format!(
-            "decision {} for pid {pid} was unlock (rule {rule}), but the shim reported no \
-             outcome (the program never created a Metal device?)",
-            d.decision_id
+        return Err((
+            2,
+            format!(
+                "{who} was unlock (rule {rule}), but the shim reported no outcome (the program \
+                 never created a Metal device?)"
+            ),
         ));
     };
     if o.result != "applied" {
-        return Err(format!(
-            "decision {} for pid {pid} was unlock (rule {rule}), but the shim's outcome \
-             was {}{}",
-            d.decision_id,
-            o.result,
-            if o.reason.is_empty() {
-                String::new()
-            } else {
-                format!(": {}", o.reason)
-            }
+        let reason = if o.reason.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", o.reason)
+        };
+        return Err((
+            3,
+            format!(
+                "{who} was unlock (rule {rule}), but the shim's outcome was {}{reason}",
+                o.result
+            ),
         ));
     }
-    Ok(rule)
-}
-
-/// The child's status as a shell reports it: its code, or 128 + the signal.
-fn exit_code(status: ExitStatus) -> ExitCode {
-    use std::os::unix::process::ExitStatusExt;
-    match (status.code(), status.signal()) {
-        (Some(code), _) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
-        (None, Some(signal)) => ExitCode::from(u8::try_from(128 + signal).unwrap_or(255)),
-        (None, None) => ExitCode::from(1),
+    let answers = |n: u8| {
+        o.effective
+            .families
+            .iter()
+            .any(|f| *f == format!("Apple{n}"))
+    };
+    let highest = (1..=10u8).rev().find(|n| answers(*n));
+    let family = highest.map_or("no Apple family".to_owned(), |n| format!("Apple{n}"));
+    if let Some(expected) = expect {
+        if !expected.holds(answers) {
+            return Err((
+                4,
+                format!(
+                    "{who} was unlocked by rule {rule} and applied, but answers up to {family}, \
+                     not {expected} (--expect-family)"
+                ),
+            ));
+        }
     }
+    Ok(format!(
+        "pid {} ({}) unlocked by rule {rule}: the shim applied the profile (up to {family})",
+        d.pid, d.exe
+    ))
 }
 
 #[cfg(test)]
 mod tests {
-    use std::time::SystemTime;
-
     use metalift_policy::wire::{Answers, Outcome, OutcomeResult};
 
     use super::*;
@@ -187,6 +332,7 @@ mod tests {
             anchor: None,
             identity_error: None,
             parent_exe: None,
+            ancestors: Vec::new(),
             rule: Some("r".into()),
             action: action.into(),
             profile: None,
@@ -220,34 +366,50 @@ mod tests {
         )
     }
 
+    fn tree(d: DecisionRecord, o: Option<OutcomeRecord>) -> Tree {
+        Tree {
+            outcomes: o.into_iter().map(|o| (o.decision_id, o)).collect(),
+            decisions: vec![d],
+        }
+    }
+
     #[test]
     fn only_unlock_with_an_applied_outcome_passes() {
         let log = Path::new("audit.jsonl");
-        let judge = |d, o| judge(42, log, d, o);
-        assert_eq!(
-            judge(
-                Some(decision("unlock", false)),
-                Some(outcome(OutcomeResult::Applied, ""))
-            ),
-            Ok("r".to_owned())
-        );
+        let judge = |d, o| judge(42, log, &tree(d, o), None);
+        assert!(judge(
+            decision("unlock", false),
+            Some(outcome(OutcomeResult::Applied, ""))
+        )
+        .is_ok_and(|line| line.contains("unlocked by rule r")));
         let failed = judge(
-            Some(decision("unlock", false)),
+            decision("unlock", false),
             Some(outcome(OutcomeResult::Failed, "selector missing")),
         )
         .unwrap_err();
         assert!(failed.contains("failed: selector missing"), "{failed}");
         // A stock verdict fails even if something claims "applied".
         assert!(judge(
-            Some(decision("stock", false)),
+            decision("stock", false),
             Some(outcome(OutcomeResult::Applied, ""))
         )
         .is_err());
-        let monitor = judge(Some(decision("stock", true)), None).unwrap_err();
+        let monitor = judge(decision("stock", true), None).unwrap_err();
         assert!(monitor.contains("monitor mode"), "{monitor}");
-        assert!(judge(Some(decision("unlock", false)), None)
+        assert!(judge(decision("unlock", false), None)
             .unwrap_err()
             .contains("no outcome"));
-        assert!(judge(None, None).unwrap_err().contains("no decision"));
+        let empty = super::judge(42, log, &Tree::default(), None).unwrap_err();
+        assert!(empty.contains("no decision"), "{empty}");
+    }
+
+    #[test]
+    fn a_descendant_counts_by_its_recorded_ancestors() {
+        let mut child = decision("unlock", false);
+        child.pid = 99;
+        assert!(!Tree::holds(42, &child));
+        child.ancestors = vec![98, 42, 7];
+        assert!(Tree::holds(42, &child));
+        assert!(Tree::holds(42, &decision("stock", false)));
     }
 }

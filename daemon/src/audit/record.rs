@@ -163,6 +163,12 @@ pub struct DecisionRecord {
     pub identity_error: Option<String>,
     /// The parent process's executable.
     pub parent_exe: Option<String>,
+    /// The pids of the parent, its parent, … as the daemon read them at the check-in
+    /// (see `PeerFacts::ancestors`): `metalift exec --require-unlock` counts a
+    /// decision as its command's when the command's pid is the decision's or among
+    /// these. Absent from records older daemons wrote, and when empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ancestors: Vec<u32>,
     /// The winning rule's id; `null` when no rule matched.
     pub rule: Option<String>,
     /// `unlock` or `stock`: what the shim was told.
@@ -360,6 +366,7 @@ mod tests {
             anchor: None,
             identity_error: None,
             parent_exe: Some("/bin/zsh".into()),
+            ancestors: vec![812, 501],
             rule: None,
             action: "stock".into(),
             profile: None,

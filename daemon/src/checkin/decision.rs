@@ -59,6 +59,7 @@ pub(super) fn decision_record(
                     .map(|why| format!("file hashes not used: {why}"))
             }),
         parent_exe: peer.parent_exe.as_ref().map(|p| p.display().to_string()),
+        ancestors: peer.ancestors.clone(),
         rule: verdict.rule.clone(),
         action: verdict.action.as_str().to_owned(),
         profile,

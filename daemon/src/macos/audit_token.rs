@@ -191,6 +191,27 @@ impl AuditToken {
     }
 }
 
+/// The parent of `pid`, its parent, … (at most `max`), stopping before launchd
+/// (pid 1) and at the first process that cannot be read (it exited). Logged for
+/// `metalift exec --require-unlock`, never matched, so no unique-id check.
+#[must_use]
+pub fn ancestors(pid: u32, max: usize) -> Vec<u32> {
+    let mut chain = Vec::new();
+    let mut at = pid;
+    while chain.len() < max {
+        let Some(info) = bsd_info_with_uniqid(at) else {
+            break;
+        };
+        let parent = info.pbsd.pbi_ppid;
+        if parent <= 1 {
+            break;
+        }
+        chain.push(parent);
+        at = parent;
+    }
+    chain
+}
+
 /// `proc_pidinfo(PROC_PIDT_BSDINFOWITHUNIQID)`; same-user or root callers only.
 fn bsd_info_with_uniqid(pid: u32) -> Option<ProcBsdInfoWithUniqId> {
     let mut info = std::mem::MaybeUninit::<ProcBsdInfoWithUniqId>::zeroed();

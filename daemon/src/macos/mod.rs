@@ -281,6 +281,13 @@
 //!     `unverified` before). Assumed until then: that `bfloat` compiles without
 //!     compile options on the runner's macOS (MSL 3.1), and how Metal reports a
 //!     threadgroup allocation beyond the GPU (the simulation fails the command buffer).
+//! 28. **A decision's ancestors, and the CI recipe** (`audit_token::ancestors`;
+//!     workflow: "CI recipe: a wrapper script's child unlocked"): a probe started by
+//!     `sh -c` through `metalift exec --require-unlock` has a decision record whose
+//!     `ancestors` names the `sh` (its `pbi_ppid` chain read with `proc_pidinfo` as
+//!     root), so `--require-unlock --expect-family 7` passes for the wrapper; and
+//!     `examples/ci-recipe.sh` exits 0 as written (both its steps inject with
+//!     `metalift exec`, past the SIP-protected job shell).
 #![allow(unsafe_code)]
 
 pub mod audit_token;

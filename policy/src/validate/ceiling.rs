@@ -4,6 +4,7 @@
 //! own bf16 emulation off there). The reasons are [`crate::ceiling`]'s.
 
 use crate::ceiling::{FamilyCap, BF16_EMULATION_OFF_FAMILY};
+use crate::diagnostic::Basis;
 use crate::model::{At, FamilyText, RawProfile};
 use crate::profile::Capabilities;
 
@@ -29,7 +30,8 @@ impl Validator<'_> {
         let host = &self.opts.host;
         let requested = caps.apple_family_max;
         if let Some(cap) = FamilyCap::for_host(requested, host) {
-            self.warn(
+            self.warn_on(
+                Basis::HostChip,
                 i,
                 span.clone(),
                 format!(
@@ -45,7 +47,8 @@ impl Validator<'_> {
             return (applied, Some(cap));
         }
         if host.known_family().is_none() && requested >= BF16_EMULATION_OFF_FAMILY {
-            self.warn(
+            self.warn_on(
+                Basis::HostChip,
                 i,
                 span.clone(),
                 format!(

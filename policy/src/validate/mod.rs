@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use crate::ceiling::FamilyCap;
 use crate::chip::CompileOptions;
-use crate::diagnostic::{Diagnostic, LineIndex, Severity, Source};
+use crate::diagnostic::{Basis, Diagnostic, LineIndex, Severity, Source};
 use crate::model::{At, FamilyText, FileModel, RawProfile, SizeText};
 use crate::profile::{
     Capabilities, MAX_APPLE_FAMILY, MIN_APPLE_FAMILY, SHIPPING_MAX_THREADGROUP_MEMORY,
@@ -22,6 +22,7 @@ use crate::size::parse_size;
 use crate::verdict::Mode;
 
 mod ceiling;
+mod glob_error;
 mod lint;
 mod rule;
 
@@ -64,6 +65,7 @@ pub(crate) fn validate(
         lines: sources.iter().map(|s| LineIndex::new(&s.text)).collect(),
         out: Vec::new(),
         errors: 0,
+        refused_profiles: std::collections::HashSet::new(),
     };
     let mut result = Validated::default();
     let all_parsed = files.iter().all(|f| f.parsed);
@@ -89,25 +91,27 @@ pub(crate) fn validate(
                 continue;
             }
             profile_sites.insert(name.value.clone(), (i, name.span.clone()));
-            if let Some(caps) = v.profile(i, raw) {
-                let (caps, cap) = v.host_ceiling(i, &name.value, raw, caps);
-                if let Some(cap) = cap {
-                    result.capped.insert(name.value.clone(), cap);
-                }
-                if matches!(
-                    &raw.apple_family_max,
-                    Some(At {
-                        value: FamilyText::Word(_),
-                        ..
-                    })
-                ) {
-                    result.host_profiles.insert(name.value.clone());
-                }
-                if raw.require_verified.as_ref().is_some_and(|r| r.value) {
-                    result.verified_profiles.insert(name.value.clone());
-                }
-                result.profiles.insert(name.value.clone(), caps);
+            let Some(caps) = v.profile(i, raw) else {
+                v.refused_profiles.insert(name.value.clone());
+                continue;
+            };
+            let (caps, cap) = v.host_ceiling(i, &name.value, raw, caps);
+            if let Some(cap) = cap {
+                result.capped.insert(name.value.clone(), cap);
             }
+            if matches!(
+                &raw.apple_family_max,
+                Some(At {
+                    value: FamilyText::Word(_),
+                    ..
+                })
+            ) {
+                result.host_profiles.insert(name.value.clone());
+            }
+            if raw.require_verified.as_ref().is_some_and(|r| r.value) {
+                result.verified_profiles.insert(name.value.clone());
+            }
+            result.profiles.insert(name.value.clone(), caps);
         }
     }
 
@@ -166,6 +170,9 @@ struct Validator<'a> {
     out: Vec<Diagnostic>,
     /// Errors in `out`, so each rule can tell whether it added one.
     errors: usize,
+    /// Profiles that are defined but were refused (their errors say why): a rule
+    /// naming one draws no second error, one diagnostic per cause.
+    refused_profiles: std::collections::HashSet<String>,
 }
 
 impl Validator<'_> {
@@ -185,6 +192,14 @@ impl Validator<'_> {
 
     fn warn(&mut self, file: usize, span: Range<usize>, msg: impl Into<String>) {
         self.push(Severity::Warning, file, span, msg);
+    }
+
+    /// A warning judged on `basis` (see [`Basis`]): about the host chip.
+    fn warn_on(&mut self, basis: Basis, file: usize, span: Range<usize>, msg: impl Into<String>) {
+        self.warn(file, span, msg);
+        if let Some(last) = self.out.pop() {
+            self.out.push(last.on_basis(basis));
+        }
     }
 
     fn place(&self, file: usize, span: &Range<usize>) -> String {
@@ -281,18 +296,18 @@ impl Validator<'_> {
             }) if word == "host" => {
                 let host = &self.opts.host;
                 if host.known_family().is_none() {
-                    self.warn(
-                        i,
-                        span.clone(),
-                        format!(
-                            "apple_family_max = \"host\": {}: the ceiling is {} (set the number instead if you know the host chip)",
-                            match &host.brand {
-                                Some(b) => format!("the chip `{b}` is not one metalift knows (M1 → 7, M2 → 8, M3/M4 → 9)"),
-                                None => "the host chip could not be read here".to_owned(),
-                            },
-                            host.family()
+                    let why = match &host.brand {
+                        Some(b) => format!(
+                            "the chip `{b}` is not one this metalift knows ({})",
+                            crate::chip::known_chips_line()
                         ),
+                        None => "the host chip could not be read here".to_owned(),
+                    };
+                    let message = format!(
+                        "apple_family_max = \"host\": {why}: the ceiling is {}, the family every Apple silicon Mac has (metaliftd reads its host's chip from `sysctl machdep.cpu.brand_string`, or METALIFT_HOST_CHIP_BRAND in its own environment)",
+                        host.family()
                     );
+                    self.warn_on(Basis::HostChipUnknown, i, span.clone(), message);
                 }
                 host.family()
             }

@@ -12,6 +12,22 @@ use crate::profile::Capabilities;
 use crate::rule::{parse_glob, Effect, PathPattern, Rule, Specificity};
 
 impl Validator<'_> {
+    /// The source range of bytes `range` of string value `value`, written at `span`
+    /// of file `i`: only when the value is written without escapes (then its text
+    /// follows the opening quote byte for byte); `None` otherwise.
+    fn inside_string(
+        &self,
+        i: usize,
+        span: &std::ops::Range<usize>,
+        value: &str,
+        range: std::ops::Range<usize>,
+    ) -> Option<std::ops::Range<usize>> {
+        let written = self.sources.get(i)?.text.get(span.clone())?;
+        let quote = written.get(..1).filter(|q| *q == "\"" || *q == "'")?;
+        let inner = written.strip_prefix(quote)?.strip_suffix(quote)?;
+        (inner == value).then(|| span.start + 1 + range.start..span.start + 1 + range.end)
+    }
+
     fn path_pattern(&mut self, i: usize, key: &str, at: &At<String>) -> Option<PathPattern> {
         let text = at.value.as_str();
         if !text.starts_with('/') {
@@ -45,8 +61,11 @@ impl Validator<'_> {
                 matcher: None,
             }),
             Err(e) => {
-                let kind = e.kind().to_string();
-                self.error(i, at.span.clone(), format!("bad glob in `{key}`: {kind}"));
+                let (place, why) = super::glob_error::locate(text, e.kind());
+                let span = place
+                    .and_then(|range| self.inside_string(i, &at.span, text, range))
+                    .unwrap_or_else(|| at.span.clone());
+                self.error(i, span, format!("bad glob in `{key}`: {why}"));
                 None
             }
         }
@@ -262,7 +281,7 @@ impl Validator<'_> {
                     capabilities: *caps,
                 }),
                 None => {
-                    if check_references {
+                    if check_references && !self.refused_profiles.contains(unlock.value.as_str()) {
                         let known: Vec<&str> = profiles.keys().map(|k| &**k).collect();
                         let hint = if known.is_empty() {
                             " (no profile is defined; add a [profile.NAME] table)".to_owned()

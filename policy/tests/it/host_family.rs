@@ -26,6 +26,7 @@ fn host_resolves_to_the_family_of_the_brand_and_reaches_the_verdict() {
         ("Apple M2 (Virtual)", 8),
         ("Apple M3 Max (Virtual)", 9),
         ("Apple M4 Pro (Virtual)", 9),
+        ("Apple M5 (Virtual)", 10),
     ] {
         let loaded = compile_on(Some(brand));
         assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
@@ -54,7 +55,7 @@ fn an_unknown_host_chip_resolves_to_7_with_a_warning_at_the_value() {
     let w: Vec<String> = loaded.warnings.iter().map(ToString::to_string).collect();
     assert_eq!(
         w,
-        ["policy.toml:3:20: warning: apple_family_max = \"host\": the chip `Apple M9` is not one metalift knows (M1 → 7, M2 → 8, M3/M4 → 9): the ceiling is 7 (set the number instead if you know the host chip)"]
+        ["policy.toml:3:20: warning: apple_family_max = \"host\": the chip `Apple M9` is not one this metalift knows (M1 → 7, M2 → 8, M3/M4 → 9, M5 → 10): the ceiling is 7, the family every Apple silicon Mac has (metaliftd reads its host's chip from `sysctl machdep.cpu.brand_string`, or METALIFT_HOST_CHIP_BRAND in its own environment)"]
     );
     let unread = compile_on(None);
     assert!(unread.warnings[0]

@@ -181,12 +181,14 @@ fn bad_globs_and_relative_paths_are_errors() {
     let p = rule("id = \"r\"\npath = \"/opt/[llama\"\nstock = true\n");
     assert_eq!(p.len(), 1);
     assert!(
-        p[0].starts_with("6:8: error: bad glob in `path`: unclosed character class"),
+        p[0].starts_with(
+            "6:14: error: bad glob in `path`: this `[` opens a character class that is never closed"
+        ),
         "{p:?}"
     );
     let p = rule("id = \"r\"\nname = \"x\"\nparent = \"/opt/{a,b\"\nstock = true\n");
     assert!(
-        p[0].starts_with("7:10: error: bad glob in `parent`"),
+        p[0].starts_with("7:16: error: bad glob in `parent`: this `{` opens alternatives"),
         "{p:?}"
     );
     assert_eq!(

@@ -10,12 +10,16 @@ use metalift_probe::{Options, Report};
 fn main() -> ExitCode {
     let options = match Options::parse(std::env::args().skip(1)) {
         Ok(options) if options.positional.len() == 1 => options,
-        Ok(_) | Err(_) => {
-            eprintln!(
-                "usage: metalift-probe-dlopen [--json] [--expect-family N] PATH-TO-METAL-LIBRARY\n{}",
-                metalift_probe::OPTIONS_HELP
+        other => {
+            let message = match other {
+                Err(msg) => msg,
+                Ok(_) => "expected one PATH-TO-METAL-LIBRARY".to_owned(),
+            };
+            return metalift_probe::usage(
+                "metalift-probe-dlopen",
+                "metalift-probe-dlopen [--json] [--expect-family N|=N] PATH-TO-METAL-LIBRARY",
+                &message,
             );
-            return ExitCode::from(2);
         }
     };
     match open(&options.positional[0]) {

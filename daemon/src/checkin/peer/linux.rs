@@ -124,6 +124,7 @@ fn identify(
         uid: cred.uid,
         exe,
         parent_exe,
+        ancestors: ancestors(stat.ppid),
         code_signature: None,
         exe_file,
         unreadable,
@@ -141,6 +142,22 @@ fn parent_exe(pid: u32, ppid: u32) -> Option<PathBuf> {
     let path = std::fs::read_link(format!("/proc/{ppid}/exe")).ok()?;
     let again = ProcStat::read(pid).ok()?;
     (again.ppid == ppid).then_some(path)
+}
+
+/// `ppid`, its parent, … up to [`super::MAX_ANCESTORS`], from each one's
+/// `/proc/<pid>/stat`; stops before pid 1 (init or the pid namespace's reaper, the
+/// parent of every orphan) and at the first that cannot be read (it exited).
+fn ancestors(ppid: u32) -> Vec<u32> {
+    let mut chain = Vec::new();
+    let mut pid = ppid;
+    while pid > 1 && chain.len() < super::MAX_ANCESTORS {
+        chain.push(pid);
+        match ProcStat::read(pid) {
+            Ok(stat) => pid = stat.ppid,
+            Err(_) => break,
+        }
+    }
+    chain
 }
 
 /// The two fields of `/proc/<pid>/stat` we use.
@@ -306,6 +323,12 @@ mod tests {
             assert_eq!(facts.uid, unsafe { libc::geteuid() });
             assert!(facts.exe_file.is_some());
             assert!(facts.parent_exe.is_some());
+            // The chain starts at this process's parent and never names pid 1.
+            assert_eq!(
+                facts.ancestors.first(),
+                Some(&std::os::unix::process::parent_id())
+            );
+            assert!(!facts.ancestors.contains(&1), "{:?}", facts.ancestors);
         });
     }
 

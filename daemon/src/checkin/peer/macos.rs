@@ -180,6 +180,7 @@ pub fn facts_from_audit_token(token: AuditToken) -> Result<PeerFacts, PeerError>
         uid: token.euid(),
         exe,
         parent_exe: token.parent_executable(),
+        ancestors: crate::macos::audit_token::ancestors(pid, super::MAX_ANCESTORS),
         code_signature,
         exe_file,
         unreadable,

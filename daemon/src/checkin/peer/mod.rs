@@ -169,6 +169,10 @@ impl ExeFile {
     }
 }
 
+/// How many ancestors [`PeerFacts::ancestors`] holds at most: deeper than any build
+/// tool's nesting, and a bound on the reads a check-in costs.
+pub const MAX_ANCESTORS: usize = 32;
+
 /// Kernel-verified facts about the process on the other end of a connection.
 #[derive(Debug, Clone)]
 pub struct PeerFacts {
@@ -186,6 +190,12 @@ pub struct PeerFacts {
     pub exe: PathBuf,
     /// The parent process's executable, when it could be read without a race.
     pub parent_exe: Option<PathBuf>,
+    /// The pids of the parent, its parent, and so on (at most [`MAX_ANCESTORS`],
+    /// stopping before pid 1): recorded so `metalift exec --require-unlock` can tell
+    /// which decisions belong to its command's process tree (a `sh -c`, `make` or a
+    /// Python launcher whose child was unlocked). Read once at identification; an
+    /// ancestor that exits meanwhile ends the chain there. Logged, never matched.
+    pub ancestors: Vec<u32>,
     /// The verified code signature (macOS).
     pub code_signature: Option<CodeSignature>,
     /// The executable, opened, for `sha256` rules. `None` when it could not be opened.
