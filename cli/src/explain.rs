@@ -42,7 +42,7 @@ use past::{archived_policy, compare_text, decision_text, find_decision, live_pol
 #[command(group(clap::ArgGroup::new("who").required(true).args(["path", "pid", "decision"])))]
 pub struct Args {
     /// The main policy file (`policy.d/` beside it is read too).
-    #[arg(long, default_value = DEFAULT_POLICY)]
+    #[arg(long, default_value = DEFAULT_POLICY, env = "METALIFT_POLICY")]
     pub policy: PathBuf,
     /// Explain for this executable.
     #[arg(long)]
@@ -58,11 +58,11 @@ pub struct Args {
     #[arg(long, conflicts_with = "policy")]
     pub live: bool,
     /// The daemon's socket, for --live [default: as `metalift status`].
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_name = "PATH", env = "METALIFT_SOCKET")]
     pub socket: Option<PathBuf>,
     /// The audit log (its rotated files are read too); the policy archive is the
     /// `policies/` directory beside it. For --live and --decision.
-    #[arg(long, value_name = "PATH", default_value = metalift_daemon::audit::DEFAULT_LOG_PATH)]
+    #[arg(long, visible_alias = "audit-log", value_name = "PATH", default_value = metalift_daemon::audit::DEFAULT_LOG_PATH, env = "METALIFT_AUDIT_LOG")]
     pub log: PathBuf,
     /// What if the host chip were this brand (for `apple_family_max = "host"`, and the
     /// family no profile is applied above) [default: this machine's

@@ -138,7 +138,7 @@ pub fn live_matches(path: &Path, report: Option<&StatusReport>, loaded: Option<&
             "cannot compare: no daemon answers",
         );
     };
-    if Path::new(&report.policy_path) != path {
+    if !super::paths::same_file(Path::new(&report.policy_path), path) {
         return Check::new(
             "live policy",
             Status::Warn,

@@ -11,11 +11,18 @@
 //! |----------------------------------|-----------------------------------|----------------------------------------|
 //! | valid                            | live, `policy_loaded` (`start`)   | swapped in, `policy_loaded` (`change`) |
 //! | same content as live             | —                                 | nothing (no record)                    |
-//! | `policy.toml` missing            | empty, `policy_loaded` (`missing`)| empty, `policy_loaded` (`deleted`)     |
-//! | invalid, unreadable, bad owner   | empty + `policy_rejected`, then `policy_loaded` (`rejected_at_start`) | last good kept, `policy_rejected` |
+//! | `policy.toml` missing            | empty + refusal, `policy_loaded` (`missing`) | last good kept (drop-ins included), `policy_rejected` |
+//! | invalid, unreadable, bad owner, too large | empty + `policy_rejected`, then `policy_loaded` (`rejected_at_start`) | last good kept, `policy_rejected` |
 //! | the same refusal again           | —                                 | nothing (no record)                    |
 //! | a refused edit reverted          | —                                 | error cleared, `policy_loaded` (`restored`) |
 //! | anything, on SIGHUP              | —                                 | always audited: `policy_loaded` (`sighup`) or `policy_rejected` |
+//!
+//! A missing `policy.toml` is refused like a broken one (issue 26): a deleted or
+//! moved file is far more often an accident (a bad `mv`, a configuration tool
+//! between steps) than a wish to turn every unlock off, and silently dropping every
+//! rule, drop-ins included, is the surprise an admin cannot see. Until the file is
+//! back, `metalift status` reports the daemon degraded (`policy_missing`). To turn
+//! unlocking off on purpose, install a policy with no rules (`version = 1` alone).
 //!
 //! The live policy and the last refusal are published as one value
 //! ([`Published`]), swapped in one atomic store: a reader sees either the state
@@ -35,7 +42,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::SystemTime;
 
 use arc_swap::ArcSwap;
-use metalift_policy::{sources_sha256, LoadError, LoadOptions, Policy};
+use metalift_policy::{sources_sha256, LoadError, LoadOptions, Policy, DEFAULT_MAX_POLICY_BYTES};
 
 use crate::audit::{AuditError, AuditLog, LoadReason, Record};
 
@@ -97,8 +104,8 @@ pub enum ReloadOutcome {
         /// Its rendered warnings.
         warnings: Vec<String>,
     },
-    /// The file is gone: the empty policy is live, everything stock.
-    Deleted,
+    /// The file is gone: refused like a broken policy, the last good one stays live.
+    Missing,
     /// The file is gone, but the trigger ([`Trigger::Watch`]) asked to wait before
     /// believing it: nothing swapped, nothing audited.
     Vanished,
@@ -122,6 +129,9 @@ pub struct LastRefusal {
     pub sha256: Option<String>,
     /// When it was refused.
     pub at: SystemTime,
+    /// Whether the refusal is that `policy.toml` does not exist (status:
+    /// `policy_missing`, not `policy_rejected`).
+    pub missing: bool,
 }
 
 /// Everything the store publishes, as ONE value: the live policy and the last
@@ -140,7 +150,7 @@ pub struct Published {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Trigger {
     /// A plain request ([`PolicyStore::reload`]): an unchanged policy is a no-op,
-    /// a missing file makes the empty policy live.
+    /// a missing file is refused (the last good policy stays live).
     Request,
     /// The watcher saw a change: like `Request`, except that a missing
     /// `policy.toml` changes nothing yet ([`ReloadOutcome::Vanished`]): an editor
@@ -160,6 +170,8 @@ pub struct PolicyStore {
     path: PathBuf,
     /// Ownership checks for every load.
     opts: LoadOptions,
+    /// The most bytes the policy's files may hold together (`--max-policy-bytes`).
+    max_bytes: u64,
     /// The published state: check-ins load it lock-free; a reload stores a complete one.
     published: ArcSwap<Published>,
     /// Serializes reloads, so two concurrent reloads cannot swap out of order or
@@ -168,7 +180,21 @@ pub struct PolicyStore {
     /// When the first load started reading: a file changed after this may not be
     /// in the live policy.
     first_read_at: SystemTime,
+    /// Policies made live whose archive write failed (disk full, ...), retried
+    /// at every reload and every status request until written, newest last.
+    unarchived: Mutex<Vec<Unarchived>>,
 }
+
+/// A policy text the archive does not hold yet.
+#[derive(Debug)]
+struct Unarchived {
+    sha256: String,
+    sources: Vec<(String, String)>,
+}
+
+/// At most this many unarchived policies are kept for retrying (each holds its
+/// whole text); past it, the oldest is given up, with an error in the log.
+const UNARCHIVED_KEEP: usize = 8;
 
 /// A load that did not produce a policy.
 struct Refusal {
@@ -176,14 +202,30 @@ struct Refusal {
     errors: Vec<String>,
     /// SHA-256 of the refused input, when it could be read.
     sha256: Option<String>,
+    /// The main file does not exist.
+    missing: bool,
 }
 
 impl Refusal {
+    /// `policy.toml` is not there: refused like a broken file.
+    fn missing(path: &Path) -> Refusal {
+        Refusal {
+            errors: vec![format!(
+                "{}: no such policy file (deleted or moved?): a missing policy is refused like \
+                 a broken one; to turn unlocking off on purpose, install a policy with no rules",
+                path.display()
+            )],
+            sha256: None,
+            missing: true,
+        }
+    }
+
     fn published(&self) -> LastRefusal {
         LastRefusal {
             errors: self.errors.clone(),
             sha256: self.sha256.clone(),
             at: SystemTime::now(),
+            missing: self.missing,
         }
     }
 }
@@ -193,6 +235,8 @@ enum Attempt {
         /// Boxed: a compiled policy is large, and this enum is moved around.
         policy: Box<Policy>,
         warnings: Vec<String>,
+        /// Its text, when the archive write failed (to retry).
+        unarchived: Option<Unarchived>,
     },
     Missing,
     Refused(Refusal),
@@ -202,25 +246,44 @@ impl PolicyStore {
     /// Loads the policy at `path` (plus `policy.d/`) and audits the result.
     ///
     /// Never refuses to start over the policy (see the module doc): a missing file
-    /// gives the empty policy, an invalid one the empty policy and a
-    /// `policy_rejected` record. The only error is the audit log refusing the
-    /// record: a daemon that cannot audit must not serve.
+    /// gives the empty policy (and a standing refusal: status says degraded), an
+    /// invalid one the empty policy and a `policy_rejected` record. The only error
+    /// is the audit log refusing the record: a daemon that cannot audit must not serve.
     pub fn load_initial(
         path: &Path,
         opts: LoadOptions,
         audit: &AuditLog,
     ) -> Result<PolicyStore, AuditError> {
+        Self::load_initial_within(path, opts, DEFAULT_MAX_POLICY_BYTES, audit)
+    }
+
+    /// [`PolicyStore::load_initial`], refusing (now and on every reload) a policy
+    /// whose files hold more than `max_bytes` together, like any broken policy.
+    pub fn load_initial_within(
+        path: &Path,
+        opts: LoadOptions,
+        max_bytes: u64,
+        audit: &AuditLog,
+    ) -> Result<PolicyStore, AuditError> {
         let first_read_at = SystemTime::now();
-        let (live, refusal) = match attempt(path, &opts, audit) {
-            Attempt::Valid { policy, warnings } => (
-                LivePolicy::new(*policy, path, warnings, LoadReason::Start),
-                None,
-            ),
+        let mut unarchived = Vec::new();
+        let (live, refusal) = match attempt(path, &opts, max_bytes, audit) {
+            Attempt::Valid {
+                policy,
+                warnings,
+                unarchived: pending,
+            } => {
+                unarchived.extend(pending);
+                (
+                    LivePolicy::new(*policy, path, warnings, LoadReason::Start),
+                    None,
+                )
+            }
             Attempt::Missing => {
                 tracing::warn!(path = %path.display(), "no policy file: no rules, everything stock");
                 (
                     LivePolicy::new(Policy::empty(), path, Vec::new(), LoadReason::Missing),
-                    None,
+                    Some(Refusal::missing(path).published()),
                 )
             }
             Attempt::Refused(refusal) => {
@@ -244,12 +307,14 @@ impl PolicyStore {
         Ok(PolicyStore {
             path: path.to_owned(),
             opts,
+            max_bytes,
             published: ArcSwap::from_pointee(Published {
                 live: Arc::new(live),
                 refusal,
             }),
             reloading: Mutex::new(()),
             first_read_at,
+            unarchived: Mutex::new(unarchived),
         })
     }
 
@@ -279,6 +344,44 @@ impl PolicyStore {
         &self.path
     }
 
+    /// Whether the live policy's text is in the archive, after retrying every
+    /// archive write that failed: what `metalift status` reports as
+    /// `policy_archived`.
+    pub fn archived(&self, audit: &AuditLog) -> bool {
+        self.retry_archive(audit);
+        let live = self.current();
+        !lock(&self.unarchived)
+            .iter()
+            .any(|u| u.sha256 == live.sha256)
+    }
+
+    /// Writes every policy text whose archiving failed, keeping those that fail again.
+    fn retry_archive(&self, audit: &AuditLog) {
+        let mut list = lock(&self.unarchived);
+        if list.is_empty() {
+            return;
+        }
+        let dir = crate::live_policy::archive::dir_for(audit.path());
+        list.retain(
+            |u| match crate::live_policy::archive::store(&dir, &u.sha256, &u.sources) {
+                Ok(()) => {
+                    tracing::info!(sha256 = %u.sha256, "policy text archived on retry");
+                    false
+                }
+                Err(error) => {
+                    tracing::debug!(sha256 = %u.sha256, %error, "policy archive retry failed");
+                    true
+                }
+            },
+        );
+    }
+
+    /// The most bytes the policy's files may hold together.
+    #[must_use]
+    pub fn max_bytes(&self) -> u64 {
+        self.max_bytes
+    }
+
     /// Why the last load was refused, until a later load succeeds.
     #[must_use]
     pub fn last_error(&self) -> Option<String> {
@@ -290,7 +393,7 @@ impl PolicyStore {
     }
 
     /// Reads the policy again and, when it changed, swaps it in (valid), keeps the
-    /// last good one (refused) or goes empty (deleted), auditing each. Blocking file
+    /// last good one (refused, or the file is missing), auditing each. Blocking file
     /// I/O: call it off the async executor (`spawn_blocking`).
     ///
     /// A failure to audit does not stop a reload: the new policy is still the
@@ -315,8 +418,13 @@ impl PolicyStore {
         let current = &before.live;
         let refused_before = before.refusal.as_ref();
         let sighup = trigger == Trigger::Sighup;
-        match attempt(&self.path, &self.opts, audit) {
-            Attempt::Valid { policy, warnings } => {
+        self.retry_archive(audit);
+        match attempt(&self.path, &self.opts, self.max_bytes, audit) {
+            Attempt::Valid {
+                policy,
+                warnings,
+                unarchived,
+            } => {
                 let same = policy.sha256_hex() == current.sha256;
                 if same && refused_before.is_none() && !sighup {
                     return ReloadOutcome::Unchanged;
@@ -333,50 +441,63 @@ impl PolicyStore {
                     warnings: live.warnings.clone(),
                 };
                 drop(before);
+                if let Some(pending) = unarchived {
+                    let mut list = lock(&self.unarchived);
+                    list.retain(|u| u.sha256 != pending.sha256);
+                    list.push(pending);
+                    if list.len() > UNARCHIVED_KEEP {
+                        let gone = list.remove(0);
+                        tracing::error!(sha256 = %gone.sha256,
+                            "giving up archiving this policy: `explain --decision` cannot show its text");
+                    }
+                }
                 self.swap_in(live, audit);
                 outcome
             }
             Attempt::Missing if trigger == Trigger::Watch => ReloadOutcome::Vanished,
-            Attempt::Missing => {
-                let reason = if sighup {
-                    LoadReason::Sighup
-                } else {
-                    LoadReason::Deleted
-                };
-                let live = LivePolicy::new(Policy::empty(), &self.path, Vec::new(), reason);
-                if live.sha256 == current.sha256 && refused_before.is_none() && !sighup {
-                    return ReloadOutcome::Unchanged;
-                }
-                tracing::warn!(path = %self.path.display(), "no policy file: no rules, everything stock");
-                drop(before);
-                self.swap_in(live, audit);
-                ReloadOutcome::Deleted
-            }
-            Attempt::Refused(refusal) => {
-                if refused_before.is_some_and(|r| r.errors == refusal.errors) && !sighup {
-                    return ReloadOutcome::Unchanged;
-                }
-                // One line per problem, not one per attempt: the same refusal
-                // again (from a SIGHUP) is audited but logged once.
-                if refused_before.is_none_or(|r| r.errors != refusal.errors) {
-                    tracing::error!(
-                        path = %self.path.display(),
-                        errors = %refusal.errors.join("\n"),
-                        kept = %current.sha256,
-                        "policy refused: the last good policy stays live"
-                    );
-                }
-                let record = rejected_record(&self.path, &refusal, &current.sha256);
-                if let Err(error) = audit.append(&record) {
-                    tracing::error!(%error, "could not audit the policy refusal");
-                }
-                self.published.store(Arc::new(Published {
-                    live: Arc::clone(current),
-                    refusal: Some(refusal.published()),
-                }));
-                ReloadOutcome::Rejected {
-                    errors: refusal.errors,
-                }
+            Attempt::Missing => self.refuse(trigger, &before, Refusal::missing(&self.path), audit),
+            Attempt::Refused(refusal) => self.refuse(trigger, &before, refusal, audit),
+        }
+    }
+
+    /// Keeps the live policy, audits the refusal (unless it is the standing one
+    /// again, SIGHUP excepted) and publishes it for `metalift status`.
+    fn refuse(
+        &self,
+        trigger: Trigger,
+        before: &Published,
+        refusal: Refusal,
+        audit: &AuditLog,
+    ) -> ReloadOutcome {
+        let current = &before.live;
+        let refused_before = before.refusal.as_ref();
+        let sighup = trigger == Trigger::Sighup;
+        if refused_before.is_some_and(|r| r.errors == refusal.errors) && !sighup {
+            return ReloadOutcome::Unchanged;
+        }
+        // One line per problem, not one per attempt: the same refusal
+        // again (from a SIGHUP) is audited but logged once.
+        if refused_before.is_none_or(|r| r.errors != refusal.errors) {
+            tracing::error!(
+                path = %self.path.display(),
+                errors = %refusal.errors.join("\n"),
+                kept = %current.sha256,
+                "policy refused: the last good policy stays live"
+            );
+        }
+        let record = rejected_record(&self.path, &refusal, &current.sha256);
+        if let Err(error) = audit.append(&record) {
+            tracing::error!(%error, "could not audit the policy refusal");
+        }
+        self.published.store(Arc::new(Published {
+            live: Arc::clone(current),
+            refusal: Some(refusal.published()),
+        }));
+        if refusal.missing {
+            ReloadOutcome::Missing
+        } else {
+            ReloadOutcome::Rejected {
+                errors: refusal.errors,
             }
         }
     }
@@ -413,15 +534,25 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-fn attempt(path: &Path, opts: &LoadOptions, audit: &AuditLog) -> Attempt {
+fn attempt(path: &Path, opts: &LoadOptions, max_bytes: u64, audit: &AuditLog) -> Attempt {
     // pol: `"host"` family ceilings resolve for this machine (crate::live_policy::host_chip).
-    match crate::live_policy::host_chip::load(path, opts) {
+    match crate::live_policy::host_chip::load(path, opts, max_bytes) {
         Ok(loaded) => {
-            // pol: keep the text of every valid policy by hash, for `explain --live/--decision`.
-            if let Err(error) = crate::live_policy::archive::store_loaded(audit.path(), &loaded) {
-                tracing::warn!(%error, "could not archive the policy text");
-            }
+            // pol: keep the text of every valid policy by hash, for `explain --live/--decision`;
+            // a failed write is retried (`PolicyStore::retry_archive`).
+            let unarchived = match crate::live_policy::archive::store_loaded(audit.path(), &loaded)
+            {
+                Ok(()) => None,
+                Err(error) => {
+                    tracing::warn!(%error, "could not archive the policy text: retrying at the next reload or status request");
+                    Some(Unarchived {
+                        sha256: loaded.policy.sha256_hex().to_owned(),
+                        sources: crate::live_policy::archive::named(&loaded.sources),
+                    })
+                }
+            };
             Attempt::Valid {
+                unarchived,
                 warnings: loaded
                     .warnings
                     .iter()
@@ -441,13 +572,17 @@ fn attempt(path: &Path, opts: &LoadOptions, audit: &AuditLog) -> Attempt {
                 .map(|d| d.render(&sources))
                 .collect(),
             sha256: Some(sources_sha256(&sources)),
+            missing: false,
         }),
-        Err(other @ (LoadError::Io { .. } | LoadError::Permission { .. })) => {
-            Attempt::Refused(Refusal {
-                errors: vec![other.to_string()],
-                sha256: None,
-            })
-        }
+        Err(
+            other @ (LoadError::Io { .. }
+            | LoadError::Permission { .. }
+            | LoadError::TooLarge { .. }),
+        ) => Attempt::Refused(Refusal {
+            errors: vec![other.to_string()],
+            sha256: None,
+            missing: false,
+        }),
     }
 }
 

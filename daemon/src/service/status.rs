@@ -11,6 +11,8 @@ use std::time::Duration;
 use metalift_policy::wire::{self, Message, WireError, LENGTH_PREFIX};
 use serde::{Deserialize, Serialize};
 
+use crate::service::health::Health;
+
 /// What the daemon reports about itself. Sent as JSON inside a `Status` frame.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StatusReport {
@@ -71,6 +73,24 @@ pub struct StatusReport {
     /// told nothing, or from an older daemon.
     #[serde(default)]
     pub full_disk_access: Option<bool>,
+    /// Whether the daemon can unlock as its policy says, cause first
+    /// (`crate::service::health`); `ok` from an older daemon that sends none.
+    #[serde(default)]
+    pub health: Health,
+    /// The audit log the daemon writes (`None` from an older daemon).
+    #[serde(default)]
+    pub audit_log: Option<String>,
+    /// Free bytes on the audit log's file system, as the daemon measures them.
+    #[serde(default)]
+    pub audit_free_bytes: Option<u64>,
+    /// The daemon's policy size limit (`--max-policy-bytes`; `None` from an older daemon).
+    #[serde(default)]
+    pub max_policy_bytes: Option<u64>,
+    /// Whether the live policy's text is in the policy archive (`explain --live`
+    /// and `--decision` read it there); `false` while a failed archive write waits
+    /// for its retry. `None` from an older daemon.
+    #[serde(default)]
+    pub policy_archived: Option<bool>,
 }
 
 impl StatusReport {
@@ -91,8 +111,16 @@ impl StatusReport {
                 format!("{acc}\n                  {l}")
             }),
         };
+        let health = match self.health.causes.split_first() {
+            None => "ok".to_owned(),
+            Some((first, rest)) => rest.iter().fold(
+                format!("DEGRADED: {} ({})", first.message, first.code),
+                |acc, c| format!("{acc}\n                  {} ({})", c.message, c.code),
+            ),
+        };
         format!(
             "metaliftd {version} (pid {pid}), running since {started}\n\
+             health            {health}\n\
              policy            {path}\n\
              \x20 sha256          {sha}\n\
              \x20 loaded at       {loaded}\n\
@@ -139,6 +167,14 @@ pub enum StatusError {
         socket: PathBuf,
         /// The connect error.
         source: std::io::Error,
+    },
+    /// The daemon accepted the connection but did not answer in time (hung or overloaded).
+    #[error("no answer from metaliftd within {} s on {} (the daemon is hung or overloaded: restart it)", timeout.as_secs_f64(), socket.display())]
+    NoAnswer {
+        /// The socket.
+        socket: PathBuf,
+        /// How long it was given.
+        timeout: Duration,
     },
     /// The daemon accepted but the exchange failed.
     #[error("talking to metaliftd on {}: {source}", socket.display())]
@@ -187,9 +223,23 @@ pub fn request_raw(socket: &Path, timeout: Duration) -> Result<String, StatusErr
         socket: socket.to_owned(),
         source,
     })?;
-    let io = |source| StatusError::Io {
-        socket: socket.to_owned(),
-        source,
+    let io = |source: std::io::Error| {
+        // A read or write timeout on a blocking socket is EAGAIN/EWOULDBLOCK
+        // ("Resource temporarily unavailable"): say what it means.
+        if matches!(
+            source.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        ) {
+            StatusError::NoAnswer {
+                socket: socket.to_owned(),
+                timeout,
+            }
+        } else {
+            StatusError::Io {
+                socket: socket.to_owned(),
+                source,
+            }
+        }
     };
     stream.set_read_timeout(Some(timeout)).map_err(io)?;
     stream.set_write_timeout(Some(timeout)).map_err(io)?;
@@ -242,6 +292,11 @@ mod tests {
             connections_waiting: 7,
             cache_entries: 2,
             full_disk_access: None,
+            health: Health::default(),
+            audit_log: None,
+            audit_free_bytes: None,
+            max_policy_bytes: None,
+            policy_archived: None,
         }
     }
 
