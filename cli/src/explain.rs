@@ -41,7 +41,8 @@ use past::{archived_policy, compare_text, decision_text, find_decision, live_pol
 #[derive(Debug, clap::Args)]
 #[command(group(clap::ArgGroup::new("who").required(true).args(["path", "pid", "decision"])))]
 pub struct Args {
-    /// The main policy file (`policy.d/` beside it is read too).
+    /// The main policy file (`policy.d/` beside it is read too). Not read with
+    /// --live, which explains with the daemon's own policy.
     #[arg(long, default_value = DEFAULT_POLICY, env = "METALIFT_POLICY")]
     pub policy: PathBuf,
     /// Explain for this executable.
@@ -55,7 +56,9 @@ pub struct Args {
     #[arg(long, value_name = "ID", conflicts_with_all = ["live", "uid", "parent", "team_id", "signing_id", "cdhash", "anchor"])]
     pub decision: Option<u64>,
     /// Explain with the running daemon's live policy instead of the file on disk.
-    #[arg(long, conflicts_with = "policy")]
+    // No clap conflict with --policy: a METALIFT_POLICY set for every command
+    // would make every --live a usage error.
+    #[arg(long)]
     pub live: bool,
     /// The daemon's socket, for --live [default: as `metalift status`].
     #[arg(long, value_name = "PATH", env = "METALIFT_SOCKET")]

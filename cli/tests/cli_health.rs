@@ -288,3 +288,47 @@ fn given_a_daemon_that_accepts_but_never_answers_then_status_and_doctor_say_no_a
         "{daemon}"
     );
 }
+
+#[test]
+fn given_the_archive_write_failed_then_explain_live_says_never_archived_and_the_write_is_retried() {
+    let dir = DaemonDir::new("health-archive-");
+    std::fs::write(dir.policy(), unlock_me_policy()).expect("policy");
+    // A regular file where the archive directory goes: every archive write fails,
+    // as on a full disk, while the audit log itself is fine.
+    let blocker = dir.path("log/policies");
+    std::fs::write(&blocker, "").expect("blocker");
+    let _daemon = dir.start(&[], &[]);
+    let report = json(&status(&dir, true));
+    assert_eq!(report["policy_archived"], false, "{report}");
+
+    let (socket, log) = (dir.socket(), dir.audit_log());
+    let explain = || {
+        metalift(&[
+            "explain",
+            "--live",
+            "--path",
+            s(&me()),
+            "--socket",
+            s(&socket),
+            "--log",
+            s(&log),
+        ])
+    };
+    let out = explain();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{said}");
+    assert!(said.contains("was never archived"), "{said}");
+    assert!(!said.contains("no longer archived"), "{said}");
+
+    // The obstacle gone, the next status request (explain asks one) retries the write.
+    std::fs::remove_file(&blocker).expect("remove blocker");
+    let out = explain();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(json(&status(&dir, true))["policy_archived"], true);
+}
