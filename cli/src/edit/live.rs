@@ -108,6 +108,10 @@ impl Live {
     #[must_use]
     pub fn describe(&self) -> String {
         match self {
+            // The status client's error already says "no daemon answers: ...".
+            Live::NoDaemon(why) if why.starts_with("no daemon answers") => {
+                format!("{why}: the policy goes live when metaliftd starts")
+            }
             Live::NoDaemon(why) => {
                 format!("no daemon answers ({why}): the policy goes live when metaliftd starts")
             }
