@@ -201,3 +201,122 @@ pub fn assess(published: &Published, audit: &AuditFacts) -> Health {
     }
     Health::from_causes(causes)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::SystemTime;
+
+    use metalift_policy::Policy;
+
+    use super::*;
+    use crate::audit::writer::WriteFailure;
+    use crate::audit::LoadReason;
+    use crate::live_policy::store::{LastRefusal, LivePolicy};
+
+    fn published(refusal: Option<LastRefusal>) -> Published {
+        Published {
+            live: Arc::new(LivePolicy {
+                policy: Arc::new(Policy::empty()),
+                path: "/etc/metalift/policy.toml".into(),
+                sha256: "ab".repeat(32),
+                loaded_at: SystemTime::now(),
+                rule_count: 3,
+                warnings: Vec::new(),
+                reason: LoadReason::Start,
+            }),
+            refusal,
+        }
+    }
+
+    fn facts(failed: bool, free: Option<u64>) -> AuditFacts {
+        AuditFacts {
+            path: "/var/log/metalift/audit.jsonl".into(),
+            last_failure: failed.then(|| WriteFailure {
+                at: SystemTime::now(),
+                error: "cannot write audit log: No space left on device (os error 28)".into(),
+            }),
+            free_bytes: free,
+        }
+    }
+
+    #[test]
+    fn nothing_wrong_is_ok_and_room_for_records_is_not_a_cause() {
+        let health = assess(&published(None), &facts(false, Some(LOW_SPACE_BYTES)));
+        assert_eq!(health, Health::default());
+        assert!(!health.is_degraded());
+    }
+
+    #[test]
+    fn the_causes_come_most_severe_first() {
+        let refusal = LastRefusal {
+            errors: vec!["/etc/metalift/policy.toml: no such policy file".into()],
+            sha256: None,
+            at: SystemTime::now(),
+            missing: true,
+        };
+        let health = assess(&published(Some(refusal)), &facts(true, Some(100)));
+        assert!(health.is_degraded());
+        let codes: Vec<&str> = health.causes.iter().map(|c| c.code.as_str()).collect();
+        assert_eq!(
+            codes,
+            [
+                code::AUDIT_WRITE_FAILED,
+                code::AUDIT_DISK_FULL,
+                code::POLICY_MISSING
+            ]
+        );
+        assert!(health.causes[0].message.contains("No space left on device"));
+        assert!(health.causes[0].stops_unlocks() && health.causes[1].stops_unlocks());
+        assert!(!health.causes[2].stops_unlocks());
+        assert!(
+            health.causes[2]
+                .message
+                .contains("the last good policy stays live"),
+            "{:?}",
+            health.causes[2]
+        );
+    }
+
+    #[test]
+    fn a_refused_load_names_its_first_error_and_how_many_more() {
+        let refusal = LastRefusal {
+            errors: vec![
+                "p.toml:3:1: error: unknown key\n  | x = 1".into(),
+                "p.toml:4:1: error: unknown key".into(),
+            ],
+            sha256: Some("cd".repeat(32)),
+            at: SystemTime::now(),
+            missing: false,
+        };
+        let health = assess(&published(Some(refusal)), &facts(false, None));
+        assert_eq!(health.causes.len(), 1);
+        assert_eq!(health.causes[0].code, code::POLICY_REJECTED);
+        assert!(
+            health.causes[0]
+                .message
+                .starts_with("the last policy load was refused: p.toml:3:1: error: unknown key (and 1 more error)"),
+            "{:?}",
+            health.causes[0]
+        );
+        assert!(
+            !health.causes[0].message.contains("x = 1"),
+            "no source lines"
+        );
+    }
+
+    #[test]
+    fn the_health_document_has_the_shape_status_readers_rely_on() {
+        let json = serde_json::to_value(Health::from_causes(vec![Cause {
+            code: code::AUDIT_DISK_FULL.into(),
+            message: "m".into(),
+        }]))
+        .unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"state": "degraded", "causes": [{"code": "audit_disk_full", "message": "m"}]})
+        );
+        let ok: Health = serde_json::from_str(r#"{"state": "ok", "causes": []}"#).unwrap();
+        assert_eq!(ok, Health::default());
+    }
+}

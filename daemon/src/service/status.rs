@@ -320,6 +320,41 @@ mod tests {
     }
 
     #[test]
+    fn an_older_daemons_report_without_health_reads_as_ok() {
+        let mut json = serde_json::to_value(report()).unwrap();
+        let fields = json.as_object_mut().unwrap();
+        for new in [
+            "health",
+            "audit_log",
+            "audit_free_bytes",
+            "max_policy_bytes",
+            "policy_archived",
+        ] {
+            assert!(fields.remove(new).is_some(), "{new}");
+        }
+        let read: StatusReport = serde_json::from_value(json).unwrap();
+        assert!(!read.health.is_degraded());
+        assert_eq!(read.policy_archived, None);
+    }
+
+    #[test]
+    fn the_text_report_says_degraded_and_the_cause() {
+        let mut r = report();
+        r.health = Health::from_causes(vec![crate::service::health::Cause {
+            code: "audit_write_failed".into(),
+            message: "the last audit write failed".into(),
+        }]);
+        let text = r.to_text();
+        assert!(
+            text.contains(
+                "health            DEGRADED: the last audit write failed (audit_write_failed)"
+            ),
+            "{text}"
+        );
+        assert!(report().to_text().contains("health            ok"));
+    }
+
+    #[test]
     fn no_daemon_is_a_clear_error_naming_the_socket() {
         let dir = tempfile::tempdir().unwrap();
         let socket = dir.path().join("none.sock");
