@@ -170,7 +170,7 @@ _metalift() {
                     return 0
                     ;;
                 --kind)
-                    COMPREPLY=($(compgen -W "decision outcome policy_loaded policy_rejected daemon_start daemon_stop" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "decision outcome policy_loaded policy_rejected daemon_start daemon_stop refused" -- "${cur}"))
                     return 0
                     ;;
                 --lines)

@@ -45,7 +45,7 @@ complete -c metalift -n "__fish_metalift_using_subcommand validate" -l json -d '
 complete -c metalift -n "__fish_metalift_using_subcommand validate" -l skip-host-checks -d 'Skip the checks against this machine (rule paths that are symlinks or missing, uid vs user): for checking a policy somewhere other than where it will run'
 complete -c metalift -n "__fish_metalift_using_subcommand validate" -l allow-insecure-owner -d 'Do not report files not owned by root or writable by group/other'
 complete -c metalift -n "__fish_metalift_using_subcommand validate" -s h -l help -d 'Print help'
-complete -c metalift -n "__fish_metalift_using_subcommand explain" -l policy -d 'The main policy file (`policy.d/` beside it is read too)' -r -F
+complete -c metalift -n "__fish_metalift_using_subcommand explain" -l policy -d 'The main policy file (`policy.d/` beside it is read too). Not read with --live, which explains with the daemon\'s own policy' -r -F
 complete -c metalift -n "__fish_metalift_using_subcommand explain" -l path -d 'Explain for this executable' -r -F
 complete -c metalift -n "__fish_metalift_using_subcommand explain" -l pid -d 'Explain for this running process (Linux: read from /proc)' -r
 complete -c metalift -n "__fish_metalift_using_subcommand explain" -l decision -d 'Re-explain this past decision (its id from the audit log) with the policy that was live then' -r
@@ -84,7 +84,8 @@ outcome\t'What the shim did'
 policy_loaded\t'A policy became live'
 policy_rejected\t'A policy was refused'
 daemon_start\t'The daemon started'
-daemon_stop\t'The daemon stopped'"
+daemon_stop\t'The daemon stopped'
+refused\t'A check-in or outcome the daemon refused (another process\'s outcome, a wrong decision id, a malformed message, a uid changed since connect)'"
 complete -c metalift -n "__fish_metalift_using_subcommand audit" -s n -l lines -d 'With --follow: first show the last N processes (records, with --records) of the live file' -r
 complete -c metalift -n "__fish_metalift_using_subcommand audit" -l records -d 'Show the raw records instead of one line per process'
 complete -c metalift -n "__fish_metalift_using_subcommand audit" -l summary -d 'Print counts by result, rule and executable instead of lines'

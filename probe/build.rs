@@ -10,7 +10,7 @@
 //! | `noinit/`      | no `-[_MTLDevice initGPUFamilySupport]`           | the "selector missing" tests     |
 //! | `nows/`        | no `recommendedMaxWorkingSetSize`                 | the "selector missing" tests     |
 //! | `moved/`       | the getters moved into the driver class           | the "method moved" test          |
-//! | `noeffect/`    | `-init` swaps the class to an overriding subclass | the self-check/roll-back test    |
+//! | `cached/`      | `-initGPUFamilySupport` moves the device to a subclass answering from copies | the self-check/roll-back test |
 //! | `wrapper/`     | the default device is a forwarding wrapper (`libsimmetal_tools.so`) | the wrapper test |
 //! | `lateclasses/` | classes in `libsimmetal_driver.so`, dlopened by `MTLCreateSystemDefaultDevice` | the dyld-order tests |
 //!
@@ -45,7 +45,7 @@ const VARIANTS: [(&str, &str, &[&str]); 9] = [
     ),
     ("nows", "libsimmetal.so", &["-DSIMMETAL_NO_WORKING_SET"]),
     ("moved", "libsimmetal.so", &["-DSIMMETAL_MOVED"]),
-    ("noeffect", "libsimmetal.so", &["-DSIMMETAL_NO_EFFECT"]),
+    ("cached", "libsimmetal.so", &["-DSIMMETAL_CACHED"]),
     ("wrapper", "libsimmetal.so", &["-DSIMMETAL_WRAPPER"]),
     ("wrapper", "libsimmetal_tools.so", &["-DSIMMETAL_TOOLS"]),
     ("lateclasses", "libsimmetal.so", &["-DSIMMETAL_STUB"]),

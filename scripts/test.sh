@@ -5,12 +5,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --workspace --all-targets
-# The committed man pages, completions and policy schema must be what the CLI
-# generates now (regenerate: metalift __generate-docs . && metalift schema > schema/...).
+# The committed man pages, completions, the guide's generated reference pages and
+# the policy schema must be what the CLI generates now (regenerate:
+# metalift __generate-docs . && metalift schema > schema/...).
 docs=$(mktemp -d)
 trap 'rm -rf "$docs"' EXIT
 cargo run -q -p metalift-cli --bin metalift -- __generate-docs "$docs"
 diff -ru --exclude=metalift-policy.5 man "$docs/man"
 diff -ru completions "$docs/completions"
+for page in exit-codes.md cli.md; do
+  diff -u "docs/src/reference/$page" "$docs/docs/src/reference/$page"
+done
 cargo run -q -p metalift-cli --bin metalift -- schema | diff -u schema/metalift-policy.schema.json -
 cargo test --workspace --all-targets "$@"

@@ -63,7 +63,7 @@ pub fn check_in_once(socket: &Path) -> anyhow::Result<()> {
 }
 
 /// Runs `exe check-in-once` against `socket`; returns the rule and the round trip.
-fn child_check_in(exe: &Path, socket: &Path) -> anyhow::Result<(String, Duration)> {
+pub(crate) fn child_check_in(exe: &Path, socket: &Path) -> anyhow::Result<(String, Duration)> {
     let out = Command::new(exe)
         .arg("check-in-once")
         .arg("--socket")

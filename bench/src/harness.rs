@@ -358,6 +358,21 @@ pub fn apple_family(mut cmd: Command) -> anyhow::Result<i64> {
     json["apple_family"].as_i64().context("no apple_family")
 }
 
+/// `program` with no METALIFT_* or preload variables inherited from the
+/// benchmark's own environment, stdin from /dev/null.
+#[must_use]
+pub fn clean(program: &Path) -> Command {
+    let mut cmd = Command::new(program);
+    for (key, _) in std::env::vars_os() {
+        let key = key.to_string_lossy().into_owned();
+        if key.starts_with("METALIFT_") || key == "LD_PRELOAD" || key == "LD_LIBRARY_PATH" {
+            cmd.env_remove(key);
+        }
+    }
+    cmd.stdin(Stdio::null());
+    cmd
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -13,6 +13,8 @@
 //!   issue 7, each returning a [`Section`] with its table and its targets.
 //! - [`startup`] (Linux): item 1 (issue 10), the shim's start-up cost next to an
 //!   empty preloaded C library.
+//! - [`identity_hop`] (Linux): issue 24 item 6, a check-in with the peer identified
+//!   inline and on the blocking pool, in one run.
 //!
 //! Every figure is compared with a baseline measured in the same run, and the
 //! harness asserts nothing about time: a missed target is printed as missed.
@@ -28,9 +30,13 @@ pub mod big_exe;
 #[cfg(target_os = "linux")]
 pub mod harness;
 #[cfg(target_os = "linux")]
+pub mod identity_hop;
+#[cfg(target_os = "linux")]
 pub mod probe_cost;
 #[cfg(target_os = "linux")]
 pub mod reload;
+#[cfg(target_os = "linux")]
+pub mod stalls;
 #[cfg(target_os = "linux")]
 pub mod startup;
 #[cfg(target_os = "linux")]

@@ -38,6 +38,11 @@ enum Cmd {
     Probe,
     /// Item 3: daemon throughput and latency at 1, 8, 64 clients, and RSS.
     Throughput,
+    /// Issue 23 item 4: the first device creation with the daemon healthy, not
+    /// running, stopped and silent; the registration lock's wait.
+    Stalls,
+    /// Issue 24 item 6: a check-in identified inline vs on the blocking pool, in one run.
+    IdentityHop,
     /// Item 4: policy write → first verdict under it.
     Reload,
     /// Item 5: a 100 MB executable under a sha256 rule, first vs later decisions.
@@ -75,7 +80,8 @@ fn run(args: Args) -> anyhow::Result<()> {
     use anyhow::Context as _;
     use metalift_bench::harness::{self, Artifacts};
     use metalift_bench::{
-        big_exe, probe_cost, reload, startup, summary_table, throughput, Section,
+        big_exe, identity_hop, probe_cost, reload, stalls, startup, summary_table, throughput,
+        Section,
     };
 
     let q = args.quick;
@@ -89,7 +95,22 @@ fn run(args: Args) -> anyhow::Result<()> {
         };
         throughput::run(art, rounds, length)
     };
+    let hop = |art: &Artifacts| {
+        let (rounds, length) = if q {
+            (2, Duration::from_millis(500))
+        } else {
+            (5, Duration::from_secs(2))
+        };
+        identity_hop::run(art, rounds, length)
+    };
     let reloads = |art: &Artifacts| reload::run(art, if q { 10 } else { 100 });
+    let stall = |art: &Artifacts| {
+        if q {
+            stalls::run(art, 10, 1)
+        } else {
+            stalls::run(art, 200, 3)
+        }
+    };
     let big = |art: &Artifacts| {
         if q {
             big_exe::run(art, 2, 10)
@@ -122,8 +143,10 @@ fn run(args: Args) -> anyhow::Result<()> {
                 Cmd::Startup => vec![start_up(&art)?],
                 Cmd::Probe => vec![probe(&art)?],
                 Cmd::Throughput => vec![through(&art)?],
+                Cmd::IdentityHop => vec![hop(&art)?],
                 Cmd::Reload => vec![reloads(&art)?],
                 Cmd::BigExe => vec![big(&art)?],
+                Cmd::Stalls => vec![stall(&art)?],
                 _ => {
                     let mut all = Vec::new();
                     for (name, bench) in [
@@ -132,7 +155,9 @@ fn run(args: Args) -> anyhow::Result<()> {
                             &start_up as &dyn Fn(&Artifacts) -> anyhow::Result<Section>,
                         ),
                         ("probe", &probe),
+                        ("stalls", &stall),
                         ("throughput", &through),
+                        ("identity-hop", &hop),
                         ("reload", &reloads),
                         ("big-exe", &big),
                     ] {

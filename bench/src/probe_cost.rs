@@ -27,24 +27,12 @@ use std::time::Instant;
 use anyhow::bail;
 
 use crate::baseline::BaselineServer;
-use crate::harness::{self, apple_family, Artifacts, Daemon};
+use crate::harness::{self, apple_family, clean, Artifacts, Daemon};
 use crate::stats::Samples;
 use crate::{Section, Target};
 
 /// Round trips sampled per iteration (cheap next to a process start).
 const ROUND_TRIPS_PER_ITERATION: usize = 5;
-
-fn clean(program: &Path) -> Command {
-    let mut cmd = Command::new(program);
-    for (key, _) in std::env::vars_os() {
-        let key = key.to_string_lossy().into_owned();
-        if key.starts_with("METALIFT_") || key == "LD_PRELOAD" || key == "LD_LIBRARY_PATH" {
-            cmd.env_remove(key);
-        }
-    }
-    cmd.stdin(Stdio::null());
-    cmd
-}
 
 fn injected(art: &Artifacts, socket: &Path) -> Command {
     let mut cmd = clean(&art.probe);

@@ -28,7 +28,7 @@ use crate::{Section, Target};
 
 /// How a round's clients behave.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Client {
+pub(crate) enum Client {
     /// Check in, read the verdict, close (a process that never touches Metal).
     CheckIn,
     /// Also send the outcome report before closing (a Metal process).
@@ -36,7 +36,7 @@ enum Client {
 }
 
 /// What one round measured.
-struct Round {
+pub(crate) struct Round {
     per_second: f64,
     latencies: Samples,
     errors: u64,
@@ -71,7 +71,7 @@ fn one(socket: &Path, check_in: &[u8], outcome: Option<&[u8]>) -> std::io::Resul
     Ok(())
 }
 
-fn round(
+pub(crate) fn round(
     socket: &Path,
     server_pid: u32,
     clients: usize,
@@ -136,18 +136,18 @@ fn round(
 
 /// Rounds of one server at one level, merged.
 #[derive(Default)]
-struct Level {
-    rates: Samples,
-    latencies: Samples,
+pub(crate) struct Level {
+    pub(crate) rates: Samples,
+    pub(crate) latencies: Samples,
     errors: u64,
-    count: u64,
-    server_cpu: Duration,
+    pub(crate) count: u64,
+    pub(crate) server_cpu: Duration,
     client_cpu: Duration,
     wall: Duration,
 }
 
 impl Level {
-    fn add(&mut self, r: Round) {
+    pub(crate) fn add(&mut self, r: Round) {
         self.rates.push(r.per_second);
         self.latencies.extend(&r.latencies);
         self.errors += r.errors;
@@ -157,7 +157,7 @@ impl Level {
         self.wall += r.wall;
     }
 
-    fn row(&mut self, name: &str, memory: Option<harness::Memory>) -> String {
+    pub(crate) fn row(&mut self, name: &str, memory: Option<harness::Memory>) -> String {
         let cores = |d: Duration| d.as_secs_f64() / self.wall.as_secs_f64();
         let per_cpu_second = self.count as f64 / self.server_cpu.as_secs_f64().max(1e-9);
         format!(
@@ -191,11 +191,9 @@ fn pin(pid: u32, cpus: &str) -> bool {
         .is_ok_and(|s| s.success())
 }
 
-/// Runs item 3: `rounds` alternating rounds of `length` per level and server.
-pub fn run(art: &Artifacts, rounds: usize, length: Duration) -> anyhow::Result<Section> {
-    let dir = tempfile::tempdir()?;
-    // A realistic policy: a few rules, none matching the load generator, so every
-    // verdict is stock after the whole rule set has been considered.
+/// A realistic policy: a few rules, none matching the load generator, so every
+/// verdict is stock after the whole rule set has been considered.
+pub(crate) fn realistic_policy() -> String {
     let mut policy = harness::one_rule_policy(
         "llama",
         "path = \"/opt/llama.cpp/bin/llama-*\"",
@@ -210,6 +208,13 @@ pub fn run(art: &Artifacts, rounds: usize, length: Duration) -> anyhow::Result<S
             "\n[[rule]]\nid = \"{id}\"\n{matcher}\nunlock = \"apple7\"\n"
         ));
     }
+    policy
+}
+
+/// Runs item 3: `rounds` alternating rounds of `length` per level and server.
+pub fn run(art: &Artifacts, rounds: usize, length: Duration) -> anyhow::Result<Section> {
+    let dir = tempfile::tempdir()?;
+    let policy = realistic_policy();
     let daemon = Daemon::start(art, dir.path(), &policy, &[])?;
     let baseline = BaselineServer::start(&art.bench, dir.path())?;
     let idle = harness::memory(daemon.pid())?;

@@ -1,8 +1,9 @@
 //! The generated documentation: man pages (`metalift(1)` and one page per
 //! subcommand, `metaliftd(8)`) and the bash, zsh and fish completions, from the
 //! clap definitions. `metalift __generate-docs DIR` writes `DIR/man/` and
-//! `DIR/completions/`; the committed copies (`man/`, `completions/`) are checked
-//! against a fresh generation by the tests and `scripts/test.sh`.
+//! `DIR/completions/`, and the guide's generated pages `DIR/docs/src/reference/`
+//! (`exit-codes.md`, `cli.md`: [`super::reference`]); the committed copies are
+//! checked against a fresh generation by the tests and `scripts/test.sh`.
 //! `man/metalift-policy.5` is written by hand (the file format is not a CLI).
 
 use std::fs;
@@ -10,16 +11,6 @@ use std::path::Path;
 
 use anyhow::Context as _;
 use clap_complete::Shell;
-
-/// The exit status of metaliftd, for its man page.
-const METALIFTD_EXIT: &str = "\
-Exit status:
-  0  stopped on SIGTERM or SIGINT after finishing the requests in flight
-  1  could not start for another reason (bad flags: 2, from the argument parser)
-  73 could not create or listen on the Unix socket (directory, permissions, in use)
-  74 could not open the audit log for appending
-  78 no usable configuration (e.g. no --socket and no $XDG_RUNTIME_DIR for a user's daemon)
-NO_COLOR (any non-empty value) turns colour off on stderr; colour is used only at a terminal.";
 
 /// The completion files and the shells they are for.
 pub const COMPLETIONS: [(Shell, &str); 3] = [
@@ -41,11 +32,27 @@ pub fn generate(
     }
     clap_mangen::generate_to(metalift.clone(), &man)
         .with_context(|| format!("cannot write man pages to {}", man.display()))?;
-    let daemon = metaliftd.name("metaliftd").after_help(METALIFTD_EXIT);
+    let daemon = metaliftd
+        .clone()
+        .name("metaliftd")
+        .after_help(super::reference::metaliftd_exit_help());
     clap_mangen::Man::new(daemon)
         .section("8")
         .generate_to(&man)
         .with_context(|| format!("cannot write metaliftd.8 to {}", man.display()))?;
+    let reference = dir.join("docs/src/reference");
+    fs::create_dir_all(&reference)
+        .with_context(|| format!("cannot create {}", reference.display()))?;
+    for (name, text) in [
+        ("exit-codes.md", super::reference::exit_codes_page()),
+        (
+            "cli.md",
+            super::reference::cli_page(&metalift, &metaliftd.name("metaliftd")),
+        ),
+    ] {
+        let path = reference.join(name);
+        fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
+    }
     for (shell, file) in COMPLETIONS {
         let mut script = Vec::new();
         super::completions::write(shell, &mut metalift.clone(), &mut script);

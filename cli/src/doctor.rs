@@ -150,12 +150,17 @@ fn audit_log(
     }
 }
 
-/// The exit status for a set of checks: 0 ok, 1 warnings, 2 failures.
+/// Exit status: some check warns (and none fails).
+pub const WARNINGS: u8 = 1;
+/// Exit status: some check fails.
+pub const FAILURES: u8 = 2;
+
+/// The exit status for a set of checks: 0 ok, [`WARNINGS`], [`FAILURES`].
 #[must_use]
 pub fn exit_status(checks: &[Check]) -> u8 {
     match checks.iter().map(|c| c.status).max() {
-        Some(Status::Fail) => 2,
-        Some(Status::Warn) => 1,
+        Some(Status::Fail) => FAILURES,
+        Some(Status::Warn) => WARNINGS,
         _ => 0,
     }
 }

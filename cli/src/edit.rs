@@ -39,11 +39,13 @@ use self::seen::{Change, Seen};
 use metalift_daemon::service::config::DEFAULT_POLICY;
 
 /// Exit status: installed (or nothing to install).
-const DONE: u8 = 0;
+pub const DONE: u8 = 0;
+/// Exit status: not installed, the file changed during the edit.
+pub use changed::NOT_INSTALLED;
 /// Exit status: the edit was invalid and discarded.
-const DISCARDED: u8 = 1;
+pub const DISCARDED: u8 = 1;
 /// Exit status: installed, but the daemon refused it or did not make it live in time.
-const NOT_LIVE: u8 = 3;
+pub const NOT_LIVE: u8 = 3;
 
 /// What a new main policy file starts as.
 const NEW_POLICY: &str = "version = 1\nmode = \"enforce\"\n";

@@ -37,6 +37,9 @@ use metalift_daemon::service::config::DEFAULT_POLICY;
 mod past;
 use past::{archived_policy, compare_text, decision_text, find_decision, live_policy, subject_of};
 
+/// Exit status: the policy to explain with is invalid.
+pub const INVALID_POLICY: u8 = 1;
+
 /// Arguments of `metalift explain`.
 #[derive(Debug, clap::Args)]
 #[command(group(clap::ArgGroup::new("who").required(true).args(["path", "pid", "decision"])))]
@@ -123,14 +126,6 @@ struct Chosen {
 
 /// Runs `metalift explain`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let compile = CompileOptions {
-        host: HostFamily {
-            brand: args
-                .host_chip_brand
-                .clone()
-                .or_else(metalift_daemon::live_policy::host_chip::machine_brand),
-        },
-    };
     let mut decision = None;
     let chosen = if let Some(id) = args.decision {
         let record = match find_decision(&args.log, id) {
@@ -150,14 +145,24 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         if !args.json {
             print!("{}", decision_text(&record));
         }
-        let archived =
-            archived_policy(&args, &record.policy_sha256, &compile, "that was live then");
+        // The chip the daemon decided on, as it recorded it.
+        let recorded_chip = record
+            .raw
+            .get("host_chip")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        let archived = archived_policy(
+            &args,
+            &record.policy_sha256,
+            &host_for(&args, recorded_chip),
+            "that was live then",
+        );
         decision = Some(record);
         archived
     } else if args.live {
-        live_policy(&args, &compile)
+        live_policy(&args)
     } else {
-        file_policy(&args, &compile)
+        file_policy(&args, &host_for(&args, None))
     };
     let chosen = match chosen {
         Ok(c) => c,
@@ -205,6 +210,24 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 /// The policy file on disk (`--policy`), as metaliftd would load it.
+/// The host chip to explain on (`apple_family_max = "host"`, and the family no
+/// unlock exceeds): `--host-chip-brand` when given (a what-if); else `daemons`,
+/// the brand the daemon reported (`--live`, from its status) or recorded in the
+/// decision (`--decision`), so the explanation is the daemon's, whatever machine
+/// reads it; else this machine's (a file explained here, or an older daemon that
+/// reported none).
+fn host_for(args: &Args, daemons: Option<String>) -> CompileOptions {
+    CompileOptions {
+        host: HostFamily {
+            brand: args
+                .host_chip_brand
+                .clone()
+                .or(daemons)
+                .or_else(metalift_daemon::live_policy::host_chip::machine_brand),
+        },
+    }
+}
+
 fn file_policy(args: &Args, compile: &CompileOptions) -> Result<Chosen, ExitCode> {
     let opts = LoadOptions {
         allow_insecure_owner: args.allow_insecure_owner,
@@ -239,7 +262,7 @@ fn file_policy(args: &Args, compile: &CompileOptions) -> Result<Chosen, ExitCode
                 "metalift: error: {}: the policy is invalid; metaliftd would keep its last good policy",
                 args.policy.display()
             );
-            Err(ExitCode::from(1))
+            Err(ExitCode::from(INVALID_POLICY))
         }
         Err(e) => {
             eprintln!("metalift: error: {e}");

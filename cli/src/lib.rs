@@ -17,6 +17,7 @@
 //! - [`doctor`]: `metalift doctor`: can this installation unlock anything, and the fix if not.
 //! - [`schema`]: `metalift schema`: the JSON Schema of a policy file.
 //! - [`completions`], [`docs`]: shell completions and man pages from the clap definitions.
+//! - [`reference`]: the exit status table and the command-line reference, for `--help` and the guide.
 //! - [`report`]: `--json`, exit codes and how an error ends the process.
 //! - [`sigpipe`]: a closed pipe ends the CLI quietly.
 #![deny(unsafe_code)]
@@ -29,6 +30,7 @@ pub mod doctor;
 pub mod edit;
 pub mod exec;
 pub mod explain;
+pub mod reference;
 pub mod report;
 pub mod schema;
 pub mod sigpipe;

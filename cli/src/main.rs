@@ -7,7 +7,7 @@ use metalift_cli as cli;
 
 /// Manage metalift: check policies, explain verdicts, read the audit log.
 #[derive(Debug, Parser)]
-#[command(name = "metalift", version, after_help = cli::report::EXIT_STATUS_HELP)]
+#[command(name = "metalift", version, after_help = cli::reference::exit_status_help())]
 struct Cli {
     #[command(subcommand)]
     command: Command,

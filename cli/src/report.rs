@@ -1,24 +1,11 @@
 //! How `metalift` ends on an error: one line on stderr, or, when the command was
 //! asked for `--json`, one stable JSON object on stdout,
-//! `{"ok":false,"error":"…","code":N}`, where `code` is the exit status.
+//! `{"code":N,"error":"…","ok":false}` (keys in that order), where `code` is the
+//! exit status.
 
 use std::ffi::OsString;
 use std::io::Write;
 use std::process::ExitCode;
-
-/// The exit status table, shown by `metalift --help` and in metalift(1).
-pub const EXIT_STATUS_HELP: &str = "\
-Exit status (every command; each command's --help says which apply):
-  0    success; the answer is yes (valid policy, healthy installation)
-  1    the answer is no: validate found errors, doctor found warnings
-  2    usage or runtime error (unreadable file, no daemon); doctor found failures
-  3    status: the policy on disk was refused or differs from the live one
-  4    exec --require-unlock: the command was not unlocked (or it could not be learned)
-  5    edit: not installed, the file changed during the edit (the edited copy is kept)
-  126  exec: the command is not executable
-  127  exec: the command was not found
-With --json, an error is one object on stdout: {\"ok\":false,\"error\":\"...\",\"code\":N}.
-NO_COLOR (any non-empty value) turns colour off.";
 
 /// Exit status for a usage or runtime error (contract: every `metalift` command).
 pub const ERROR: u8 = 2;

@@ -58,11 +58,11 @@ pub struct Args {
 }
 
 /// Exit code for a valid policy.
-const VALID: u8 = 0;
+pub const VALID: u8 = 0;
 /// Exit code for a policy with errors (or warnings under `--strict`).
-const INVALID: u8 = 1;
+pub const INVALID: u8 = 1;
 /// Exit code when the policy could not be read at all.
-const UNREADABLE: u8 = 2;
+pub const UNREADABLE: u8 = 2;
 
 /// What was checked and what was found.
 struct Report {

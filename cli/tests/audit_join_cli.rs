@@ -40,6 +40,7 @@ fn decision_at(id: u64, time: SystemTime, exe: &str, rule: Option<&str>, action:
         apple_family_requested: None,
         apple_family_capped: None,
         would_unlock: false,
+        host_chip: None,
         policy_sha256: format!("{:02x}", id % 256).repeat(32),
         latency_us: 90,
         transport: "unix".into(),

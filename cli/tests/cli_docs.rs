@@ -1,6 +1,7 @@
-//! The man pages and shell completions: the committed copies are what the CLI
-//! generates now, the hand-written metalift-policy(5) names every policy key, and
-//! `metalift completions` prints each shell's script.
+//! The man pages, shell completions and the guide's generated reference pages:
+//! the committed copies are what the CLI generates now, the hand-written
+//! metalift-policy(5) names every policy key, and `metalift completions` prints
+//! each shell's script.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -50,6 +51,14 @@ fn the_committed_man_pages_and_completions_are_up_to_date() {
                 "{sub}/{name} is stale: run `metalift __generate-docs .` at the repository root"
             );
         }
+    }
+    for page in ["exit-codes.md", "cli.md"] {
+        let name = format!("docs/src/reference/{page}");
+        assert_eq!(
+            std::fs::read_to_string(repo().join(&name)).unwrap_or_default(),
+            std::fs::read_to_string(tmp.path().join(&name)).unwrap(),
+            "{name} is stale: run `metalift __generate-docs .` at the repository root"
+        );
     }
 }
 

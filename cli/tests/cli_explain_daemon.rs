@@ -263,14 +263,14 @@ fn one_policy_hash_in_status_the_audit_log_validate_explain_and_sha256sum() {
     );
 }
 
-/// The README's command for a policy with drop-ins, as documented.
+/// The guide's command for a policy with drop-ins (docs/src/policy/hash.md), as documented.
 fn readme_drop_in_one_liner() -> String {
-    let readme = Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md");
-    std::fs::read_to_string(readme)
-        .expect("README.md")
+    let page = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/src/policy/hash.md");
+    std::fs::read_to_string(page)
+        .expect("docs/src/policy/hash.md")
         .lines()
         .find(|l| l.starts_with("(cd /etc/metalift && "))
-        .expect("the README documents the drop-in one-liner")
+        .expect("the guide documents the drop-in one-liner")
         .to_owned()
 }
 
@@ -423,4 +423,34 @@ fn explain_decision_finds_a_decision_in_a_rotated_log_file() {
     let o = env.explain(&["--decision", &first.decision_id.to_string()]);
     assert_eq!(o.status.code(), Some(0), "{}", out(&o));
     assert!(out(&o).contains("same decision as recorded"), "{}", out(&o));
+}
+
+/// Issue 24 item 5: `explain --live` and `--decision` explain on the host chip the
+/// daemon reported (status) or recorded (the decision), not the reader's own
+/// (this Linux CLI knows none: `"host"` would be 7 here).
+#[test]
+fn explain_live_and_decision_use_the_daemons_host_chip_not_the_readers() {
+    let env = Env::new();
+    env.write_policy("\"host\"", "unlock = \"native\"");
+    let daemon = env.start(
+        &[],
+        &[("METALIFT_HOST_CHIP_BRAND", "Apple M3 Max (Virtual)")],
+    );
+    let v = daemon.check_in();
+    assert_eq!(v.capabilities.map(|c| c.apple_family_max), Some(9), "{v:?}");
+    let decision = env.records_of("decision").pop().expect("a decision record");
+    assert_eq!(
+        decision["host_chip"], "Apple M3 Max (Virtual)",
+        "{decision}"
+    );
+
+    let nine = "apple_family_max         9 (\"host\": host: Apple M3 Max (Virtual))";
+    let o = env.explain(&["--live", "--path", s(&me())]);
+    assert!(out(&o).contains(nine), "{}", out(&o));
+
+    let o = env.explain(&["--decision", &v.decision_id.to_string()]);
+    let text = out(&o);
+    assert_eq!(o.status.code(), Some(0), "{text}");
+    assert!(text.contains(nine), "{text}");
+    assert!(!text.contains("NOT the recorded decision"), "{text}");
 }

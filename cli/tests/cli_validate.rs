@@ -364,18 +364,18 @@ fn hash_in(cwd: &Path, path: &str) -> String {
         .to_owned()
 }
 
-/// The README's command line starting with `start` (the documented one-liners are
-/// tested as written).
+/// The guide's command line starting with `start` (the documented one-liners of
+/// docs/src/policy/hash.md are tested as written).
 fn readme_command(start: &str) -> String {
-    let readme = Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md");
-    let text = fs::read_to_string(readme).expect("README.md");
+    let page = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/src/policy/hash.md");
+    let text = fs::read_to_string(page).expect("docs/src/policy/hash.md");
     text.lines()
         .find(|l| l.starts_with(start))
-        .unwrap_or_else(|| panic!("README.md has no line starting with {start:?}"))
+        .unwrap_or_else(|| panic!("docs/src/policy/hash.md has no line starting with {start:?}"))
         .to_owned()
 }
 
-/// The one-liners the README documents, run through `sh` in `dir`.
+/// The one-liners the guide documents, run through `sh` in `dir`.
 fn documented_hash(dir: &Path, with_drop_ins: bool) -> String {
     let script = if with_drop_ins {
         readme_command("(cd /etc/metalift && ")

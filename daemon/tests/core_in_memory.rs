@@ -17,17 +17,19 @@ use std::sync::Arc;
 
 use metalift_daemon::audit::{AuditLog, Rotation};
 use metalift_daemon::checkin::peer::{CodeSignature, PeerFacts};
-use metalift_daemon::checkin::server::Core;
+use metalift_daemon::checkin::server::{Core, Refusing};
 use metalift_daemon::live_policy::store::PolicyStore;
 use metalift_policy::wire::{
-    Answers, CheckIn, Message, Outcome, OutcomeResult, VerdictMsg, WireAction, WireError,
+    Answers, CheckIn, DeclineReason, Declined, Message, Outcome, OutcomeResult, VerdictMsg,
+    WireAction, WireError,
 };
 use metalift_policy::{Anchor, LoadOptions};
 use serde_json::Value;
 
 use metalift_xpc::dict as wire_dict;
 use metalift_xpc::dict::MapDict;
-use metalift_xpc::exchange::{self, Refusal, Request, Sender};
+use metalift_xpc::exchange::{self, Admission, Refusal, Sender, Serving};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// The transport name the XPC transport records.
 const XPC: &str = "xpc";
@@ -101,22 +103,38 @@ impl Kernel {
             code_signature: self.signature.clone(),
             exe_file: None,
             unreadable: None,
+            hashes_withheld: None,
         }
     }
 }
 
 /// One peer connection, served as `checkin/transport/xpc.rs`'s `PeerTask` serves it: the
-/// exchange's checks are the transport's own code (`exchange.rs`, included above).
+/// exchange's checks are the transport's own code (`metalift_xpc::exchange`), and
+/// refusals are recorded through the same `Core::refuse`.
 struct Peer {
     core: Arc<Core>,
+    /// Whether this daemon decides XPC check-ins (`exchange::Serving`).
+    serving: Serving,
+    /// The transport's places (`Limits::max_waiting`), shared by every peer.
+    places: Arc<Semaphore>,
+    /// Held from admission until the outcome (or the end of the outcome wait:
+    /// this peer dropped).
+    place: Option<OwnedSemaphorePermit>,
     /// After the check-in: the decision given, to whom, and who that was.
     given: Option<(u64, Sender, PeerFacts)>,
 }
 
 impl Peer {
     fn new(core: &Arc<Core>) -> Peer {
+        Peer::on(core, Serving::Identities, &Arc::new(Semaphore::new(1024)))
+    }
+
+    fn on(core: &Arc<Core>, serving: Serving, places: &Arc<Semaphore>) -> Peer {
         Peer {
             core: Arc::clone(core),
+            serving,
+            places: Arc::clone(places),
+            place: None,
             given: None,
         }
     }
@@ -127,27 +145,86 @@ impl Peer {
         message: &MapDict,
         kernel: &Kernel,
     ) -> Result<Option<MapDict>, Refusal> {
+        self.deliver_stamped(message, Some(kernel)).await
+    }
+
+    /// Delivers one message, with the kernel's per-message identity or (`None`)
+    /// without one.
+    async fn deliver_stamped(
+        &mut self,
+        message: &MapDict,
+        kernel: Option<&Kernel>,
+    ) -> Result<Option<MapDict>, Refusal> {
         let decoded = wire_dict::decode(message);
         match self.given.take() {
-            None => match exchange::first(decoded)? {
-                Request::CheckIn(req) => {
-                    let facts = kernel.facts();
-                    let verdict = self.core.check_in(&facts, req, XPC).await;
-                    let reply = to_dict(&Message::Verdict(verdict.clone()));
-                    self.given = Some((verdict.decision_id, kernel.sender(), facts));
-                    Ok(Some(reply))
+            None => {
+                let request = match exchange::first(decoded) {
+                    Ok(request) => request,
+                    Err(refusal) => {
+                        if refusal == Refusal::Unexpected("outcome") {
+                            self.refuse(&refusal, "outcome", kernel, None, None);
+                        }
+                        return Err(refusal);
+                    }
+                };
+                let place = Arc::clone(&self.places).try_acquire_owned().ok();
+                match exchange::admit(request, self.serving, place.is_some()) {
+                    Admission::Status => {
+                        let json =
+                            serde_json::to_string(&self.core.status()).expect("status encodes");
+                        Ok(Some(to_dict(&Message::Status(json))))
+                    }
+                    Admission::Decline(declined) => Ok(Some(to_dict(&Message::Declined(declined)))),
+                    Admission::Decide(req) => {
+                        let Some(kernel) = kernel else {
+                            let refusal = Refusal::NoAuditToken;
+                            self.refuse(&refusal, "check_in", None, None, None);
+                            return Err(refusal);
+                        };
+                        let facts = kernel.facts();
+                        let verdict = self.core.check_in(&facts, req, XPC).await;
+                        let reply = to_dict(&Message::Verdict(verdict.clone()));
+                        self.given = Some((verdict.decision_id, kernel.sender(), facts));
+                        self.place = place;
+                        Ok(Some(reply))
+                    }
                 }
-                Request::Status => {
-                    let json = serde_json::to_string(&self.core.status()).expect("status encodes");
-                    Ok(Some(to_dict(&Message::Status(json))))
-                }
-            },
+            }
             Some((given, asker, facts)) => {
-                let outcome = exchange::outcome(decoded, kernel.sender(), asker, given)?;
-                self.core.outcome(&facts, outcome).await;
-                Ok(None)
+                let sent_by = kernel.map(Kernel::sender);
+                match exchange::outcome(decoded, sent_by, asker, given) {
+                    Ok(outcome) => {
+                        self.core.outcome(&facts, outcome).await;
+                        self.place = None;
+                        Ok(None)
+                    }
+                    Err(refusal) => {
+                        self.refuse(&refusal, "outcome", kernel, Some(&facts), Some(given));
+                        Err(refusal)
+                    }
+                }
             }
         }
+    }
+
+    fn refuse(
+        &self,
+        refusal: &Refusal,
+        message: &'static str,
+        sent_by: Option<&Kernel>,
+        asker: Option<&PeerFacts>,
+        given: Option<u64>,
+    ) {
+        self.core.refuse(Refusing {
+            message,
+            reason: refusal.code(),
+            detail: refusal.to_string(),
+            sender_pid: sent_by.map(|k| k.pid),
+            asker,
+            sent_by_asker: asker.is_some() && *refusal != Refusal::OtherProcess,
+            decision_id: given,
+            transport: XPC,
+        });
     }
 }
 
@@ -479,7 +556,20 @@ async fn given_an_outcome_then_it_is_recorded_only_for_the_decision_and_process_
     assert_eq!(
         d.records("outcome").len(),
         1,
-        "refused outcomes reach no record"
+        "refused outcomes reach no outcome record"
+    );
+    let refused = d.records("refused");
+    let reasons: Vec<_> = refused.iter().map(|r| r["reason"].clone()).collect();
+    assert_eq!(reasons, ["wrong_decision", "other_process"], "{refused:#?}");
+    for r in &refused {
+        assert_eq!(r["message"], "outcome");
+        assert_eq!(r["exe"], "/opt/llama.cpp/bin/llama-cli");
+        assert_eq!(r["transport"], XPC);
+    }
+    assert_eq!(
+        refused[1]["uid"],
+        Value::Null,
+        "another process's uid is not the asker's"
     );
 }
 
@@ -569,5 +659,229 @@ async fn given_a_sha256_rule_and_an_unreadable_executable_then_the_decision_says
     assert_eq!(
         decisions[1]["identity_error"],
         "identity unreadable: is a directory"
+    );
+}
+
+/// What the shim reads back when it was declined.
+fn read_declined(reply: Option<MapDict>) -> Declined {
+    match wire_dict::decode(&reply.expect("a check-in is answered")) {
+        Ok(Message::Declined(d)) => d,
+        other => panic!("expected a refusal the shim understands, got {other:?}"),
+    }
+}
+
+/// Issue 23 item 3: a daemon that cannot tell XPC callers apart (`--no-xpc`, or a
+/// macOS without the per-message audit token) still answers every check-in, at
+/// once, with "use the socket"; it decides and records nothing over XPC.
+#[tokio::test]
+async fn given_a_daemon_that_serves_no_xpc_identities_then_each_check_in_is_told_to_use_the_socket()
+{
+    let d = Daemon::start();
+    let kernel = Kernel::process("/opt/llama.cpp/bin/llama-cli");
+    let places = Arc::new(Semaphore::new(8));
+    for serving in [Serving::new(false, true), Serving::new(true, false)] {
+        assert_ne!(serving, Serving::Identities);
+        let mut peer = Peer::on(&d.core, serving, &places);
+        let declined = read_declined(
+            peer.deliver(&check_in_claiming(None), &kernel)
+                .await
+                .unwrap(),
+        );
+        assert_eq!(declined.reason, DeclineReason::UseSocket, "{serving:?}");
+        assert!(!declined.detail.is_empty());
+        // Status still answered: counts only.
+        let status = Peer::on(&d.core, serving, &places)
+            .deliver(&to_dict(&Message::StatusRequest), &kernel)
+            .await
+            .unwrap();
+        assert!(matches!(
+            wire_dict::decode(&status.expect("answered")),
+            Ok(Message::Status(_))
+        ));
+    }
+    assert_eq!(Serving::new(true, true), Serving::Identities);
+    assert!(d.records("decision").is_empty(), "nothing decided over XPC");
+    assert_eq!(
+        places.available_permits(),
+        8,
+        "a declined peer holds no place"
+    );
+}
+
+/// Issue 23 item 2: an idle peer cannot keep a place another process needs. With
+/// every place taken a check-in is answered "busy" at once (never a silent
+/// cancel); the place comes back when the outcome arrives, or when the outcome
+/// wait ends (the peer task ends: here, the peer dropped).
+#[tokio::test]
+async fn given_every_place_taken_then_a_check_in_is_answered_busy_until_an_outcome_frees_one() {
+    let d = Daemon::start();
+    let kernel = Kernel::process("/opt/llama.cpp/bin/llama-cli");
+    let places = Arc::new(Semaphore::new(1));
+
+    let mut first = Peer::on(&d.core, Serving::Identities, &places);
+    let verdict = read_verdict(
+        first
+            .deliver(&check_in_claiming(None), &kernel)
+            .await
+            .unwrap(),
+    );
+    let declined = read_declined(
+        Peer::on(&d.core, Serving::Identities, &places)
+            .deliver(&check_in_claiming(None), &kernel)
+            .await
+            .unwrap(),
+    );
+    assert_eq!(declined.reason, DeclineReason::Busy);
+    assert_eq!(
+        d.records("decision").len(),
+        1,
+        "the busy one was not decided"
+    );
+
+    // The outcome frees the place at once, the connection not yet closed.
+    first
+        .deliver(&outcome(verdict.decision_id), &kernel)
+        .await
+        .unwrap();
+    let mut second = Peer::on(&d.core, Serving::Identities, &places);
+    read_verdict(
+        second
+            .deliver(&check_in_claiming(None), &kernel)
+            .await
+            .unwrap(),
+    );
+    // No outcome: the place is held until the outcome wait ends.
+    assert_eq!(places.available_permits(), 0);
+    drop(second);
+    assert_eq!(places.available_permits(), 1);
+    assert_eq!(d.records("decision").len(), 2);
+}
+
+/// Issue 24 item 3: no identity from the connection's token. A check-in or an
+/// outcome that carries no audit token of its own is refused and recorded.
+#[tokio::test]
+async fn given_a_message_without_its_own_audit_token_then_it_is_refused_and_recorded() {
+    let d = Daemon::start();
+    let kernel = Kernel::process("/opt/llama.cpp/bin/llama-cli");
+
+    let refused = Peer::new(&d.core)
+        .deliver_stamped(&check_in_claiming(None), None)
+        .await;
+    assert_eq!(refused, Err(Refusal::NoAuditToken));
+    assert!(d.records("decision").is_empty());
+
+    let mut peer = Peer::new(&d.core);
+    let verdict = read_verdict(
+        peer.deliver(&check_in_claiming(None), &kernel)
+            .await
+            .unwrap(),
+    );
+    assert_eq!(
+        peer.deliver_stamped(&outcome(verdict.decision_id), None)
+            .await,
+        Err(Refusal::NoAuditToken)
+    );
+    assert!(d.records("outcome").is_empty());
+
+    let records = d.records("refused");
+    let seen: Vec<_> = records
+        .iter()
+        .map(|r| (r["message"].clone(), r["reason"].clone(), r["pid"].clone()))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("check_in".into(), "no_audit_token".into(), Value::Null),
+            ("outcome".into(), "no_audit_token".into(), 4242.into()),
+        ]
+    );
+    assert_eq!(records[1]["decision_id"], verdict.decision_id);
+}
+
+/// Issue 24 item 2: a malformed outcome, and an outcome on a connection that
+/// checked in for nothing, are records of their own.
+#[tokio::test]
+async fn given_a_malformed_outcome_or_one_without_a_check_in_then_each_is_a_refused_record() {
+    let d = Daemon::start();
+    let kernel = Kernel::process("/opt/llama.cpp/bin/llama-cli");
+    let mut peer = Peer::new(&d.core);
+    let verdict = read_verdict(
+        peer.deliver(&check_in_claiming(None), &kernel)
+            .await
+            .unwrap(),
+    );
+    let mut broken = outcome(verdict.decision_id);
+    broken.0.remove(wire_dict::key::VERSION);
+    assert!(matches!(
+        peer.deliver(&broken, &kernel).await,
+        Err(Refusal::Wire(_))
+    ));
+    assert_eq!(
+        Peer::new(&d.core).deliver(&outcome(77), &kernel).await,
+        Err(Refusal::Unexpected("outcome"))
+    );
+    let reasons: Vec<_> = d
+        .records("refused")
+        .iter()
+        .map(|r| r["reason"].clone())
+        .collect();
+    assert_eq!(reasons, ["malformed", "unexpected"]);
+}
+
+/// Issue 24 item 4: `sha256` counts only when the running code matches its file.
+/// The seam is the signature check's result: `errSecCSStaticCodeChanged`, which
+/// macOS reports for a process whose executable was replaced since it started,
+/// run through the same `signature::file_hashes` as `peer/macos.rs`.
+#[tokio::test]
+async fn given_code_that_no_longer_matches_its_file_then_sha256_rules_do_not_match_and_the_record_says_why(
+) {
+    use metalift_daemon::checkin::peer::signature::{self, ERR_SEC_CS_STATIC_CODE_CHANGED};
+    use sha2::Digest;
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let exe = dir.path().join("tool");
+    std::fs::write(&exe, b"the replacement's bytes").expect("write");
+    let hash = hex::encode(sha2::Sha256::digest(b"the replacement's bytes"));
+    let d = Daemon::start_with(&format!(
+        "version = 1\n[profile.apple7]\napple_family_max = 7\n\
+         [[rule]]\nid = \"pinned\"\nsha256 = \"{hash}\"\nunlock = \"apple7\"\n"
+    ));
+    let facts_with = |validity_status| {
+        let mut facts = Kernel::process(exe.to_str().unwrap()).facts();
+        facts.exe_file = Some(metalift_daemon::checkin::peer::ExeFile::new(
+            std::fs::File::open(&exe).expect("open"),
+        ));
+        facts.hashes_withheld = signature::file_hashes(validity_status)
+            .err()
+            .map(str::to_owned);
+        facts
+    };
+
+    let matching = d
+        .core
+        .check_in(&facts_with(0), CheckIn::default(), XPC)
+        .await;
+    assert_eq!(
+        matching.action,
+        WireAction::Unlock,
+        "the control: the file's hash matches"
+    );
+    let changed = d
+        .core
+        .check_in(
+            &facts_with(ERR_SEC_CS_STATIC_CODE_CHANGED),
+            CheckIn::default(),
+            XPC,
+        )
+        .await;
+    assert_eq!(changed.action, WireAction::Stock);
+
+    let decisions = d.records("decision");
+    assert_eq!(decisions[0]["sha256"], hash);
+    assert_eq!(decisions[1]["sha256"], Value::Null);
+    assert_eq!(decisions[1]["rule"], Value::Null);
+    assert_eq!(
+        decisions[1]["identity_error"],
+        "file hashes not used: the running code no longer matches its file (errSecCSStaticCodeChanged)"
     );
 }

@@ -69,7 +69,7 @@ pub struct Loaded {
 /// The bytes hashed: the main file's contents, then for each `policy.d/` file in
 /// load order a NUL, its file name (the last path component of [`Source::name`],
 /// never the directory), a NUL, and its contents. A policy with no drop-ins hashes
-/// to `sha256sum < policy.toml`; the README gives the one-liner for drop-ins. No two
+/// to `sha256sum < policy.toml`; docs/src/policy/hash.md gives the one-liner for drop-ins. No two
 /// inputs collide by shifting bytes between fields: a file name cannot contain NUL
 /// or `/`, and the policy files are UTF-8 text, which a NUL would make invalid TOML.
 /// Public so a refused input can be named by the same hash an accepted one gets.

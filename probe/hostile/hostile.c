@@ -24,8 +24,8 @@
  *                    that inherited a held lock would hang), then the parent
  *                    joins: "child <pid> family <N>", "parent <pid> family <N>".
  *   exec             exec `sh -c 'ls /proc/self/fd'` without creating a device.
- *   devexec          create a device (asking it nothing, so an unlocked shim's
- *                    connection is still open), then exec as `exec` does.
+ *   devexec          create a device (asking it nothing: the shim's outcome
+ *                    went out during the creation), then exec as `exec` does.
  *   dlerror [nodevice]  print what dlerror() says first thing in main, after
  *                    creating a device (unless `nodevice`), and after a dlsym of
  *                    a missing symbol of the program's own: one line each,

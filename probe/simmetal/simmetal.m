@@ -4,45 +4,70 @@
  * run on a real Objective-C runtime when no Mac is at hand.
  *
  * It is shaped like the real framework wherever the shim depends on it. Each
- * modelled behaviour names its evidence (the numbers are the sections of
+ * modelled behaviour names its evidence (the numbers are the items of
  * ../shared/REAL-METAL.md; "decompile" is Metal.framework from an iOS 18 restore
  * image, EthanArbuckle/iPad_10.2_18.0_22A3354_Restore,
- * System/Library/Frameworks/Metal.framework/_MTLDevice.m):
+ * System/Library/Frameworks/Metal.framework/_MTLDevice.m and
+ * MTLIOAccelServiceGlobalContext.m; what is inferred for macOS from iOS
+ * decompiles is marked "iOS"):
  *
  *   class hierarchy    SimObject (NSObject) -> _MTLDevice -> IOGPUMetalDevice ->
  *                      AppleParavirtDevice (REAL-METAL 5: a runtime header dump).
+ *   device creation    MTLCreateSystemDefaultDevice -> MTLRegisterDevices takes a
+ *                      process-wide lock (MTLRegisterDevices_lock, an
+ *                      os_unfair_lock; here a pthread mutex) and, under it:
+ *                      1. the driver's -initWithAcceleratorPort: runs to
+ *                         completion: every driver ivar (threadgroup memory,
+ *                         working set) is set when it returns;
+ *                      2. MTLAddDevice(device): -initLimits (Metal's own copy of
+ *                         the limits, read from the finished driver), then
+ *                         -initFeatureQueries (-> -initGPUFamilySupport, then the
+ *                         feature-query object, which asks the device), then
+ *                         -initWorkarounds, then the device joins the device array
+ *                         (a dispatch_sync in Metal; a wrapper instead of the
+ *                         device when a layer asks for one);
+ *                      3. the lock is released.
+ *                      (REAL-METAL 3: decompiled MTLAddDevice and
+ *                      MTLRegisterDevices, "[v14[5] initFeatureQueries]",
+ *                      "MTLRegisterDevices_lock"; iPad 18.0
+ *                      -[MTLIOAccelServiceGlobalContext
+ *                      processPendingCreateIOAccelServiceRequests]; static notes
+ *                      on iOS 26 and 27 give the same order. iOS.) So every other
+ *                      thread creating a device waits while the first one's
+ *                      -initGPUFamilySupport runs, whatever it waits for.
  *   supportsFamily:    defined ONLY in _MTLDevice, a linear search of the vector
- *                      _supportedGPUFamilies (REAL-METAL 1: decompile; reims-vgpu
- *                      AGENTS.md: "Apple's paravirt plugin overrides neither, nor
- *                      supportsFamily:").
+ *                      _supportedGPUFamilies with no NULL check: asked before
+ *                      -initGPUFamilySupport built it, real Metal reads through a
+ *                      null pointer; here that is an abort with a message
+ *                      (REAL-METAL 1: decompile; reims-vgpu AGENTS.md).
  *   the vector         built by -[_MTLDevice initGPUFamilySupport] from
  *                      [self featureProfile], which the driver class overrides
- *                      with a literal: 10001 -> Mac2 in the arm64 IOGPUFamily
- *                      plugin (REAL-METAL 2: reims-vgpu). What 10001 adds besides
- *                      Mac2 is what a guest answers (REAL-METAL 6: Apple1..5,
- *                      Common1..3, no Metal3).
- *   device init        -[_MTLDevice init] calls -initFeatureQueries, which calls
- *                      -initGPUFamilySupport and then builds a feature-query
- *                      object from the device and calls -validate on it
- *                      (REAL-METAL 3: decompile, -[_MTLDevice initFeatureQueries]).
- *                      The feature queries ask the device lazily
- *                      (decompile: -[_MTLDeviceFeatureQueries
+ *                      with a literal (REAL-METAL 2). Which literal the arm64
+ *                      paravirtual driver returns is not established: 10001 here
+ *                      is illustrative; what the vector holds is what a guest
+ *                      answers (REAL-METAL 6: Apple1..5, Mac2, Common1..3, no
+ *                      Metal3).
+ *   feature queries    -initFeatureQueries builds an _MTLDeviceFeatureQueries
+ *                      from the device after the vector exists; it asks the
+ *                      device lazily (decompile: -[_MTLDeviceFeatureQueries
  *                      familySupportsExtendedXR10Formats] returns
- *                      [self->_device supportsFamily:1003]). What -validate does
- *                      is not in the decompile we read: here it asks one family
- *                      (Apple4) while the device is still being built. That is an
- *                      assumption, chosen because it is the harsher one: a shim
- *                      that took the first capability question for "the device is
- *                      finished" would be wrong here.
- *   driver state       set after [super init] returns: AppleParavirtDevice's
- *                      threadgroup memory and IOGPUMetalDevice's working set read
- *                      as zero while _MTLDevice's init runs (REAL-METAL 3).
+ *                      [self->_device supportsFamily:1003]). Here -validate asks
+ *                      one family (Apple4) during creation: an assumption (what
+ *                      -validate does is not in the decompile we read), kept so
+ *                      that Metal's own questions reach the replaced methods
+ *                      while the lock is held, as they may on a Mac.
  *   derived answers    -requiresBFloat16Emulation is !supportsFamily:Apple9 and
  *                      -readWriteTextureSupport asks Apple4 (REAL-METAL 4:
- *                      decompile), so Metal reads its own family answers.
+ *                      decompile), so Metal reads its own family answers. The
+ *                      values readWriteTextureSupport returns (2 or 1) are
+ *                      illustrative; nothing in the shim depends on them.
  *   working set        -recommendedMaxWorkingSetSize is IOGPUMetalDevice's
  *                      (REAL-METAL 5); the driver overrides featureProfile,
  *                      maxThreadgroupMemoryLength and name (REAL-METAL 5).
+ *   limits             -initLimits keeps Metal's own copy of the threadgroup
+ *                      memory limit, read before -initGPUFamilySupport (so before
+ *                      any patch). What reads that copy is not in the evidence we
+ *                      read; nothing here does.
  *   stock answers      Apple5 at most, Mac2, Common3, no Metal3, 32768 bytes of
  *                      threadgroup memory, ~11.45 GB working set in a 16 GiB
  *                      guest, "Apple Paravirtual device" (REAL-METAL 6).
@@ -53,24 +78,28 @@
  *
  * Build variants (probe/build.rs), each installed as libsimmetal.so in its own
  * directory so a test picks one with LD_LIBRARY_PATH, the way a macOS update
- * swaps Metal.framework under a process. Each is something an update could
- * plausibly change:
+ * swaps Metal.framework under a process. Each models something an update could
+ * plausibly change (none of them is observed on a Mac):
  *   SIMMETAL_NO_INIT_GPU_FAMILY_SUPPORT  the private selector is gone (the vector
- *                                        is built under another name);
+ *                                        is built under another name, still
+ *                                        inside -initFeatureQueries);
  *   SIMMETAL_NO_WORKING_SET              IOGPUMetalDevice has no
  *                                        recommendedMaxWorkingSetSize;
  *   SIMMETAL_MOVED                       the getters moved into the driver class:
  *                                        AppleParavirtDevice defines
- *                                        supportsFamily: and the working set too
- *                                        (the shape the old simulation had);
- *   SIMMETAL_NO_EFFECT                   at the end of its init the driver swaps
- *                                        the device to a runtime subclass that
- *                                        answers from the ivars (replaced answers
- *                                        never take effect);
- *   SIMMETAL_WRAPPER / SIMMETAL_TOOLS    MTLCreateSystemDefaultDevice returns a
- *                                        wrapper that forwards every question to
- *                                        the real device, as an API-validation
- *                                        layer does; the wrapper class lives in an
+ *                                        supportsFamily: and the working set too;
+ *   SIMMETAL_CACHED                      -initGPUFamilySupport ends by moving the
+ *                                        device to a runtime subclass that answers
+ *                                        from a copy of the vector and of the
+ *                                        driver's limit, without calling the
+ *                                        methods the shim patched: the patch
+ *                                        never takes effect (the self-check must
+ *                                        fail and restore everything);
+ *   SIMMETAL_WRAPPER / SIMMETAL_TOOLS    MTLAddDevice registers a wrapper that
+ *                                        forwards every question to the real
+ *                                        device, as an API-validation layer does
+ *                                        (REAL-METAL 3: "a wrapper a layer asks
+ *                                        for"); the wrapper class lives in an
  *                                        image of its own (libsimmetal_tools.so);
  *   SIMMETAL_STUB / SIMMETAL_DRIVER      dyld's order (`lateclasses`): the stub
  *                                        libsimmetal.so has no classes; it loads
@@ -79,6 +108,10 @@
  *                                        like the GPU driver bundle a real device
  *                                        creation loads. When Metal's image
  *                                        appears, _MTLDevice is not registered yet.
+ * Retired: `noeffect` (the driver's init swapped the device to an overriding
+ * subclass). In Metal's real order the driver's init is complete before
+ * -initGPUFamilySupport runs, so the shim patches the methods of whatever
+ * class the finished device has; that variant stopped modelling a failure.
  */
 #include <objc/objc.h>
 #include <objc/runtime.h>
@@ -145,6 +178,10 @@ void *SimMetalRuntime(void)
 
 #else /* the classes */
 
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+
 typedef long NSInteger;
 typedef unsigned long NSUInteger;
 
@@ -159,10 +196,17 @@ enum {
     SimFamilyCommon3 = 3003,
 };
 
-/* -featureProfile of the arm64 paravirtual plugin (REAL-METAL 2). */
+/* -featureProfile of the paravirtual driver: illustrative (REAL-METAL 2). */
 #define SIM_PARAVIRT_ARM64_PROFILE 10001
 
 #define SIM_MAX_FAMILIES 16
+
+/* _supportedGPUFamilies: a std::vector in the decompile; here its storage,
+ * allocated by -initGPUFamilySupport (NULL until then). */
+struct sim_family_vector {
+    int count;
+    NSInteger families[SIM_MAX_FAMILIES];
+};
 
 __attribute__((objc_root_class))
 @interface SimObject
@@ -198,12 +242,14 @@ __attribute__((objc_root_class))
 @interface _MTLDevice : SimObject
 {
 @public
-    /* _supportedGPUFamilies (a std::vector in the decompile). */
-    NSInteger _supportedGPUFamilies[SIM_MAX_FAMILIES];
-    int _familyCount;
+    struct sim_family_vector *_supportedGPUFamilies;
+    NSUInteger _limitsMaxThreadgroupMemoryLength; /* Metal's own copy (-initLimits) */
+    BOOL _workaroundsReady;
     id _featureQueries;
 }
+- (void)initLimits;
 - (void)initFeatureQueries;
+- (void)initWorkarounds;
 #ifndef SIMMETAL_NO_INIT_GPU_FAMILY_SUPPORT
 - (void)initGPUFamilySupport;
 #else
@@ -227,7 +273,7 @@ __attribute__((objc_root_class))
 }
 - (void)validate
 {
-    /* Assumed (see the file comment): a question while the device is half-built. */
+    /* Assumed (see the file comment): Metal asks the device during creation. */
     (void)[_device supportsFamily:SimFamilyApple4];
 }
 - (BOOL)familySupportsExtendedXR10Formats
@@ -236,13 +282,53 @@ __attribute__((objc_root_class))
 }
 @end
 
+static BOOL vector_contains(const struct sim_family_vector *v, NSInteger family)
+{
+    int i;
+    for (i = 0; i < v->count; i++)
+        if (v->families[i] == family)
+            return YES;
+    return NO;
+}
+
+static void add_family(struct sim_family_vector *v, NSInteger family)
+{
+    if (v->count < SIM_MAX_FAMILIES)
+        v->families[v->count++] = family;
+}
+
+static struct sim_family_vector *build_families(NSInteger profile)
+{
+    struct sim_family_vector *v = calloc(1, sizeof *v);
+    NSInteger f;
+    if (v == NULL)
+        abort();
+    if (profile == SIM_PARAVIRT_ARM64_PROFILE) {
+        for (f = SimFamilyApple1; f <= SimFamilyApple5; f++)
+            add_family(v, f);
+        add_family(v, SimFamilyMac2);
+        for (f = SimFamilyCommon1; f <= SimFamilyCommon3; f++)
+            add_family(v, f);
+    } else {
+        add_family(v, SimFamilyCommon1);
+    }
+    return v;
+}
+
+#ifdef SIMMETAL_CACHED
+static void move_to_cached_class(id self);
+#endif
+
 @implementation _MTLDevice
 - (id)init
 {
-    self = [super init];
-    _familyCount = 0;
-    [self initFeatureQueries];
-    return self;
+    /* Base state only: the vector, the limits and the feature queries come
+     * later, from MTLAddDevice (REAL-METAL 3). */
+    return [super init];
+}
+- (void)initLimits
+{
+    _limitsMaxThreadgroupMemoryLength = [self maxThreadgroupMemoryLength];
 }
 - (void)initFeatureQueries
 {
@@ -254,34 +340,22 @@ __attribute__((objc_root_class))
     _featureQueries = [[_MTLDeviceFeatureQueries alloc] initWithDevice:self];
     [_featureQueries validate];
 }
-static void add_family(_MTLDevice *self, NSInteger family)
+- (void)initWorkarounds
 {
-    if (self->_familyCount < SIM_MAX_FAMILIES)
-        self->_supportedGPUFamilies[self->_familyCount++] = family;
-}
-static void build_families(_MTLDevice *self, NSInteger profile)
-{
-    NSInteger f;
-    self->_familyCount = 0;
-    if (profile == SIM_PARAVIRT_ARM64_PROFILE) {
-        for (f = SimFamilyApple1; f <= SimFamilyApple5; f++)
-            add_family(self, f);
-        add_family(self, SimFamilyMac2);
-        for (f = SimFamilyCommon1; f <= SimFamilyCommon3; f++)
-            add_family(self, f);
-    } else {
-        add_family(self, SimFamilyCommon1);
-    }
+    _workaroundsReady = YES;
 }
 #ifndef SIMMETAL_NO_INIT_GPU_FAMILY_SUPPORT
 - (void)initGPUFamilySupport
 {
-    build_families(self, [self featureProfile]);
+    _supportedGPUFamilies = build_families([self featureProfile]);
+#ifdef SIMMETAL_CACHED
+    move_to_cached_class(self);
+#endif
 }
 #else
 - (void)initGPUFamilySupportForProfile:(NSInteger)profile
 {
-    build_families(self, profile);
+    _supportedGPUFamilies = build_families(profile);
 }
 #endif
 - (NSInteger)featureProfile
@@ -290,11 +364,16 @@ static void build_families(_MTLDevice *self, NSInteger profile)
 }
 - (BOOL)supportsFamily:(NSInteger)family
 {
-    int i;
-    for (i = 0; i < _familyCount; i++)
-        if (_supportedGPUFamilies[i] == family)
-            return YES;
-    return NO;
+    if (_supportedGPUFamilies == NULL) {
+        /* Real Metal has no check here and reads through a null pointer
+         * (REAL-METAL 1); a test double says why it stops. */
+        fprintf(stderr, "simmetal: -[_MTLDevice supportsFamily:%ld] asked before "
+                        "-initGPUFamilySupport built _supportedGPUFamilies (real Metal "
+                        "reads through a null pointer here)\n",
+                family);
+        abort();
+    }
+    return vector_contains(_supportedGPUFamilies, family);
 }
 - (BOOL)requiresBFloat16Emulation
 {
@@ -323,17 +402,18 @@ static void build_families(_MTLDevice *self, NSInteger profile)
 {
     uint64_t _recommendedMaxWorkingSetSize;
 }
+- (id)initWithAcceleratorPort:(unsigned)port;
 #ifndef SIMMETAL_NO_WORKING_SET
 - (uint64_t)recommendedMaxWorkingSetSize;
 #endif
 @end
 
 @implementation IOGPUMetalDevice
-- (id)init
+- (id)initWithAcceleratorPort:(unsigned)port
 {
+    (void)port;
     self = [super init];
-    /* What a guest with 16 GiB of memory sees (REAL-METAL 6); set after
-     * _MTLDevice's init, like the driver's own state. */
+    /* What a guest with 16 GiB of memory sees (REAL-METAL 6). */
     _recommendedMaxWorkingSetSize = 11453251584ULL;
     return self;
 }
@@ -352,56 +432,13 @@ static void build_families(_MTLDevice *self, NSInteger profile)
 }
 @end
 
-#ifdef SIMMETAL_NO_EFFECT
-/* The swapped-in subclass asks its superclass, as an override does, and then
- * answers from the ivars: whatever replaced the methods of the device's classes
- * runs, and its answer is dropped. */
-static BOOL noeffect_supports_family(id self, SEL cmd, NSInteger family)
-{
-    IMP super_imp = class_getMethodImplementation(objc_getClass("AppleParavirtDevice"), cmd);
-    (void)((BOOL(*)(id, SEL, NSInteger))super_imp)(self, cmd, family);
-    _MTLDevice *d = (_MTLDevice *)self;
-    int i;
-    for (i = 0; i < d->_familyCount; i++)
-        if (d->_supportedGPUFamilies[i] == family)
-            return YES;
-    return NO;
-}
-
-static NSUInteger noeffect_threadgroup(id self, SEL cmd)
-{
-    IMP super_imp = class_getMethodImplementation(objc_getClass("AppleParavirtDevice"), cmd);
-    (void)((NSUInteger(*)(id, SEL))super_imp)(self, cmd);
-    return ((AppleParavirtDevice *)self)->_maxThreadgroupMemoryLength;
-}
-
-static void swap_to_override_class(id self)
-{
-    static Class sub;
-    Class cls = object_getClass(self);
-    if (sub == Nil) {
-        SEL sf = sel_registerName("supportsFamily:");
-        SEL tg = sel_registerName("maxThreadgroupMemoryLength");
-        sub = objc_allocateClassPair(cls, "AppleParavirtDeviceOverride", 0);
-        class_addMethod(sub, sf, (IMP)noeffect_supports_family,
-                        method_getTypeEncoding(class_getInstanceMethod(cls, sf)));
-        class_addMethod(sub, tg, (IMP)noeffect_threadgroup,
-                        method_getTypeEncoding(class_getInstanceMethod(cls, tg)));
-        objc_registerClassPair(sub);
-    }
-    object_setClass(self, sub);
-}
-#endif
-
 @implementation AppleParavirtDevice
-- (id)init
+- (id)initWithAcceleratorPort:(unsigned)port
 {
-    self = [super init];
-    /* Driver state, set after [super init] returned (REAL-METAL 3). */
+    self = [super initWithAcceleratorPort:port];
+    /* Driver state: set before the driver's init returns, so before
+     * MTLAddDevice (REAL-METAL 3). */
     _maxThreadgroupMemoryLength = 32768;
-#ifdef SIMMETAL_NO_EFFECT
-    swap_to_override_class(self);
-#endif
     return self;
 }
 - (NSInteger)featureProfile
@@ -430,7 +467,38 @@ static void swap_to_override_class(id self)
 }
 @end
 
-static id sim_default_device;
+#ifdef SIMMETAL_CACHED
+/* The subclass answers from copies taken when the vector was built: whatever
+ * replaced the methods of the device's original classes is never called. */
+static BOOL cached_supports_family(id self, SEL cmd, NSInteger family)
+{
+    (void)cmd;
+    return vector_contains(((_MTLDevice *)self)->_supportedGPUFamilies, family);
+}
+
+static NSUInteger cached_threadgroup(id self, SEL cmd)
+{
+    (void)cmd;
+    return ((AppleParavirtDevice *)self)->_maxThreadgroupMemoryLength;
+}
+
+static void move_to_cached_class(id self)
+{
+    static Class sub;
+    Class cls = object_getClass(self);
+    if (sub == Nil) {
+        SEL sf = sel_registerName("supportsFamily:");
+        SEL tg = sel_registerName("maxThreadgroupMemoryLength");
+        sub = objc_allocateClassPair(cls, "AppleParavirtDeviceFamilyCache", 0);
+        class_addMethod(sub, sf, (IMP)cached_supports_family,
+                        method_getTypeEncoding(class_getInstanceMethod(cls, sf)));
+        class_addMethod(sub, tg, (IMP)cached_threadgroup,
+                        method_getTypeEncoding(class_getInstanceMethod(cls, tg)));
+        objc_registerClassPair(sub);
+    }
+    object_setClass(self, sub);
+}
+#endif
 
 #ifdef SIMMETAL_DRIVER
 #define SIM_CREATE_DEFAULT SimDriverCreateSystemDefaultDevice
@@ -456,21 +524,53 @@ static id wrap(id device)
 #define wrap(device) (device)
 #endif
 
-/* Like Metal's: the system's default device, created once. Not thread-safe on the
- * first call (the probe and tests create it from one thread). */
+/* MTLRegisterDevices_lock: held across a device's whole creation. */
+static pthread_mutex_t sim_register_lock = PTHREAD_MUTEX_INITIALIZER;
+static id sim_default_device;
+#define SIM_MAX_DEVICES 64
+static id sim_devices[SIM_MAX_DEVICES]; /* the device array */
+static int sim_device_count;
+
+/* MTLAddDevice: what Metal does with a finished driver object. */
+static id sim_add_device(id device)
+{
+    [device initLimits];
+    [device initFeatureQueries];
+    [device initWorkarounds];
+    device = wrap(device);
+    if (sim_device_count < SIM_MAX_DEVICES)
+        sim_devices[sim_device_count++] = device;
+    return device;
+}
+
+/* One device creation in Metal's order; the lock is held by the caller. */
+static id sim_register_device(void)
+{
+    return sim_add_device([[AppleParavirtDevice alloc] initWithAcceleratorPort:1]);
+}
+
+/* Like Metal's: the system's default device, created once, under the
+ * registration lock. */
 __attribute__((visibility("default")))
 id SIM_CREATE_DEFAULT(void)
 {
+    pthread_mutex_lock(&sim_register_lock);
     if (sim_default_device == nil)
-        sim_default_device = wrap([[AppleParavirtDevice alloc] init]);
-    return sim_default_device;
+        sim_default_device = sim_register_device();
+    id device = sim_default_device;
+    pthread_mutex_unlock(&sim_register_lock);
+    return device;
 }
 
-/* A new device on every call (thread-safe: nothing shared). */
+/* A new device on every call, created under the same lock (the two-threads
+ * case: the second creation waits for the first's, as in Metal). */
 __attribute__((visibility("default")))
 id SIM_CREATE(void)
 {
-    return wrap([[AppleParavirtDevice alloc] init]);
+    pthread_mutex_lock(&sim_register_lock);
+    id device = sim_register_device();
+    pthread_mutex_unlock(&sim_register_lock);
+    return device;
 }
 
 #else /* SIMMETAL_TOOLS: the forwarding wrapper, an image of its own */

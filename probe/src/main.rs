@@ -47,14 +47,18 @@ mod platform {
     }
 
     pub fn default_device(options: &metalift_probe::Options) -> Result<Report, String> {
-        if options.threads > 0 {
-            sim::create_concurrently(options.threads, Scope::Global)?;
-        }
+        let concurrent = if options.threads > 0 {
+            sim::create_concurrently(options.threads, Scope::Global)?
+        } else {
+            Vec::new()
+        };
         let start = std::time::Instant::now();
         // SAFETY: the linked symbol is the simulated Metal's MTLCreateSystemDefaultDevice.
         let device = unsafe { sim::default_device(MTLCreateSystemDefaultDevice, Scope::Global) }?;
         let took = start.elapsed();
-        Ok(Report::probe(&device).with_device_creation(took))
+        Ok(Report::probe(&device)
+            .with_device_creation(took)
+            .with_concurrent_creations(concurrent))
     }
 }
 

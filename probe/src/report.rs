@@ -94,6 +94,9 @@ pub struct Report {
     /// How long creating the device took (`MTLCreateSystemDefaultDevice`), when
     /// the caller timed it: with the shim, the first device's check-in is in it.
     pub device_creation: Option<std::time::Duration>,
+    /// `--threads N`: how long each concurrent creation took, shortest first
+    /// (Metal's registration lock makes the later ones wait for the first).
+    pub concurrent_creations: Vec<std::time::Duration>,
 }
 
 impl Report {
@@ -111,7 +114,16 @@ impl Report {
             requires_bf16_emulation: device.requires_bf16_emulation(),
             capability_imps: device.capability_imps(),
             device_creation: None,
+            concurrent_creations: Vec::new(),
         }
+    }
+
+    /// The same report, with the times of `--threads N`'s concurrent creations.
+    #[must_use]
+    pub fn with_concurrent_creations(mut self, mut took: Vec<std::time::Duration>) -> Report {
+        took.sort();
+        self.concurrent_creations = took;
+        self
     }
 
     /// The same report, saying how long the device's creation took.
@@ -189,6 +201,11 @@ impl Report {
             "shim_imps": self.shim_imps(),
             "requires_bf16_emulation": self.requires_bf16_emulation,
             "device_creation_us": self.device_creation.map(|d| d.as_secs_f64() * 1e6),
+            "concurrent_creations_us": self
+                .concurrent_creations
+                .iter()
+                .map(|d| d.as_secs_f64() * 1e6)
+                .collect::<Vec<_>>(),
             "capability_imps": self.capability_imps.as_ref().map(|imps| {
                 imps.iter()
                     .map(|imp| {

@@ -317,22 +317,31 @@ fn image_of(address: *mut c_void) -> String {
 }
 
 /// Creates `threads` devices at the same moment on as many threads with the
-/// library's `SimMetalCreateDevice` (a new device per call), then returns the
-/// default device: the two-threads-at-once case of the shim's first device.
-pub fn create_concurrently(threads: usize, scope: Scope) -> Result<(), String> {
+/// library's `SimMetalCreateDevice` (a new device per call): the
+/// two-threads-at-once case of the shim's first device. Returns how long each
+/// creation took.
+pub fn create_concurrently(
+    threads: usize,
+    scope: Scope,
+) -> Result<Vec<std::time::Duration>, String> {
     let create = scope.lookup(c"SimMetalCreateDevice")?;
     // SAFETY: the simulated Metal's `id SimMetalCreateDevice(void)`.
     let create =
         unsafe { std::mem::transmute::<*mut c_void, unsafe extern "C" fn() -> Id>(create) };
     let barrier = std::sync::Barrier::new(threads);
-    std::thread::scope(|s| {
-        for _ in 0..threads {
-            s.spawn(|| {
-                barrier.wait();
-                // SAFETY: SimMetalCreateDevice is thread-safe (nothing shared).
-                unsafe { create() };
-            });
-        }
-    });
-    Ok(())
+    Ok(std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    barrier.wait();
+                    let start = std::time::Instant::now();
+                    // SAFETY: SimMetalCreateDevice is thread-safe (it takes the
+                    // simulated registration lock).
+                    unsafe { create() };
+                    start.elapsed()
+                })
+            })
+            .collect();
+        handles.into_iter().filter_map(|h| h.join().ok()).collect()
+    }))
 }

@@ -27,6 +27,11 @@ impl Daemon {
     /// A daemon whose `apple7` profile asks `family`, on a host whose chip brand
     /// is `brand` (METALIFT_HOST_CHIP_BRAND, the daemon's own environment).
     fn start_with(family: u8, brand: Option<&str>) -> Daemon {
+        Daemon::start_full(family, brand, "unlock = \"apple7\"")
+    }
+
+    /// A daemon whose policy says `probe_action` for the probe.
+    fn start_full(family: u8, brand: Option<&str>, probe_action: &str) -> Daemon {
         let bin_dir = probe().parent().unwrap().to_path_buf();
         let metaliftd = bin_dir.join("metaliftd");
         assert!(
@@ -43,13 +48,13 @@ impl Daemon {
              max_threadgroup_memory = 32768\n",
         )
         .replace("FAMILY", &family.to_string());
-        for (id, path) in [
-            ("probe", probe()),
-            ("true", "/usr/bin/true".into()),
-            ("sh", "/usr/bin/dash".into()),
+        for (id, path, action) in [
+            ("probe", probe(), probe_action),
+            ("true", "/usr/bin/true".into(), "unlock = \"apple7\""),
+            ("sh", "/usr/bin/dash".into(), "unlock = \"apple7\""),
         ] {
             policy.push_str(&format!(
-                "\n[[rule]]\nid = \"{id}\"\npath = {:?}\nunlock = \"apple7\"\n",
+                "\n[[rule]]\nid = \"{id}\"\npath = {:?}\n{action}\n",
                 path.display().to_string()
             ));
         }
@@ -175,4 +180,49 @@ fn given_an_m3_host_and_a_profile_asking_apple9_then_the_probe_is_apple9() {
     assert_eq!(report["apple_family"], 9, "{report}");
     assert_eq!(report["requires_bf16_emulation"], false, "{report}");
     assert!(daemon.records()[0]["apple_family_capped"].is_null());
+}
+
+/// What the probe's capability IMPs are (`-[Class selector]` -> image).
+fn capability_imps(report: &serde_json::Value) -> serde_json::Value {
+    report["capability_imps"].clone()
+}
+
+#[test]
+fn given_the_policy_allows_the_probe_then_apple7_every_llama_flag_no_metal3_and_an_applied_outcome_with_true_stock_answers(
+) {
+    let daemon = Daemon::start();
+    let report = probe_json(injected(probe(), &daemon.socket()));
+    assert_apple7(&report);
+    assert_eq!(report["requires_bf16_emulation"], true, "{report}");
+    let records = daemon.records();
+    let outcome = &records[1];
+    assert_eq!(outcome["kind"], "outcome", "{records:?}");
+    assert_eq!(outcome["result"], "applied", "{outcome}");
+    assert_eq!(
+        outcome["decision_id"], records[0]["decision_id"],
+        "{records:?}"
+    );
+    assert_eq!(outcome["stock"]["threadgroup_memory"], 32768, "{outcome}");
+    assert_eq!(outcome["stock"]["working_set"], 11453251584u64, "{outcome}");
+}
+
+#[test]
+fn given_the_policy_denies_the_probe_then_metals_own_methods_and_a_stock_outcome_with_true_answers()
+{
+    let daemon = Daemon::start_full(7, None, "stock = true");
+    let report = probe_json(injected(probe(), &daemon.socket()));
+    assert_stock(&report);
+    assert_eq!(report["shim_imps"], 0, "{report}");
+    assert_eq!(
+        capability_imps(&report),
+        capability_imps(&probe_json(clean(probe()))),
+        "exactly Metal's own methods"
+    );
+    let records = daemon.records();
+    let outcome = &records[1];
+    assert_eq!(outcome["kind"], "outcome", "{records:?}");
+    assert_eq!(outcome["result"], "stock", "{outcome}");
+    assert_eq!(outcome["stock"]["threadgroup_memory"], 32768, "{outcome}");
+    assert_eq!(outcome["stock"]["working_set"], 11453251584u64, "{outcome}");
+    assert_eq!(outcome["stock"], outcome["effective"], "{outcome}");
 }

@@ -70,10 +70,12 @@ fn metals_own_imps(variant: &str) -> std::collections::BTreeMap<String, String> 
 }
 
 #[test]
-fn given_driver_state_set_after_super_init_then_the_outcome_reports_the_finished_devices_answers() {
-    // The default shape: the driver sets its threadgroup memory only after
-    // [super init] returns, and Metal's feature queries ask the device while it
-    // is half-built. The stock answers must be the finished device's.
+fn given_metal_asks_the_device_during_its_creation_then_the_outcome_reports_the_finished_devices_answers(
+) {
+    // The real order: the driver's init is complete before MTLAddDevice, and
+    // Metal's feature queries ask the device (under the registration lock)
+    // right after the vector is built. The stock answers are the finished
+    // device's, read when the original -initGPUFamilySupport returns.
     let daemon = FakeDaemon::start(unlock(APPLE7));
     assert_apple7(&probe_json(injected(probe(), &daemon.socket)));
     let outcome = daemon.outcome();
@@ -112,13 +114,22 @@ fn given_a_profile_with_floors_then_threadgroup_memory_and_working_set_rise_to_t
 }
 
 #[test]
-fn given_a_stock_verdict_then_the_probe_sees_the_paravirtual_answers() {
+fn given_a_stock_verdict_then_the_probe_sees_the_paravirtual_answers_and_the_outcome_their_true_values(
+) {
     let daemon = FakeDaemon::start(stock(Mode::Enforce, false));
     assert_stock(&probe_json(injected(probe(), &daemon.socket)));
     let outcome = daemon.outcome();
     assert_eq!(outcome.result, OutcomeResult::Stock);
     assert_eq!(outcome.reason, "verdict: stock (probe)");
     assert_eq!(outcome.stock, outcome.effective);
+    // All three answers, read from the finished device: never a 0 for "not read".
+    assert_eq!(
+        outcome.stock.families,
+        paravirtual_families(),
+        "{outcome:?}"
+    );
+    assert_eq!(outcome.stock.threadgroup_memory, 32768, "{outcome:?}");
+    assert_eq!(outcome.stock.working_set, 11453251584, "{outcome:?}");
 }
 
 #[test]
@@ -157,6 +168,121 @@ fn given_a_daemon_that_never_answers_then_stock_after_the_deadline_and_the_proce
 }
 
 #[test]
+fn given_a_daemon_that_accepts_and_never_answers_then_only_the_first_process_waits_the_deadline() {
+    let daemon = FakeDaemon::start(Behaviour::Silent);
+    let timed = |debug: bool| {
+        let mut cmd = injected(probe(), &daemon.socket);
+        cmd.env("METALIFT_TIMEOUT_MS", "1500");
+        if debug {
+            cmd.env("METALIFT_DEBUG", "1");
+        }
+        cmd.arg("--json");
+        let start = std::time::Instant::now();
+        let output = run(cmd, b"");
+        let took = start.elapsed();
+        assert!(output.status.success(), "{output:?}");
+        assert_stock(&serde_json::from_slice(&output.stdout).unwrap());
+        (took, String::from_utf8_lossy(&output.stderr).into_owned())
+    };
+    let (first, _) = timed(false);
+    assert!(
+        first >= std::time::Duration::from_millis(1500),
+        "took {first:?}"
+    );
+    assert_eq!(daemon.check_ins(), 1);
+    // The next processes skip the wait after one look at the marker: no
+    // connection, stock, the reason in the debug log.
+    for _ in 0..3 {
+        let (took, stderr) = timed(true);
+        assert!(
+            took < std::time::Duration::from_millis(1000),
+            "took {took:?}"
+        );
+        assert!(stderr.contains("did not answer a check-in"), "{stderr}");
+    }
+    assert_eq!(
+        daemon.connections(),
+        1,
+        "skipped processes make no connection"
+    );
+    // Once the finding is older than the window, the daemon is asked again.
+    let dir = daemon.socket.parent().unwrap();
+    let markers: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("metalift-unresponsive-")
+        })
+        .collect();
+    assert_eq!(markers.len(), 1, "{markers:?}");
+    let old = std::time::SystemTime::now() - std::time::Duration::from_secs(11);
+    std::fs::File::options()
+        .write(true)
+        .open(markers[0].path())
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+    let (again, _) = timed(false);
+    assert!(
+        again >= std::time::Duration::from_millis(1500),
+        "took {again:?}"
+    );
+    assert_eq!(daemon.check_ins(), 2);
+}
+
+#[test]
+fn given_a_marker_others_can_write_then_it_is_not_believed() {
+    use std::os::unix::fs::PermissionsExt;
+    let daemon = FakeDaemon::start(Behaviour::Silent);
+    let run_probe = || {
+        let mut cmd = injected(probe(), &daemon.socket);
+        cmd.env("METALIFT_TIMEOUT_MS", "300");
+        assert_stock(&probe_json(cmd));
+    };
+    run_probe();
+    assert_eq!(daemon.check_ins(), 1);
+    let marker = std::fs::read_dir(daemon.socket.parent().unwrap())
+        .unwrap()
+        .filter_map(Result::ok)
+        .find(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("metalift-unresponsive-")
+        })
+        .expect("a marker")
+        .path();
+    // A marker anyone could have written says nothing: the daemon is asked.
+    std::fs::set_permissions(&marker, std::fs::Permissions::from_mode(0o666)).unwrap();
+    run_probe();
+    assert_eq!(daemon.check_ins(), 2);
+}
+
+#[test]
+fn given_the_daemon_declines_as_busy_then_stock_at_once_with_the_reason() {
+    let frame = wire::encode_frame(&wire::Message::Declined(wire::Declined {
+        reason: wire::DeclineReason::Busy,
+        detail: "every place is taken".into(),
+    }));
+    let daemon = FakeDaemon::start(Behaviour::Raw(frame));
+    let mut cmd = injected(probe(), &daemon.socket);
+    cmd.env("METALIFT_TIMEOUT_MS", "5000");
+    let start = std::time::Instant::now();
+    assert_stock(&probe_json(cmd));
+    assert!(start.elapsed() < std::time::Duration::from_secs(2));
+    let outcome = daemon.outcome();
+    assert_eq!(outcome.result, OutcomeResult::Stock);
+    assert!(
+        outcome
+            .reason
+            .contains("declined the check-in: every place"),
+        "{}",
+        outcome.reason
+    );
+}
+
+#[test]
 fn given_a_malformed_verdict_then_stock_with_the_reason_reported() {
     // A frame from a future protocol version.
     let mut frame = wire::encode_frame(&wire::Message::StatusRequest);
@@ -185,7 +311,9 @@ fn given_metal_without_init_gpu_family_support_then_failed_and_nothing_is_hooked
     let daemon = FakeDaemon::start(unlock(APPLE7));
     let mut cmd = injected(probe(), &daemon.socket);
     cmd.env("LD_LIBRARY_PATH", simmetal("noinit"));
-    assert_stock(&probe_json(cmd));
+    let report = probe_json(cmd);
+    assert_stock(&report);
+    assert_eq!(report["shim_imps"], 0, "{report}");
     let outcome = daemon.outcome();
     assert_eq!(outcome.result, OutcomeResult::Failed);
     assert!(
@@ -193,6 +321,28 @@ fn given_metal_without_init_gpu_family_support_then_failed_and_nothing_is_hooked
         "{}",
         outcome.reason
     );
+    // Reported once the device exists, with its true answers.
+    assert_eq!(
+        outcome.stock.families,
+        paravirtual_families(),
+        "{outcome:?}"
+    );
+    assert_eq!(outcome.stock.threadgroup_memory, 32768, "{outcome:?}");
+}
+
+#[test]
+fn given_metal_without_init_gpu_family_support_then_a_program_that_creates_no_device_neither_waits_nor_reports(
+) {
+    // Every AppKit tool links Metal: loading it must never check in (the old
+    // shim did, from the loader's callback, and waited there).
+    let daemon = FakeDaemon::start_delayed(unlock(APPLE7), std::time::Duration::from_secs(3));
+    let mut cmd = injected(hostile("metalift-hostile"), &daemon.socket);
+    cmd.env("LD_LIBRARY_PATH", simmetal("noinit")).arg("exec");
+    let start = std::time::Instant::now();
+    assert!(run(cmd, b"").status.success());
+    let took = start.elapsed();
+    assert!(took < std::time::Duration::from_secs(1), "took {took:?}");
+    assert_eq!(daemon.connections(), 0);
 }
 
 #[test]
@@ -311,10 +461,11 @@ fn given_a_stock_verdict_then_the_capability_methods_are_exactly_metals_own() {
 
 #[test]
 fn given_replaced_answers_that_do_not_take_effect_then_rolled_back_failed_and_no_hook_left() {
-    // noeffect: -init swaps the device to a subclass that overrides the getters.
+    // cached: the original -initGPUFamilySupport moves the device to a subclass
+    // that answers from copies; the patched methods are never called.
     let daemon = FakeDaemon::start(unlock(APPLE7));
     let mut cmd = injected(probe(), &daemon.socket);
-    cmd.env("LD_LIBRARY_PATH", simmetal("noeffect"));
+    cmd.env("LD_LIBRARY_PATH", simmetal("cached"));
     let report = probe_json(cmd);
     assert_stock(&report);
     assert_eq!(report["shim_imps"], 0, "{report}");
@@ -326,8 +477,23 @@ fn given_replaced_answers_that_do_not_take_effect_then_rolled_back_failed_and_no
         outcome.reason
     );
     assert_eq!(outcome.effective, outcome.stock, "{outcome:?}");
+    assert_eq!(outcome.stock.threadgroup_memory, 32768, "{outcome:?}");
     // Rolled back exactly: every capability method is Metal's own again.
-    assert_eq!(capability_imps(&report), metals_own_imps("noeffect"));
+    assert_eq!(capability_imps(&report), metals_own_imps("cached"));
+}
+
+#[test]
+fn given_a_device_the_program_never_asks_then_the_outcome_still_goes_out_at_its_creation() {
+    // devexec creates a device, asks it nothing and execs `sh`: the outcome was
+    // sent when Metal's -initGPUFamilySupport returned.
+    let daemon = FakeDaemon::start(unlock(APPLE7));
+    let mut cmd = injected(hostile("metalift-hostile"), &daemon.socket);
+    cmd.arg("devexec");
+    assert!(run(cmd, b"").status.success());
+    let outcome = daemon.outcome();
+    assert_eq!(outcome.result, OutcomeResult::Applied, "{outcome:?}");
+    assert_eq!(outcome.stock.threadgroup_memory, 32768, "{outcome:?}");
+    assert_ne!(outcome.effective.families & bit("Apple7"), 0, "{outcome:?}");
 }
 
 #[test]

@@ -88,7 +88,7 @@ bool ml_config_socket_path(char *buf, size_t cap, const char *metalift_socket,
  * on macOS confstr(_CS_DARWIN_USER_TEMP_DIR), the per-user T/ directory that
  * Libc's dirhelper makes 0700 for that user alone (never an environment
  * variable there). NULL when there is none. */
-static const char *private_dir(char *buf, size_t cap)
+const char *ml_config_private_dir(char *buf, size_t cap)
 {
 #ifdef __APPLE__
     size_t n = confstr(ML_CS_DARWIN_USER_TEMP_DIR, buf, cap);
@@ -122,7 +122,7 @@ void ml_config_load(struct ml_config *out)
     char dir_buf[1024];
     const char *dir = NULL;
     if ((explicit_socket == NULL || explicit_socket[0] == '\0') && !system_exists)
-        dir = private_dir(dir_buf, sizeof dir_buf);
+        dir = ml_config_private_dir(dir_buf, sizeof dir_buf);
     out->socket_too_long =
         !ml_config_socket_path(out->socket, sizeof out->socket, explicit_socket, system_exists, dir);
     out->system_daemon = system_exists;

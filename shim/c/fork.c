@@ -6,7 +6,7 @@
  * lazily, by pid (session.c, hook.c).
  *
  * The one place that knows both hook.c's and session.c's locks, and their
- * order: device_lock, then finish_lock (hook.c), then session_lock (session.c),
+ * order: device_lock (hook.c), then session_lock (session.c),
  * as a first device init takes them. Called by loader.c only, so neither
  * hook.c nor session.c depends on the other for it.
  */

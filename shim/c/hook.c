@@ -3,42 +3,50 @@
  * (Debian's GCC Objective-C runtime). The runtime is reached through dlsym only
  * once Metal is there; the shim links no libobjc.
  *
- * What real Metal requires (../shared/REAL-METAL.md, and the working peers
- * veertuinc/anka-metal-unlock guest/anka_gpu_family_boost.m + guest/hooks.m and
- * trycua/cua libs/lume/metal-capability-shim): supportsFamily: is defined once,
- * in _MTLDevice, over a vector that -[_MTLDevice initGPUFamilySupport] builds
- * inside the device's init; the driver class defines the threadgroup memory and
- * IOGPUMetalDevice the working set. So, inside device creation:
+ * What real Metal does (../shared/REAL-METAL.md items 1-5): a device is created
+ * under Metal's process-wide registration lock (MTLRegisterDevices_lock); the
+ * driver's -initWithAcceleratorPort: runs to completion, then MTLAddDevice calls
+ * -initLimits, -initFeatureQueries (which calls -[_MTLDevice
+ * initGPUFamilySupport] to build the family vector, then builds the
+ * feature-query object that asks the device), -initWorkarounds, and adds the
+ * device to the device array. supportsFamily: is defined once, in _MTLDevice,
+ * over that vector; the driver class defines the threadgroup memory and
+ * IOGPUMetalDevice the working set. So, as the working peers do
+ * (veertuinc/anka-metal-unlock guest/hooks.m, trycua/cua
+ * libs/lume/metal-capability-shim):
  *
  * 1. -[_MTLDevice initGPUFamilySupport] (the one private selector metalift
  *    relies on) is replaced by device_init. On this process's first device it
- *    checks in and waits for the verdict (hard deadline), BEFORE calling the
- *    original. A missing selector: `failed` at once, nothing installed.
+ *    checks in and waits for the verdict (bounded: session.c), BEFORE calling
+ *    the original. Whatever it waits for, every other thread creating a device
+ *    waits for too (Metal's lock), so the wait is short when the daemon is
+ *    known to be unresponsive (unresponsive.c).
  * 2. Unlock: for supportsFamily:, maxThreadgroupMemoryLength and (when the
  *    profile sets it) recommendedMaxWorkingSetSize, the Method that
  *    class_getInstanceMethod finds for the device's class — wherever it is
  *    defined, _MTLDevice included — gets the shim's IMP with
- *    method_setImplementation, before the original initGPUFamilySupport runs,
- *    so Metal's own feature queries and the program see one device. Every
- *    selector is looked up before the first is patched: one missing, nothing is
- *    installed. Stock: nothing is installed at all.
- * 3. Nothing is asked of the half-built device beyond what the original
- *    initGPUFamilySupport has made safe (the family vector). The check that the
- *    patch took effect ("finish") runs at the first capability question the
- *    program asks: a question whose caller lies outside the images that build
- *    the device (the images of the device's classes, _MTLDevice's included) —
- *    Metal's own questions during creation (the feature queries) come from
- *    those images and are answered without it — or a question to a device
- *    whose class is no longer the one it was created as (an isa swap happens
- *    to a built object; the override then forwards from Metal's image). A
- *    question that only ever comes through Metal's own images otherwise (a
- *    forwarding wrapper defined in Metal.framework itself) never runs finish:
- *    the answers stay unlocked and the decision has no outcome (README,
- *    known limits). finish reads the stock answers
- *    through the saved originals and the effective ones through the live
- *    dispatch of the device's current class; a mismatch restores every
- *    original (method_setImplementation(original): the classes are exactly as
- *    they were) and reports `failed`.
+ *    method_setImplementation, before the original runs, so Metal's own feature
+ *    queries and the program see one device. Every selector is looked up before
+ *    the first is patched: one missing, nothing is installed. Stock: nothing is
+ *    installed at all.
+ * 3. When the original returns, the device is finished as far as the family
+ *    answers go (the driver was built before MTLAddDevice, the vector now), so
+ *    the patch is checked right there: the stock answers through the saved
+ *    originals, the effective ones through the live dispatch of the device's
+ *    class as it is now. They must equal what the verdict implies, else every
+ *    original is restored (method_setImplementation(original): the classes are
+ *    exactly as they were) and the outcome is `failed`. The outcome — applied,
+ *    stock or failed, with the device's true answers, all three — goes out at
+ *    once. Nothing is asked of the device before the original has built the
+ *    vector (real Metal would read through a null pointer).
+ *
+ * A replaced answer costs the original call plus a branch.
+ *
+ * A Metal without -initGPUFamilySupport (a macOS update): the hook goes on
+ * -initWorkarounds (else -initFeatureQueries), which MTLAddDevice calls after the
+ * vector exists; at the first device, after that original returns, the shim
+ * checks in and reports `failed` with the device's answers. Nothing waits in
+ * the loader's callback, and only processes that create a device report.
  *
  * Linux only: GCC's libobjc copies IMPs into a dispatch table per class, and its
  * method_setImplementation refreshes only the defining class's table, so every
@@ -95,17 +103,29 @@ static ml_sel sels[SEL_COUNT];
 
 /* The state of the capability IMPs. */
 enum mode {
-    MODE_NONE,           /* nothing installed */
-    MODE_PENDING_UNLOCK, /* installed, finish not run yet; answer unlocked */
-    MODE_UNLOCKED,       /* finish confirmed the unlock */
+    MODE_NONE,     /* nothing installed */
+    MODE_UNLOCKED, /* installed and answering with the profile */
 };
 
-static bool init_hooked; /* the device-init hook is in place (or failed for good) */
+/* Which selector device_init replaced. */
+enum hook_kind {
+    HOOKED_NOTHING,       /* not yet, or Metal cannot be hooked at all */
+    HOOKED_FAMILIES,      /* -initGPUFamilySupport: the design */
+    HOOKED_WITHOUT_FAMILIES, /* it is missing: a later MTLAddDevice step, to report */
+};
+
+static bool init_hooked; /* _MTLDevice was found (hooked, or failed for good) */
+static volatile int hooked = HOOKED_NOTHING;
+static const char *hooked_selector = "";
 static init_fn original_init;
-/* Held by the first device's handling (verdict wait, installing); a second
- * device init meanwhile waits here for the same decision. */
+/* Held across the first device's handling (verdict wait, patch, check,
+ * outcome); a second device init meanwhile waits here for the same decision.
+ * (Metal's own registration lock already serialises creations; this one also
+ * covers a runtime that does not.) */
 static pthread_mutex_t device_lock = PTHREAD_MUTEX_INITIALIZER;
 static volatile pid_t first_device_pid; /* the pid whose first device was handled */
+static volatile bool handling;         /* the first device is being handled ... */
+static pthread_t handling_thread;      /* ... by this thread (re-entry runs the original) */
 
 /* One capability method the shim may patch (the peers' slot table). */
 struct slot {
@@ -119,17 +139,6 @@ static struct slot slots[SEL_COUNT];
 static ml_class hooked_class;              /* the first device's class */
 static struct ml_plan plan;                /* what the first device decided */
 static char device_class_name[128];
-
-/* The images that build the device (see the file comment, step 3). */
-#define ML_CREATION_IMAGES 8
-static const void *creation_images[ML_CREATION_IMAGES];
-static unsigned creation_image_count;
-
-/* finish: once, at the program's first capability question. */
-static pthread_mutex_t finish_lock = PTHREAD_MUTEX_INITIALIZER;
-static volatile bool finish_done = true;
-static volatile bool finishing;
-static pthread_t finishing_thread;
 
 static bool resolve_runtime(void *scope)
 {
@@ -261,36 +270,6 @@ static void restore_originals(void)
     mode = MODE_NONE;
 }
 
-/* The images of the device's classes, from its own up to _MTLDevice. */
-static void note_creation_images(ml_class cls)
-{
-    creation_image_count = 0;
-    for (ml_class c = cls; c != NULL; c = rt.class_get_superclass(c)) {
-        Dl_info info;
-        if (dladdr(c, &info) != 0 && info.dli_fbase != NULL) {
-            bool known = false;
-            for (unsigned i = 0; i < creation_image_count; i++)
-                known = known || creation_images[i] == info.dli_fbase;
-            if (!known && creation_image_count < ML_CREATION_IMAGES)
-                creation_images[creation_image_count++] = info.dli_fbase;
-        }
-        if (strcmp(class_name(c), "_MTLDevice") == 0)
-            break;
-    }
-}
-
-/* Whether `caller` (a return address) lies in an image that builds the device. */
-static bool asked_by_metal(const void *caller)
-{
-    Dl_info info;
-    if (dladdr(caller, &info) == 0)
-        return false;
-    for (unsigned i = 0; i < creation_image_count; i++)
-        if (creation_images[i] == info.dli_fbase)
-            return true;
-    return false;
-}
-
 /* ------------------------------------------------------ the outcome -- */
 
 static void report(uint64_t id, uint8_t result, const char *reason, struct ml_answers stock,
@@ -325,10 +304,100 @@ static void report(uint64_t id, uint8_t result, const char *reason, struct ml_an
     ml_session_report(&o);
 }
 
-/* The program's first capability question: check the patch against what the
- * finished device answers, keep it, or restore every original. */
-static void finish(ml_id device)
+/* ------------------------------------------------ the replaced answers -- */
+
+__attribute__((noinline)) static uint8_t imp_supports_family(ml_id self, ml_sel cmd, long family)
 {
+    bool stock = ((supports_family_fn)slots[SEL_SF].original)(self, cmd, family) != 0;
+    if (mode == MODE_UNLOCKED)
+        return ml_caps_supports_family(&plan.caps, family, stock) ? 1 : 0;
+    return stock ? 1 : 0;
+}
+
+__attribute__((noinline)) static unsigned long imp_threadgroup(ml_id self, ml_sel cmd)
+{
+    unsigned long stock = ((threadgroup_fn)slots[SEL_TG].original)(self, cmd);
+    if (mode == MODE_UNLOCKED && plan.caps.tg_memory > stock)
+        return (unsigned long)plan.caps.tg_memory;
+    return stock;
+}
+
+__attribute__((noinline)) static uint64_t imp_working_set(ml_id self, ml_sel cmd)
+{
+    uint64_t stock = ((working_set_fn)slots[SEL_WS].original)(self, cmd);
+    if (mode == MODE_UNLOCKED && plan.caps.has_ws && plan.caps.working_set > stock)
+        return plan.caps.working_set;
+    return stock;
+}
+
+static const ml_imp replacement[SEL_COUNT] = {
+    (ml_imp)imp_supports_family,
+    (ml_imp)imp_threadgroup,
+    (ml_imp)imp_working_set,
+};
+
+/* ------------------------------------------------------- first device -- */
+
+/* What the first device's handling has to report once the original ran. */
+static uint8_t pending_result; /* ML_RESULT_STOCK / _FAILED; _APPLIED: check first */
+static char pending_reason[256];
+
+static void check_in_and_plan(ml_id device)
+{
+    ml_session_check_in();
+    ml_session_plan(&plan, true);
+    snprintf(device_class_name, sizeof device_class_name, "%s", class_name(class_of(device)));
+    if (mode != MODE_NONE)
+        restore_originals(); /* inherited from a parent process across fork */
+}
+
+/* Before the original initGPUFamilySupport of this process's first device:
+ * check in, wait for the verdict, patch on unlock. Asks the device nothing. */
+static void before_first_init(ml_id device)
+{
+    check_in_and_plan(device);
+    pending_result = ML_RESULT_STOCK;
+    snprintf(pending_reason, sizeof pending_reason, "%s", plan.reason);
+    if (!plan.unlock)
+        return;
+    ml_class cls = class_of(device);
+    int wanted = plan.caps.has_ws ? SEL_COUNT : SEL_WS;
+    ml_method methods[SEL_COUNT] = {NULL, NULL, NULL};
+    for (int i = 0; i < wanted; i++) {
+        methods[i] = rt.class_get_instance_method(cls, sels[i]);
+        if (methods[i] == NULL) {
+            pending_result = ML_RESULT_FAILED;
+            snprintf(pending_reason, sizeof pending_reason,
+                     "selector -[%s %s] is missing; nothing was installed", device_class_name,
+                     sel_names[i]);
+            return;
+        }
+    }
+    hooked_class = cls;
+    for (int i = 0; i < wanted; i++) {
+        slots[i].method = methods[i];
+        slots[i].original = rt.method_get_implementation(methods[i]);
+        slots[i].defining = defining_class(cls, sels[i], methods[i]);
+    }
+    mode = MODE_UNLOCKED;
+    for (int i = 0; i < wanted; i++) {
+        rt.method_set_implementation(slots[i].method, replacement[i]);
+        refresh_dispatch(slots[i].defining, cls);
+        slots[i].installed = true;
+    }
+    pending_result = ML_RESULT_APPLIED;
+}
+
+/* After the original: the vector exists and the driver was finished before
+ * MTLAddDevice, so every answer can be read. Check an unlock against the
+ * device as it is now, keep it or restore everything, and report. */
+static void after_first_init(ml_id device)
+{
+    if (pending_result != ML_RESULT_APPLIED) {
+        struct ml_answers now = read_live(device, SEL_COUNT);
+        report(plan.decision_id, pending_result, pending_reason, now, now);
+        return;
+    }
     ml_imp stock_imps[SEL_COUNT];
     live_imps(hooked_class, stock_imps, SEL_COUNT);
     for (int i = 0; i < SEL_COUNT; i++)
@@ -340,7 +409,6 @@ static void finish(ml_id device)
     if (effective.families == expected.families &&
         effective.threadgroup_memory == expected.threadgroup_memory &&
         effective.working_set == expected.working_set) {
-        mode = MODE_UNLOCKED;
         report(plan.decision_id, ML_RESULT_APPLIED, "", stock, effective);
         return;
     }
@@ -355,171 +423,53 @@ static void finish(ml_id device)
     report(plan.decision_id, ML_RESULT_FAILED, reason, stock, read_live(device, SEL_COUNT));
 }
 
-/* Runs finish once per installation, for a question from the program; a
- * question from Metal's own images (the device is being built) or from
- * finish's own live reads (same thread) is answered without it. */
-static void finish_if_asked_by_program(ml_id device, const void *caller)
+/* A Metal without -initGPUFamilySupport: after the later MTLAddDevice step
+ * the shim hooked instead, report that this Metal cannot be unlocked. */
+static void first_init_without_families(ml_id device)
 {
-    if (finish_done)
-        return;
-    if (finishing && pthread_equal(finishing_thread, pthread_self()))
-        return;
-    if (asked_by_metal(caller) && class_of(device) == hooked_class)
-        return;
-    pthread_mutex_lock(&finish_lock);
-    if (!finish_done && mode == MODE_PENDING_UNLOCK) {
-        finishing_thread = pthread_self();
-        finishing = true;
-        finish(device);
-        finishing = false;
-        finish_done = true;
-    }
-    pthread_mutex_unlock(&finish_lock);
+    check_in_and_plan(device);
+    char reason[sizeof plan.reason + 120];
+    snprintf(reason, sizeof reason,
+             "selector -[_MTLDevice initGPUFamilySupport] is missing: this Metal is not "
+             "supported; nothing was installed (%s)",
+             plan.unlock ? "verdict: unlock" : plan.reason);
+    struct ml_answers now = read_live(device, SEL_COUNT);
+    report(plan.decision_id, ML_RESULT_FAILED, reason, now, now);
 }
 
-static bool answering_unlocked(void)
-{
-    return mode == MODE_PENDING_UNLOCK || mode == MODE_UNLOCKED;
-}
-
-/* The caller of a replacement IMP (objc_msgSend jumps to it, so this is the
- * code that sent the message). clang strips the arm64e signature. */
-#define ML_CALLER() __builtin_return_address(0)
-
-__attribute__((noinline)) static uint8_t imp_supports_family(ml_id self, ml_sel cmd, long family)
-{
-    finish_if_asked_by_program(self, ML_CALLER());
-    bool stock = ((supports_family_fn)slots[SEL_SF].original)(self, cmd, family) != 0;
-    if (answering_unlocked())
-        return ml_caps_supports_family(&plan.caps, family, stock) ? 1 : 0;
-    return stock ? 1 : 0;
-}
-
-__attribute__((noinline)) static unsigned long imp_threadgroup(ml_id self, ml_sel cmd)
-{
-    finish_if_asked_by_program(self, ML_CALLER());
-    unsigned long stock = ((threadgroup_fn)slots[SEL_TG].original)(self, cmd);
-    if (answering_unlocked() && plan.caps.tg_memory > stock)
-        return (unsigned long)plan.caps.tg_memory;
-    return stock;
-}
-
-__attribute__((noinline)) static uint64_t imp_working_set(ml_id self, ml_sel cmd)
-{
-    finish_if_asked_by_program(self, ML_CALLER());
-    uint64_t stock = ((working_set_fn)slots[SEL_WS].original)(self, cmd);
-    if (answering_unlocked() && plan.caps.has_ws && plan.caps.working_set > stock)
-        return plan.caps.working_set;
-    return stock;
-}
-
-static const ml_imp replacement[SEL_COUNT] = {
-    (ml_imp)imp_supports_family,
-    (ml_imp)imp_threadgroup,
-    (ml_imp)imp_working_set,
-};
-
-/* ------------------------------------------------------- first device -- */
-
-/* What the first device's handling left to say once the original init ran. */
-static uint8_t pending_result;          /* ML_RESULT_STOCK / _FAILED; _APPLIED: finish */
-static char pending_reason[256];
-
-/* Before the original initGPUFamilySupport of this process's first device:
- * check in, wait for the verdict, patch on unlock. */
-static void before_first_init(ml_id device)
-{
-    ml_session_check_in();
-    ml_session_plan(&plan, true);
-    ml_class cls = class_of(device);
-    snprintf(device_class_name, sizeof device_class_name, "%s", class_name(cls));
-    pthread_mutex_lock(&finish_lock);
-    if (mode != MODE_NONE) {
-        /* Inherited from a parent process across fork: start from pristine. */
-        finish_done = true;
-        restore_originals();
-    }
-    pending_result = ML_RESULT_STOCK;
-    snprintf(pending_reason, sizeof pending_reason, "%s", plan.reason);
-    if (!plan.unlock) {
-        pthread_mutex_unlock(&finish_lock);
-        return;
-    }
-    int wanted = plan.caps.has_ws ? SEL_COUNT : SEL_WS;
-    ml_method methods[SEL_COUNT] = {NULL, NULL, NULL};
-    for (int i = 0; i < wanted; i++) {
-        methods[i] = rt.class_get_instance_method(cls, sels[i]);
-        if (methods[i] == NULL) {
-            pending_result = ML_RESULT_FAILED;
-            snprintf(pending_reason, sizeof pending_reason,
-                     "selector -[%s %s] is missing; nothing was installed", device_class_name,
-                     sel_names[i]);
-            pthread_mutex_unlock(&finish_lock);
-            return;
-        }
-    }
-    hooked_class = cls;
-    note_creation_images(cls);
-    for (int i = 0; i < wanted; i++) {
-        slots[i].method = methods[i];
-        slots[i].original = rt.method_get_implementation(methods[i]);
-        slots[i].defining = defining_class(cls, sels[i], methods[i]);
-    }
-    mode = MODE_PENDING_UNLOCK;
-    finish_done = false;
-    for (int i = 0; i < wanted; i++) {
-        rt.method_set_implementation(slots[i].method, replacement[i]);
-        refresh_dispatch(slots[i].defining, cls);
-        slots[i].installed = true;
-    }
-    pending_result = ML_RESULT_APPLIED;
-    pthread_mutex_unlock(&finish_lock);
-    ml_log(ML_DEBUG, "capability methods of %s patched; checked at the program's first question",
-           device_class_name);
-}
-
-/* After the original: a stock or failed outcome goes out now, with the family
- * answers (safe: the vector is built) and no driver getter asked (its state
- * may not be set yet, so threadgroup memory and working set read 0 there). */
-static void after_first_init(ml_id device)
-{
-    if (pending_result == ML_RESULT_APPLIED)
-        return;
-    struct ml_answers now = read_live(device, SEL_TG);
-    report(plan.decision_id, pending_result, pending_reason, now, now);
-}
-
-/* Replaces -[_MTLDevice initGPUFamilySupport]. */
+/* Replaces -[_MTLDevice initGPUFamilySupport] (or, without it, the later
+ * MTLAddDevice step ml_hook_try chose). */
 static void device_init(ml_id self, ml_sel cmd)
 {
-    bool first = false;
     pid_t me = getpid();
-    if (first_device_pid != me) {
-        pthread_mutex_lock(&device_lock);
-        if (first_device_pid != me) {
-            before_first_init(self);
-            first_device_pid = me;
-            first = true;
-        }
-        pthread_mutex_unlock(&device_lock);
-    }
-    if (original_init != NULL)
+    if (first_device_pid == me || (handling && pthread_equal(handling_thread, pthread_self()))) {
         original_init(self, cmd);
-    if (first)
+        return;
+    }
+    pthread_mutex_lock(&device_lock);
+    if (first_device_pid == me) {
+        pthread_mutex_unlock(&device_lock);
+        original_init(self, cmd);
+        return;
+    }
+    handling_thread = pthread_self();
+    handling = true;
+    if (hooked == HOOKED_FAMILIES) {
+        before_first_init(self);
+        original_init(self, cmd);
         after_first_init(self);
+    } else {
+        original_init(self, cmd);
+        first_init_without_families(self);
+    }
+    first_device_pid = me;
+    handling = false;
+    pthread_mutex_unlock(&device_lock);
 }
 
-/* Metal is here but cannot be hooked: `failed` at its first device creation
- * would need the hook, so check in now and report (no device init will ever
- * be seen; a process without the selector is one macOS update away). */
-static void fail_without_device(const char *reason)
-{
-    ml_session_check_in();
-    ml_session_plan(&plan, true);
-    snprintf(device_class_name, sizeof device_class_name, "_MTLDevice");
-    struct ml_answers none = {0, 0, 0};
-    report(plan.decision_id, ML_RESULT_FAILED, reason, none, none);
-}
+/* The MTLAddDevice steps that run once the vector exists (REAL-METAL 3), in
+ * the order a Metal without -initGPUFamilySupport is watched through. */
+static const char *const later_steps[] = {"initWorkarounds", "initFeatureQueries"};
 
 bool ml_hook_try(void *scope)
 {
@@ -532,32 +482,38 @@ bool ml_hook_try(void *scope)
         return false;
     init_hooked = true;
     ml_method m = rt.class_get_instance_method(base, rt.sel_register_name("initGPUFamilySupport"));
+    int kind = HOOKED_FAMILIES;
+    hooked_selector = "initGPUFamilySupport";
+    for (size_t i = 0; m == NULL && i < sizeof later_steps / sizeof later_steps[0]; i++) {
+        m = rt.class_get_instance_method(base, rt.sel_register_name(later_steps[i]));
+        kind = HOOKED_WITHOUT_FAMILIES;
+        hooked_selector = later_steps[i];
+    }
     if (m == NULL) {
-        fail_without_device("selector -[_MTLDevice initGPUFamilySupport] is missing: this Metal "
-                            "is not supported");
+        ml_log(ML_WARN, "-[_MTLDevice initGPUFamilySupport] and every later device-creation "
+                        "step are missing: this Metal is not supported and its devices "
+                        "cannot be seen");
         return true;
     }
     original_init = (init_fn)rt.method_get_implementation(m);
+    hooked = kind;
     rt.method_set_implementation(m, (ml_imp)device_init);
     refresh_dispatch(base, base);
-    ml_log(ML_DEBUG, "hooked -[_MTLDevice initGPUFamilySupport]");
+    ml_log(ML_DEBUG, "hooked -[_MTLDevice %s]", hooked_selector);
     return true;
 }
 
 void ml_hook_atfork_prepare(void)
 {
     pthread_mutex_lock(&device_lock);
-    pthread_mutex_lock(&finish_lock);
 }
 
 void ml_hook_atfork_parent(void)
 {
-    pthread_mutex_unlock(&finish_lock);
     pthread_mutex_unlock(&device_lock);
 }
 
 void ml_hook_atfork_child(void)
 {
-    pthread_mutex_unlock(&finish_lock);
     pthread_mutex_unlock(&device_lock);
 }

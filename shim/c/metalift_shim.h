@@ -14,12 +14,16 @@
  *   wire.c     the check-in / outcome encoders and the verdict decoder,
  *              byte-exact with policy/src/wire.rs (checked by the Rust tests).
  *   hook.c     the Objective-C runtime (dlsym), the device-init hook, the
- *              capability IMPs, the finish step (self-check / roll-back).
+ *              capability IMPs, the self-check / roll-back when the original
+ *              -initGPUFamilySupport returns.
  *   config.c   the environment: METALIFT_DISABLE, _SOCKET, _TIMEOUT_MS, _DEBUG.
  *   fork.c     the pthread_atfork handlers (both hook.c's and session.c's locks).
  *   xpc.c      macOS: the check-in over XPC (per-message audit tokens).
  *   xpc_dict.c the messages on an XPC dictionary, twin of xpc/src/dict.rs.
+ *   xpc_reply.c what an XPC check-in's answer means: verdict, socket, stock.
  *   log.c      the system log (Linux /dev/log, macOS os_log) and debug stderr.
+ *   unresponsive.c  a daemon found not answering, remembered per user for a
+ *              short while so later processes skip the wait.
  *
  * Why C and why one library: see shim/c/README.md. In short: on arm64e every
  * pointer that crosses to or from the OS must be signed or authenticated by the
@@ -85,6 +89,7 @@ struct stat {
 #define S_ISSOCK(m) (((m) & S_IFMT) == S_IFSOCK)
 #define S_IFDIR 0040000
 #define S_ISDIR(m) (((m) & S_IFMT) == S_IFDIR)
+#define S_IFREG 0100000
 struct sockaddr {
     uint8_t sa_len;
     uint8_t sa_family;
@@ -127,6 +132,12 @@ typedef struct _opaque_pthread_t *pthread_t;
 #define POLLIN 0x1
 #define POLLOUT 0x4
 #define CLOCK_MONOTONIC 6
+#define CLOCK_REALTIME 0
+#define O_WRONLY 0x1
+#define O_TRUNC 0x400
+#define O_CREAT 0x200
+#define O_NOFOLLOW 0x100
+#define O_CLOEXEC 0x1000000
 #define RTLD_NEXT ((void *)-1)
 #define RTLD_DEFAULT ((void *)-2)
 #define ENOENT 2
@@ -176,6 +187,7 @@ extern pid_t getpid(void);
 extern const char *getprogname(void);
 extern uid_t getuid(void);
 extern int memcmp(const void *a, const void *b, size_t n);
+extern int open(const char *path, int flags, ...);
 extern void *memcpy(void *dst, const void *src, size_t n);
 extern void *memset(void *dst, int c, size_t n);
 extern int poll(struct pollfd *fds, unsigned int nfds, int timeout);
@@ -345,6 +357,20 @@ ML_HIDDEN bool ml_caps_supports_family(const struct ml_verdict *v, int64_t famil
 
 /* ----------------------------------------------------------- xpc_dict.c -- */
 
+/* ----------------------------------------------------------- xpc_reply.c -- */
+
+/* What to do after an XPC check-in (see xpc_reply.c). */
+enum ml_xpc_next {
+    ML_XPC_USE_VERDICT = 0,        /* the reply is a verdict */
+    ML_XPC_USE_SOCKET = 1,         /* check in on the Unix socket, same deadline */
+    ML_XPC_STOCK_BUSY = 2,         /* declined: no place free; stock now */
+    ML_XPC_STOCK_UNRESPONSIVE = 3, /* no reply by the deadline; note it, stock */
+    ML_XPC_STOCK_MALFORMED = 4,    /* a reply that is no verdict; stock */
+};
+/* `read_result` is ml_xpc_read_verdict's (0, -ETIMEDOUT, -EPROTO with `e`, or
+ * another negative errno for an XPC error before a reply). */
+ML_HIDDEN enum ml_xpc_next ml_xpc_next_step(int read_result, struct ml_wire_error e);
+
 /* The mach service metaliftd's LaunchDaemon advertises (xpc/src/dict.rs
  * DEFAULT_SERVICE). */
 #define ML_XPC_SERVICE "com.metalift.policy"
@@ -395,7 +421,7 @@ ML_HIDDEN struct ml_wire_error ml_xpc_decode_verdict(xpc_object_t dict, struct m
 /* The XPC check-in (macOS): the kernel stamps every message with the sender's
  * audit token, so the daemon identifies each one (check-in and outcome) by
  * pid and pid version; a Unix socket's LOCAL_PEERTOKEN names only whoever last
- * used the socket (README, "Who is asking"). */
+ * used the socket (docs/src/security.md, "Who is asking"). */
 
 /* The constructor's note of the pid this image started in (no allocation). */
 ML_HIDDEN void ml_xpc_note_image_start(void);
@@ -405,13 +431,16 @@ ML_HIDDEN bool ml_xpc_usable(void);
 /* Opens a connection to ML_XPC_SERVICE in the system domain and sends the
  * check-in; the verdict arrives asynchronously. Returns 0, or an errno value. */
 ML_HIDDEN int ml_xpc_check_in(const char *shim_version, const char *arch);
-/* Waits until `deadline_ms` (ml_now_ms clock) for the verdict. 0: *out is
- * decoded (its strings live until ml_xpc_close); -ETIMEDOUT; -ECONNREFUSED:
- * no such service (the daemon is not installed as a LaunchDaemon, or has XPC
- * off: the caller falls back to the socket); -ECONNRESET: the daemon went away;
- * -EPROTO with *error set: the reply did not decode. */
+/* Waits until `deadline_ms` (ml_now_ms clock) for the reply. 0: *out is
+ * decoded (its strings live until ml_xpc_release_reply); -ETIMEDOUT: no reply
+ * (a reply arriving later is dropped by the handler, never read);
+ * -ECONNREFUSED: XPC_ERROR_CONNECTION_INVALID (no such service);
+ * -ECONNRESET: another XPC error before a reply; -EPROTO with *error set: the
+ * reply is no verdict (ML_WIRE_DECLINED: the daemon's refusal). */
 ML_HIDDEN int ml_xpc_read_verdict(int64_t deadline_ms, struct ml_verdict *out,
                                   struct ml_wire_error *error);
+/* Releases the reply ml_xpc_read_verdict handed over (idempotent). */
+ML_HIDDEN void ml_xpc_release_reply(void);
 /* Sends the outcome on the same connection (same process: the daemon checks
  * the audit token against the check-in's) and closes it once sent. */
 ML_HIDDEN void ml_xpc_report(const struct ml_outcome *o);
@@ -457,11 +486,33 @@ ML_HIDDEN int ml_config_parse_timeout(const char *raw);
 ML_HIDDEN bool ml_config_socket_path(char *buf, size_t cap, const char *metalift_socket,
                                      bool system_exists, const char *private_dir);
 
+/* The user's private directory: $XDG_RUNTIME_DIR on Linux, on macOS
+ * confstr(_CS_DARWIN_USER_TEMP_DIR) written into buf. NULL when there is none. */
+ML_HIDDEN const char *ml_config_private_dir(char *buf, size_t cap);
+
 /* Whether a per-user agent's socket directory may be trusted: owned by the
  * caller or root, writable by nobody else (socket_path.rs
  * agent_dir_is_trustworthy). Pure, so the Linux tests compare it with Rust's. */
 ML_HIDDEN bool ml_config_agent_dir_trustworthy(unsigned dir_uid, unsigned dir_mode,
                                                unsigned caller_uid);
+
+/* -------------------------------------------------------- unresponsive.c -- */
+
+/* How long a daemon found not answering is skipped by later processes of the
+ * same user: short, so a recovered daemon is asked again within this. */
+#define ML_UNRESPONSIVE_MS 10000
+/* Where the marker for the daemon at `socket` lives (see unresponsive.c). */
+ML_HIDDEN bool ml_unresponsive_marker_path(char *buf, size_t cap, const char *socket);
+/* Whether the marker `st` (lstat) counts at `now_ms` (wall clock) for `uid`:
+ * a regular file of that user's, writable by nobody else, younger than
+ * ML_UNRESPONSIVE_MS; its age in *age_ms. Pure, for the tests. */
+ML_HIDDEN bool ml_unresponsive_marker_fresh(const struct stat *st, unsigned uid, int64_t now_ms,
+                                            int64_t *age_ms);
+/* One lstat: the daemon at `socket` was found not answering less than
+ * ML_UNRESPONSIVE_MS ago (by this user); its age in *age_ms. */
+ML_HIDDEN bool ml_unresponsive_recent(const char *socket, int64_t *age_ms);
+/* Notes that the daemon at `socket` did not answer within the deadline. */
+ML_HIDDEN void ml_unresponsive_note(const char *socket);
 
 /* -------------------------------------------------------------- socket.c -- */
 
@@ -530,7 +581,9 @@ ML_HIDDEN pid_t ml_session_pid(void);
 /* ---------------------------------------------------------------- hook.c -- */
 
 /* Metal is mapped: find _MTLDevice through the runtime resolved in `scope`
- * (a dlopen handle, or RTLD_DEFAULT) and hook -initGPUFamilySupport. Returns
+ * (a dlopen handle, or RTLD_DEFAULT) and hook -initGPUFamilySupport (without
+ * it, -initWorkarounds or -initFeatureQueries, to report at the first device).
+ * Never checks in or waits: it runs inside the loader's callback. Returns
  * true when done (hooked, or failed for good), false when _MTLDevice is not
  * registered yet (the loader retries on later images). */
 ML_HIDDEN bool ml_hook_try(void *scope);

@@ -1,6 +1,7 @@
 /*
- * session.c — the process's one conversation with metaliftd: checked in when
- * Metal arrives, consulted at the first device init, closed by the outcome.
+ * session.c — the process's one conversation with metaliftd: checked in at the
+ * first device creation, the verdict awaited there, closed by the outcome
+ * sent when Metal's -initGPUFamilySupport returns.
  *
  * One conversation per pid. A forked child inherits the parent's state and
  * descriptor; the first time the child touches the session (its first device)
@@ -12,8 +13,13 @@
  * Transport: the daemon's Unix socket (socket.c) on Linux; on macOS XPC
  * (xpc.c) whenever the system daemon is the one asked and the process is not a
  * child forked without exec, so the kernel names the sender of every message.
- * An XPC reply "no such service" (the daemon runs as the opt-in agent, or has
- * XPC off) falls back to the socket within the same deadline.
+ * A "use the socket" answer and every XPC error before a reply fall back to the
+ * socket within the same deadline (xpc_reply.c).
+ *
+ * Never long when the daemon cannot answer: this wait holds Metal's
+ * registration lock (REAL-METAL.md item 3). A daemon that let a check-in run
+ * into the deadline is noted (unresponsive.c), and for a short while later
+ * check-ins of this user to that daemon are skipped after one lstat.
  *
  * The verdict becomes a plan here and only here (ml_plan_from_verdict): an
  * unlock needs an enforce-mode verdict that says unlock and carries
@@ -40,7 +46,7 @@ static struct ml_sock sock = {-1, 0, 0};
 static bool via_xpc;               /* this check-in went out over XPC (macOS) */
 static char socket_path[104];      /* where the socket check-in goes (or went) */
 static int timeout_ms = ML_DEFAULT_TIMEOUT_MS;
-static char reason_unreachable[200];
+static char reason_unreachable[256];
 /* Bytes of the verdict frame read so far (a frame is at most this long). */
 static uint8_t rx[ML_WIRE_MAX_FRAME + ML_WIRE_PREFIX];
 static size_t rx_len;
@@ -133,6 +139,7 @@ void ml_session_check_in(void)
         return;
     }
     struct ml_config config;
+    int64_t unresponsive_age_ms = 0;
     ml_config_load(&config);
     ml_log_set_debug(config.debug);
     if (config.warning)
@@ -148,6 +155,12 @@ void ml_session_check_in(void)
                  "write it",
                  config.socket);
         ml_log(ML_WARN, "%s", reason_unreachable);
+        state = UNREACHABLE;
+    } else if (ml_unresponsive_recent(config.socket, &unresponsive_age_ms)) {
+        snprintf(reason_unreachable, sizeof reason_unreachable,
+                 "the daemon at %s did not answer a check-in %lld ms ago; skipped for %d s",
+                 config.socket, (long long)unresponsive_age_ms, ML_UNRESPONSIVE_MS / 1000);
+        ml_log(ML_DEBUG, "%s", reason_unreachable);
         state = UNREACHABLE;
     } else {
         snprintf(socket_path, sizeof socket_path, "%s", config.socket);
@@ -218,8 +231,8 @@ void ml_plan_from_verdict(const struct ml_verdict *v, struct ml_plan *out)
 
 static const char *kind_name(uint64_t kind)
 {
-    static const char *const names[] = {"message", "check-in", "verdict", "outcome",
-                                        "status request", "status"};
+    static const char *const names[] = {"message", "check-in", "verdict",   "outcome",
+                                        "status request", "status", "declined"};
     return kind < sizeof names / sizeof names[0] ? names[kind] : "message";
 }
 
@@ -246,6 +259,20 @@ static void describe_wire_error(struct ml_plan *out, struct ml_wire_error e)
         snprintf(r, n, "%s: missing field `%s`", p, e.field);
     else if (e.status == ML_WIRE_NOT_VERDICT)
         snprintf(r, n, "%s: unexpected %s", p, kind_name(e.value));
+    else if (e.status == ML_WIRE_DECLINED && e.value == ML_DECLINED_BUSY)
+        snprintf(r, n, "the daemon declined the check-in: every place for a waiting check-in "
+                       "is taken");
+    else if (e.status == ML_WIRE_DECLINED)
+        snprintf(r, n, "the daemon declined the check-in on its socket (\"use the socket\")");
+}
+
+/* No verdict by the deadline: stock, and the daemon is noted unresponsive so
+ * that this user's next processes do not wait for it too. */
+static void timed_out(struct ml_plan *out)
+{
+    snprintf(out->reason, sizeof out->reason, "no verdict before the deadline (%d ms)",
+             timeout_ms);
+    ml_unresponsive_note(socket_path);
 }
 
 /* Reads one frame into rx until the deadline; with the lock held, state SENT. */
@@ -279,8 +306,7 @@ static void read_verdict(struct ml_plan *out, int64_t deadline)
         if (n == 0) {
             set_stock(out, 0, "the daemon closed the connection without a verdict");
         } else if (n == -ETIMEDOUT) {
-            snprintf(out->reason, sizeof out->reason, "no verdict before the deadline (%d ms)",
-                     timeout_ms);
+            timed_out(out);
         } else if (n == -ESTALE) {
             set_stock(out, 0, "the check-in socket was closed or replaced by the program");
             ml_sock_forget(&sock); /* not ours any more: never touch it again */
@@ -293,19 +319,24 @@ static void read_verdict(struct ml_plan *out, int64_t deadline)
 }
 
 #ifdef __APPLE__
-/* The XPC twin of read_verdict; "no such service" falls back to the socket. */
+/* The XPC twin of read_verdict; what each answer means is xpc_reply.c's. */
 static void read_xpc_verdict(struct ml_plan *out, int64_t deadline)
 {
     struct ml_verdict v;
     struct ml_wire_error e = {ML_WIRE_OK, NULL, 0};
     int r = ml_xpc_read_verdict(deadline, &v, &e);
-    if (r == 0) {
+    enum ml_xpc_next next = ml_xpc_next_step(r, e);
+    if (next == ML_XPC_USE_VERDICT) {
         ml_plan_from_verdict(&v, out);
-    } else if (r == -ECONNREFUSED) {
+        ml_xpc_release_reply();
+        return;
+    }
+    ml_xpc_release_reply();
+    if (next == ML_XPC_USE_SOCKET) {
         ml_xpc_close();
         via_xpc = false;
-        ml_log(ML_DEBUG, "no mach service %s; checking in at %s", ML_XPC_SERVICE,
-               socket_path);
+        ml_log(ML_DEBUG, "%s from mach service %s; checking in at %s",
+               r == -EPROTO ? "\"use the socket\"" : "no reply", ML_XPC_SERVICE, socket_path);
         int err = socket_check_in();
         if (err == 0) {
             read_verdict(out, deadline);
@@ -313,13 +344,10 @@ static void read_xpc_verdict(struct ml_plan *out, int64_t deadline)
             snprintf(out->reason, sizeof out->reason, "no daemon at %s: %s", socket_path,
                      errno_text(err));
         }
-    } else if (r == -ETIMEDOUT) {
-        snprintf(out->reason, sizeof out->reason, "no verdict before the deadline (%d ms)",
-                 timeout_ms);
-    } else if (r == -EPROTO) {
-        describe_wire_error(out, e);
+    } else if (next == ML_XPC_STOCK_UNRESPONSIVE) {
+        timed_out(out);
     } else {
-        set_stock(out, 0, "the daemon closed the connection without a verdict");
+        describe_wire_error(out, e);
     }
 }
 #endif

@@ -18,6 +18,23 @@
  * semaphore until the session's deadline, the outcome sent on the same
  * connection and the connection cancelled behind a barrier once it is out.
  *
+ * Why not xpc_connection_send_message_with_reply_sync, which libxpc's header
+ * recommends over a semaphore (it donates the waiter's priority to the
+ * daemon): it has no timeout. A daemon that is loaded but stopped (SIGSTOP,
+ * wedged) keeps its mach port — launchd holds it for a loaded job
+ * (launchd.plist(5), MachServices) — so the message queues and the sync call
+ * returns only when the daemon runs again, while this wait holds Metal's
+ * registration lock (REAL-METAL.md item 3). The deadline needs the
+ * asynchronous call; the priority donation it loses matters little, because
+ * metaliftd runs as ProcessType Interactive (the plists in launchd/).
+ *
+ * The reply handoff has one owner at a time: the handler stores the reply
+ * under reply_lock only while the reader still waits for it (`waiting`); the
+ * reader, under the same lock, takes it and ends the wait. A reply that
+ * arrives after the deadline is released by the handler itself, never
+ * touched by the reader or by the barrier (the race the previous version had
+ * on `reply`). The barrier block only cancels and releases the connection.
+ *
  * Blocks: libxpc takes its handlers as blocks. Every block here captures
  * nothing (it reads and writes this file's statics), so clang emits each as a
  * global block (_NSConcreteGlobalBlock, in libSystem): no Block_copy, no heap,
@@ -67,9 +84,11 @@ extern const struct _xpc_dictionary_s _xpc_error_connection_interrupted;
 
 static pid_t image_start_pid; /* the pid the constructor ran in */
 static xpc_connection_t connection;
-static dispatch_semaphore_t reply_ready; /* signalled once per check-in */
-static xpc_object_t reply;               /* retained; set by the reply handler */
-static volatile bool replied;
+static dispatch_semaphore_t reply_ready; /* signalled when `reply` is stored */
+static pthread_mutex_t reply_lock = PTHREAD_MUTEX_INITIALIZER;
+static xpc_object_t reply;  /* under reply_lock: stored by the handler, taken by the reader */
+static bool waiting;        /* under reply_lock: the reader still wants this check-in's reply */
+static xpc_object_t taken;  /* the reader's, after ml_xpc_read_verdict (session lock held) */
 
 void ml_xpc_note_image_start(void)
 {
@@ -101,12 +120,19 @@ int ml_xpc_check_in(const char *shim_version, const char *arch)
         return ENOMEM;
     }
     ml_xpc_encode_check_in(message, shim_version, arch);
-    replied = false;
+    pthread_mutex_lock(&reply_lock);
+    waiting = true;
+    reply = NULL;
+    pthread_mutex_unlock(&reply_lock);
     xpc_connection_send_message_with_reply(connection, message, dispatch_get_global_queue(0, 0),
                                            ^(xpc_object_t answer) {
-                                               reply = xpc_retain(answer);
-                                               replied = true;
-                                               dispatch_semaphore_signal(reply_ready);
+                                               pthread_mutex_lock(&reply_lock);
+                                               bool wanted = waiting && reply == NULL;
+                                               if (wanted)
+                                                   reply = xpc_retain(answer);
+                                               pthread_mutex_unlock(&reply_lock);
+                                               if (wanted)
+                                                   dispatch_semaphore_signal(reply_ready);
                                            });
     xpc_release(message);
     return 0;
@@ -117,17 +143,32 @@ int ml_xpc_read_verdict(int64_t deadline_ms, struct ml_verdict *out, struct ml_w
     int64_t left = deadline_ms - ml_now_ms();
     if (left < 0)
         left = 0;
-    if (dispatch_semaphore_wait(reply_ready,
-                                dispatch_time(ML_DISPATCH_TIME_NOW, left * 1000000)) != 0)
+    bool signalled = dispatch_semaphore_wait(
+                         reply_ready, dispatch_time(ML_DISPATCH_TIME_NOW, left * 1000000)) == 0;
+    pthread_mutex_lock(&reply_lock);
+    taken = reply;
+    reply = NULL;
+    waiting = false;
+    pthread_mutex_unlock(&reply_lock);
+    if (taken != NULL && !signalled)
+        /* Stored between the timeout and the lock: consume its signal too. */
+        (void)dispatch_semaphore_wait(reply_ready, ML_DISPATCH_TIME_NOW);
+    if (taken == NULL)
         return -ETIMEDOUT;
-    if (!replied || reply == NULL)
-        return -ECONNRESET;
-    if (reply == (xpc_object_t)&_xpc_error_connection_invalid)
+    if (taken == (xpc_object_t)&_xpc_error_connection_invalid)
         return -ECONNREFUSED;
-    if (xpc_get_type(reply) == &_xpc_type_error)
+    if (xpc_get_type(taken) == &_xpc_type_error)
         return -ECONNRESET;
-    *error = ml_xpc_decode_verdict(reply, out);
+    *error = ml_xpc_decode_verdict(taken, out);
     return error->status == ML_WIRE_OK ? 0 : -EPROTO;
+}
+
+void ml_xpc_release_reply(void)
+{
+    if (taken != NULL) {
+        xpc_release(taken);
+        taken = NULL;
+    }
 }
 
 void ml_xpc_report(const struct ml_outcome *o)
@@ -148,15 +189,14 @@ void ml_xpc_close(void)
     if (connection == NULL)
         return;
     /* The barrier runs once everything sent before it is out; only then is the
-     * connection cancelled and released (its last reference). */
+     * connection cancelled and released (its last reference). The reply is
+     * not the barrier's: the reader released it, or the handler drops it. */
     xpc_connection_send_barrier(connection, ^{
         xpc_connection_t c = connection;
         connection = NULL;
-        xpc_connection_cancel(c);
-        xpc_release(c);
-        if (reply != NULL) {
-            xpc_release(reply);
-            reply = NULL;
+        if (c != NULL) {
+            xpc_connection_cancel(c);
+            xpc_release(c);
         }
     });
 }
@@ -165,8 +205,10 @@ void ml_xpc_forget(void)
 {
     connection = NULL;
     reply = NULL;
+    taken = NULL;
+    waiting = false;
     reply_ready = NULL;
-    replied = false;
+    reply_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
 }
 
 #endif /* __APPLE__ */

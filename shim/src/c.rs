@@ -82,6 +82,7 @@ extern "C" {
         private_dir: *const c_char,
     ) -> bool;
     fn ml_config_agent_dir_trustworthy(dir_uid: u32, dir_mode: u32, caller_uid: u32) -> bool;
+    fn ml_xpc_next_step(read_result: i32, error: RawError) -> u32;
 }
 
 /// Why the C decoder refused a frame: `enum ml_wire_status` with its detail.
@@ -354,4 +355,66 @@ pub fn socket_path(
 pub fn agent_dir_trustworthy(dir_uid: u32, dir_mode: u32, caller_uid: u32) -> bool {
     // SAFETY: a pure function of three integers.
     unsafe { ml_config_agent_dir_trustworthy(dir_uid, dir_mode, caller_uid) }
+}
+
+/// `enum ml_xpc_next`: what the shim does after an XPC check-in (xpc_reply.c).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum XpcNext {
+    /// `ML_XPC_USE_VERDICT`.
+    UseVerdict,
+    /// `ML_XPC_USE_SOCKET`: check in on the Unix socket within the same deadline.
+    UseSocket,
+    /// `ML_XPC_STOCK_BUSY`.
+    StockBusy,
+    /// `ML_XPC_STOCK_UNRESPONSIVE`: note the daemon, stay stock.
+    StockUnresponsive,
+    /// `ML_XPC_STOCK_MALFORMED`.
+    StockMalformed,
+}
+
+/// How `ml_xpc_read_verdict` ended, as `ml_xpc_next_step` is told.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum XpcRead {
+    /// A reply came and the C decoder said this of it (0 or -EPROTO).
+    Reply(Result<VerdictMsg, CWireError>),
+    /// No reply by the deadline (-ETIMEDOUT).
+    Timeout,
+    /// An XPC error before a reply, as a negative errno (-ECONNREFUSED for
+    /// XPC_ERROR_CONNECTION_INVALID, -ECONNRESET for another).
+    Error(i32),
+}
+
+/// `ml_xpc_next_step` for `read`.
+pub fn xpc_next_step(read: &XpcRead) -> XpcNext {
+    let raw = |status: u32, value: u64| RawError {
+        status,
+        field: std::ptr::null(),
+        value,
+    };
+    let (result, error) = match read {
+        XpcRead::Reply(Ok(_)) => (0, raw(0, 0)),
+        XpcRead::Reply(Err(e)) => (
+            -libc::EPROTO,
+            match e {
+                CWireError::Oversize(n) => raw(1, *n),
+                CWireError::Truncated => raw(2, 0),
+                CWireError::Version(v) => raw(3, u64::from(*v)),
+                CWireError::UnknownKind(k) => raw(4, u64::from(*k)),
+                CWireError::BadField(_) => raw(5, 0),
+                CWireError::Missing(_) => raw(6, 0),
+                CWireError::NotVerdict(k) => raw(7, u64::from(*k)),
+                CWireError::Declined(r) => raw(8, u64::from(*r)),
+            },
+        ),
+        XpcRead::Timeout => (-libc::ETIMEDOUT, raw(0, 0)),
+        XpcRead::Error(errno) => (*errno, raw(0, 0)),
+    };
+    // SAFETY: a pure function of its two by-value arguments.
+    match unsafe { ml_xpc_next_step(result, error) } {
+        0 => XpcNext::UseVerdict,
+        1 => XpcNext::UseSocket,
+        2 => XpcNext::StockBusy,
+        3 => XpcNext::StockUnresponsive,
+        _ => XpcNext::StockMalformed,
+    }
 }

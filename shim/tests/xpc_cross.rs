@@ -319,6 +319,47 @@ fn a_declined_check_in_is_understood_with_its_reason() {
 }
 
 #[test]
+fn an_xpc_check_in_falls_back_to_the_socket_on_use_the_socket_and_on_every_error_before_a_reply() {
+    use metalift_shim::c::{xpc_next_step, XpcNext, XpcRead};
+    let declined = |reason| {
+        XpcRead::Reply(c_decode(&encoded(&Message::Declined(Declined {
+            reason,
+            detail: String::new(),
+        }))))
+    };
+    // The answer a daemon that cannot serve XPC identities gives at once.
+    assert_eq!(
+        xpc_next_step(&declined(DeclineReason::UseSocket)),
+        XpcNext::UseSocket
+    );
+    // XPC_ERROR_CONNECTION_INVALID (no such service) and any other XPC error
+    // before a reply (interrupted): the socket, within the same deadline.
+    assert_eq!(
+        xpc_next_step(&XpcRead::Error(-libc::ECONNREFUSED)),
+        XpcNext::UseSocket
+    );
+    assert_eq!(
+        xpc_next_step(&XpcRead::Error(-libc::ECONNRESET)),
+        XpcNext::UseSocket
+    );
+    assert_eq!(
+        xpc_next_step(&declined(DeclineReason::Busy)),
+        XpcNext::StockBusy
+    );
+    assert_eq!(xpc_next_step(&XpcRead::Timeout), XpcNext::StockUnresponsive);
+    assert_eq!(
+        xpc_next_step(&XpcRead::Reply(c_decode(&encoded(&Message::Verdict(
+            verdict()
+        ))))),
+        XpcNext::UseVerdict
+    );
+    assert_eq!(
+        xpc_next_step(&XpcRead::Reply(c_decode(&encoded(&Message::StatusRequest)))),
+        XpcNext::StockMalformed
+    );
+}
+
+#[test]
 fn every_key_missing_or_of_another_type_is_refused_as_rust_refuses_it() {
     let base = encoded(&Message::Verdict(verdict()));
     let keys: Vec<_> = base.0.keys().copied().collect();

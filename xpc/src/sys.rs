@@ -5,12 +5,14 @@
 //! item names its header. libxpc is re-exported by libSystem, which every Rust
 //! program on macOS links, so no `#[link]` attribute is needed.
 //!
-//! Two functions are private (absent from the SDK headers, present in libxpc since
-//! 10.7–10.9 and used by Chromium, launchd tooling and most XPC servers that check
-//! their peers): `xpc_dictionary_get_audit_token` and `xpc_connection_get_audit_token`.
-//! They are looked up with `dlsym` at run time ([`PrivateXpc::load`]), never linked,
-//! so a macOS release that drops them costs the XPC listener (the Unix socket keeps
-//! working) instead of the whole daemon failing to load.
+//! One function is private (absent from the SDK headers, present in libxpc and
+//! used by Chromium, launchd tooling and most XPC servers that check their peers):
+//! `xpc_dictionary_get_audit_token`, the token of *this* message. It is looked up
+//! with `dlsym` at run time ([`PrivateXpc::load`]), never linked, so a macOS
+//! release that drops it costs the XPC identities (the daemon then answers every
+//! XPC check-in "use the socket") instead of the whole daemon failing to load.
+//! `xpc_connection_get_audit_token` is deliberately not used: it names the sender
+//! of the connection's last message received, not necessarily this one's.
 //!
 //! This file is also compiled into libmetalift (the shim includes it by path), so it
 //! holds declarations only: no policy, no state.
@@ -163,22 +165,15 @@ extern "C" {
 /// declared so by Chromium's `xpc_private` stubs and Dopamine's `xpc_private.h`):
 /// the audit token the kernel attached to *this* received message.
 pub type XpcDictionaryGetAuditToken = unsafe extern "C" fn(xpc_object_t, *mut audit_token_t);
-/// `void xpc_connection_get_audit_token(xpc_connection_t, audit_token_t *)`
-/// (private): the token of the last message received on the connection.
-pub type XpcConnectionGetAuditToken = unsafe extern "C" fn(xpc_connection_t, *mut audit_token_t);
-
-/// The private libxpc entry points, resolved at run time.
+/// The private libxpc entry point, resolved at run time.
 #[derive(Debug, Clone, Copy)]
 pub struct PrivateXpc {
-    /// Preferred: per message, so no later message can stand in for this one.
+    /// Per message, so no later message can stand in for this one.
     pub dictionary_get_audit_token: Option<XpcDictionaryGetAuditToken>,
-    /// Fallback: per connection (the last message received), only read from the
-    /// connection's own serial handler, right after the message it vouches for.
-    pub connection_get_audit_token: Option<XpcConnectionGetAuditToken>,
 }
 
 impl PrivateXpc {
-    /// Looks both functions up in the already loaded libxpc.
+    /// Looks the function up in the already loaded libxpc.
     #[must_use]
     pub fn load() -> Self {
         // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name only reads the
@@ -189,25 +184,12 @@ impl PrivateXpc {
                 c"xpc_dictionary_get_audit_token".as_ptr(),
             )
         };
-        // SAFETY: as above.
-        let by_connection = unsafe {
-            libc::dlsym(
-                libc::RTLD_DEFAULT,
-                c"xpc_connection_get_audit_token".as_ptr(),
-            )
-        };
         PrivateXpc {
             dictionary_get_audit_token: (!by_message.is_null()).then(|| {
                 // SAFETY: the symbol is libxpc's function of exactly this C signature
                 // (see the type's doc); a non-null dlsym result is its address.
                 unsafe {
                     std::mem::transmute::<*mut c_void, XpcDictionaryGetAuditToken>(by_message)
-                }
-            }),
-            connection_get_audit_token: (!by_connection.is_null()).then(|| {
-                // SAFETY: as above, for the connection variant.
-                unsafe {
-                    std::mem::transmute::<*mut c_void, XpcConnectionGetAuditToken>(by_connection)
                 }
             }),
         }

@@ -66,6 +66,10 @@ pub enum KindFilter {
     /// The daemon stopped.
     #[value(name = "daemon_stop")]
     DaemonStop,
+    /// A check-in or outcome the daemon refused (another process's outcome, a
+    /// wrong decision id, a malformed message, a uid changed since connect).
+    #[value(name = "refused")]
+    Refused,
 }
 
 impl KindFilter {
@@ -77,6 +81,7 @@ impl KindFilter {
             KindFilter::PolicyRejected => "policy_rejected",
             KindFilter::DaemonStart => "daemon_start",
             KindFilter::DaemonStop => "daemon_stop",
+            KindFilter::Refused => "refused",
         }
     }
 }
@@ -191,6 +196,7 @@ impl Filters {
                 Some(o.decision_id),
                 Some(o.result.as_str()),
             ),
+            Record::Refused(r) => (r.exe.as_deref(), r.pid, r.decision_id, None),
             _ => (None, None, None, None),
         };
         if let Some(f) = &self.exe {

@@ -236,6 +236,7 @@ mod tests {
             apple_family_requested: None,
             apple_family_capped: None,
             would_unlock: false,
+            host_chip: None,
             policy_sha256: "ab".repeat(32),
             latency_us: 1,
             transport: "unix".into(),

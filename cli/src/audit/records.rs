@@ -72,6 +72,17 @@ pub fn row(out: &mut dyn Write, r: &Record, rule: Option<&str>) -> io::Result<()
             }
             (Some(o.pid), Some(&o.exe), o.result.clone(), detail)
         }
+        Record::Refused(r) => {
+            let mut detail = format!("{} refused: {}", r.message.replace('_', "-"), r.reason);
+            if let Some(id) = r.decision_id {
+                detail.push_str(&format!(" id={id}"));
+            }
+            if r.suppressed > 0 {
+                detail.push_str(&format!(" (+{} not recorded)", r.suppressed));
+            }
+            detail.push_str(&format!(" via={} {:?}", r.transport, r.detail));
+            (r.pid, r.exe.as_deref(), dash(), detail)
+        }
         Record::PolicyLoaded {
             path,
             sha256,

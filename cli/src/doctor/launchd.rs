@@ -80,7 +80,7 @@ pub fn injection(install: &Install) -> Vec<Check> {
             Status::Warn,
             format!("no launchd job sets {VAR}: only `metalift exec` runs get the shim"),
         )
-        .fix("add EnvironmentVariables/DYLD_INSERT_LIBRARIES to the CI agent's or workload's plist (README: how processes get the shim)")];
+        .fix("add EnvironmentVariables/DYLD_INSERT_LIBRARIES to the CI agent's or workload's plist (the guide: Getting the shim into processes)")];
     }
     let mut checks = Vec::new();
     for job in found {

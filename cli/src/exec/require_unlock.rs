@@ -195,6 +195,7 @@ mod tests {
             apple_family_requested: None,
             apple_family_capped: None,
             would_unlock,
+            host_chip: None,
             policy_sha256: String::new(),
             latency_us: 0,
             transport: "unix".into(),

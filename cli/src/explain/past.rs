@@ -12,7 +12,7 @@ use metalift_policy::{compile_sources_with, CompileOptions, Policy, Source, Subj
 use super::{Args, Chosen, HashNote};
 
 /// The daemon's live policy: its hash from the daemon, its text from the archive.
-pub(super) fn live_policy(args: &Args, compile: &CompileOptions) -> Result<Chosen, ExitCode> {
+pub(super) fn live_policy(args: &Args) -> Result<Chosen, ExitCode> {
     let socket = match &args.socket {
         Some(s) => s.clone(),
         None => match metalift_daemon::service::config::default_client_socket() {
@@ -45,7 +45,9 @@ pub(super) fn live_policy(args: &Args, compile: &CompileOptions) -> Result<Chose
         );
         return Err(ExitCode::from(2));
     }
-    let mut chosen = archived_policy(args, &report.policy_sha256, compile, "live in metaliftd")?;
+    // Explained on the chip the daemon compiles with, not this reader's.
+    let compile = super::host_for(args, report.host_chip_brand.clone());
+    let mut chosen = archived_policy(args, &report.policy_sha256, &compile, "live in metaliftd")?;
     chosen.origin = format!(
         "live in metaliftd (pid {}, {}, loaded {})",
         report.pid, report.policy_path, report.policy_loaded_at

@@ -1,6 +1,9 @@
 //! The audit log: every decision, outcome, policy load and daemon start/stop, as JSON Lines.
 //!
 //! - [`record`]: what a line says ([`Record`], tagged by `"kind"`).
+//! - [`rfc3339`]: how every record writes and reads its `"time"`.
+//! - [`refused`]: a refused check-in or outcome ([`RefusedRecord`]) and the budget
+//!   that bounds how many are written.
 //! - [`writer`]: [`AuditLog`], one `write(2)` per record, size rotation under one lock.
 //! - [`rotation`]: [`Rotation`] settings and the file-name scheme of rotated files.
 //! - [`line`]: one line read back as the writer's typed [`Record`] (or a newer kind, or corrupt).
@@ -10,6 +13,8 @@
 pub mod line;
 pub mod reader;
 pub mod record;
+pub mod refused;
+pub mod rfc3339;
 pub mod rotation;
 pub mod tail;
 pub mod writer;
@@ -18,6 +23,7 @@ use std::io;
 use std::path::PathBuf;
 
 pub use record::{Advisory, AnswersRecord, DecisionRecord, LoadReason, OutcomeRecord, Record};
+pub use refused::RefusedRecord;
 pub use rotation::Rotation;
 pub use writer::AuditLog;
 

@@ -24,6 +24,8 @@ pub enum Record {
     Decision(DecisionRecord),
     /// What the shim reported it actually did with a verdict.
     Outcome(OutcomeRecord),
+    /// A check-in or outcome the daemon refused (rate-limited: `super::refused`).
+    Refused(super::refused::RefusedRecord),
     /// A policy became live (at start, after an edit, or because the file was deleted).
     PolicyLoaded {
         /// When it became live.
@@ -151,7 +153,9 @@ pub struct DecisionRecord {
     pub anchor: Option<String>,
     /// Why the executable could not be read, e.g. `identity unreadable:
     /// permission denied` (on macOS: metaliftd lacks Full Disk Access for a
-    /// TCC-protected folder); `null` when it was read.
+    /// TCC-protected folder), or why the file it read was not used: `file hashes
+    /// not used: the running code no longer matches its file
+    /// (errSecCSStaticCodeChanged)` (no `sha256`, no `cdhash`); `null` otherwise.
     #[serde(default)]
     pub identity_error: Option<String>,
     /// The parent process's executable.
@@ -181,6 +185,12 @@ pub struct DecisionRecord {
     /// In monitor mode: the winning rule would have unlocked.
     #[serde(default)]
     pub would_unlock: bool,
+    /// The host chip's brand string the daemon compiled its policies with (for
+    /// `apple_family_max = "host"` and the ceiling no unlock exceeds), so
+    /// `metalift explain --decision` re-explains on the daemon's chip, not the
+    /// reader's; `null` when the daemon could not read it (or an older daemon).
+    #[serde(default)]
+    pub host_chip: Option<String>,
     /// SHA-256 of the policy that decided.
     pub policy_sha256: String,
     /// Microseconds from check-in received to verdict decided.
@@ -279,6 +289,7 @@ impl Record {
         match self {
             Record::Decision(_) => "decision",
             Record::Outcome(_) => "outcome",
+            Record::Refused(_) => "refused",
             Record::PolicyLoaded { .. } => "policy_loaded",
             Record::PolicyRejected { .. } => "policy_rejected",
             Record::DaemonStart { .. } => "daemon_start",
@@ -292,6 +303,7 @@ impl Record {
         match self {
             Record::Decision(d) => d.time,
             Record::Outcome(o) => o.time,
+            Record::Refused(r) => r.time,
             Record::PolicyLoaded { time, .. }
             | Record::PolicyRejected { time, .. }
             | Record::DaemonStart { time, .. }
@@ -308,34 +320,8 @@ impl Record {
     }
 }
 
-/// `SystemTime` as an RFC 3339 UTC string with microseconds, e.g. `2026-11-30T06:01:02.123456Z`.
-pub mod rfc3339 {
-    use std::time::SystemTime;
-
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    /// Formats `time` the way the audit log writes it.
-    #[must_use]
-    pub fn format(time: SystemTime) -> String {
-        humantime::format_rfc3339_micros(time).to_string()
-    }
-
-    /// Parses an RFC 3339 UTC timestamp (`Z` suffix, any sub-second precision).
-    pub fn parse(text: &str) -> Result<SystemTime, humantime::TimestampError> {
-        humantime::parse_rfc3339_weak(text)
-    }
-
-    /// serde: writes [`format`].
-    pub fn serialize<S: Serializer>(time: &SystemTime, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(&humantime::format_rfc3339_micros(*time))
-    }
-
-    /// serde: reads what [`format`] wrote.
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<SystemTime, D::Error> {
-        let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;
-        parse(&text).map_err(serde::de::Error::custom)
-    }
-}
+/// `SystemTime` as RFC 3339 (its own module, shared with [`super::refused`]).
+pub use super::rfc3339;
 
 #[cfg(test)]
 mod tests {
@@ -371,6 +357,7 @@ mod tests {
             apple_family_requested: None,
             apple_family_capped: None,
             would_unlock: false,
+            host_chip: None,
             policy_sha256: "ab".repeat(32),
             latency_us: 85,
             transport: "unix".into(),

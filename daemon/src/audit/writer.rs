@@ -12,9 +12,9 @@ use super::rotation::{self, Rotation};
 use super::AuditError;
 
 /// Mode of a directory the log creates: root (or the daemon's user) and its group read.
-const DIR_MODE: u32 = 0o750;
+pub const DIR_MODE: u32 = 0o750;
 /// Mode of a log file the log creates: decisions name executables and users.
-const FILE_MODE: u32 = 0o640;
+pub const FILE_MODE: u32 = 0o640;
 
 /// The audit log: an append-only JSON Lines file, rotated by size.
 ///

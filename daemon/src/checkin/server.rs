@@ -21,7 +21,10 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use metalift_policy::wire::{CheckIn, Outcome, VerdictMsg, WireAction};
 use metalift_policy::{Action, Needs, Subject, Verdict};
 
-use crate::audit::{Advisory, AuditError, AuditLog, DecisionRecord, OutcomeRecord, Record};
+use crate::audit::refused::RefusalBudget;
+use crate::audit::{
+    Advisory, AuditError, AuditLog, DecisionRecord, OutcomeRecord, Record, RefusedRecord,
+};
 use crate::checkin::blocking_pool::BlockingPool;
 use crate::checkin::identity_cache::IdentityCache;
 use crate::checkin::peer::{self, PeerFacts};
@@ -52,6 +55,8 @@ pub struct Core {
     waiting: Arc<Gauge>,
     /// Whether this daemon can read TCC-protected files (macOS), probed at start.
     full_disk_access: Option<bool>,
+    /// How many `refused` records may be written (a flood cannot fill the disk).
+    refusals: RefusalBudget,
 }
 
 /// A count of things alive now, kept by [`Counted`] guards. Statistics only.
@@ -112,6 +117,7 @@ impl Core {
             active: Arc::default(),
             waiting: Arc::default(),
             full_disk_access: crate::service::full_disk_access::probe(),
+            refusals: RefusalBudget::default(),
         }
     }
 
@@ -146,7 +152,32 @@ impl Core {
     /// identified is normal (a short-lived process that loaded the shim) and only
     /// counted (`peers_gone` in status); any other failure is logged at most once
     /// a minute, with the count so far.
-    pub fn note_unidentified(&self, error: &crate::checkin::peer::PeerError) {
+    ///
+    /// A peer refused for trying to pass as someone else
+    /// ([`PeerError::is_refusal`](crate::checkin::peer::PeerError::is_refusal)) is
+    /// also a `refused` audit record.
+    pub fn note_unidentified(
+        &self,
+        error: &crate::checkin::peer::PeerError,
+        transport: &'static str,
+    ) {
+        if let crate::checkin::peer::PeerError::UidChanged {
+            pid, connect_uid, ..
+        } = error
+        {
+            self.refused(RefusedRecord {
+                time: SystemTime::now(),
+                message: "check_in".to_owned(),
+                reason: "uid_changed".to_owned(),
+                detail: error.to_string(),
+                pid: Some(pid_i32(*pid)),
+                uid: Some(*connect_uid),
+                exe: None,
+                decision_id: None,
+                transport: transport.to_owned(),
+                suppressed: 0,
+            });
+        }
         let total = self.counters.unidentified.fetch_add(1, Ordering::Relaxed) + 1;
         if matches!(error, crate::checkin::peer::PeerError::Gone { .. }) {
             self.counters.peers_gone.fetch_add(1, Ordering::Relaxed);
@@ -247,6 +278,49 @@ impl Core {
         }
     }
 
+    /// Records a refused check-in or outcome as a `refused` audit record, within
+    /// the refusal budget ([`RefusalBudget`]). Every transport calls this for
+    /// every message it refuses after the first one was accepted (and for an
+    /// outcome sent without a check-in), so an attempt to make the log say
+    /// something false shows in the log.
+    pub fn refuse(&self, refusal: Refusing<'_>) {
+        let asker = refusal.asker;
+        self.refused(RefusedRecord {
+            time: SystemTime::now(),
+            message: refusal.message.to_owned(),
+            reason: refusal.reason.to_owned(),
+            detail: refusal.detail,
+            pid: refusal.sender_pid.or(asker.map(|a| a.pid)).map(pid_i32),
+            uid: asker.filter(|_| refusal.sent_by_asker).map(|a| a.uid),
+            exe: asker.map(|a| a.exe.display().to_string()),
+            decision_id: refusal.decision_id,
+            transport: refusal.transport.to_owned(),
+            suppressed: 0,
+        });
+    }
+
+    /// Writes `record` if the budget allows: over it, the refusal is counted and
+    /// the next record written says how many were not (its `suppressed`).
+    fn refused(&self, record: RefusedRecord) {
+        tracing::debug!(
+            message = %record.message,
+            reason = %record.reason,
+            detail = %record.detail,
+            transport = %record.transport,
+            "refused"
+        );
+        let Some(suppressed) = self.refusals.take(Instant::now()) else {
+            return;
+        };
+        let record = RefusedRecord {
+            suppressed,
+            ..record
+        };
+        if let Err(error) = self.append(&Record::Refused(record)) {
+            tracing::error!(%error, "a refusal could not be audited");
+        }
+    }
+
     /// Counts and policy facts for `metalift status`; nothing about any one process.
     #[must_use]
     pub fn status(&self) -> StatusReport {
@@ -286,6 +360,7 @@ impl Core {
             connections_waiting: self.waiting.get(),
             cache_entries: self.cache.len(),
             full_disk_access: self.full_disk_access,
+            host_chip_brand: crate::live_policy::host_chip::daemon_host().brand.clone(),
         }
     }
 
@@ -311,6 +386,8 @@ impl Core {
     async fn subject(&self, peer: &PeerFacts, needs: Needs) -> Subject {
         let mut unreadable = peer.unreadable.clone();
         let sha256 = match (&peer.exe_file, needs.sha256) {
+            // The file is not the code that runs: its hash must not match.
+            (_, true) if peer.hashes_withheld.is_some() => None,
             (Some(exe), true) => match self.cache.sha256(exe, &self.pool).await {
                 Ok(hash) => Some(hash),
                 Err(error) => {
@@ -375,6 +452,30 @@ impl Core {
     fn append(&self, record: &Record) -> Result<(), AuditError> {
         self.audit.append(record)
     }
+}
+
+/// A message a transport refused, for [`Core::refuse`].
+#[derive(Debug)]
+pub struct Refusing<'a> {
+    /// What was refused: `check_in` or `outcome`.
+    pub message: &'static str,
+    /// Why, one word (`metalift_xpc::exchange::Refusal::code` on XPC).
+    pub reason: &'static str,
+    /// The same in words.
+    pub detail: String,
+    /// The sender's pid, as the kernel named it with the message; `None` when it
+    /// named none, or when the sender is the connection's asker by construction
+    /// (a Unix socket).
+    pub sender_pid: Option<u32>,
+    /// The process that checked in on this connection, once identified.
+    pub asker: Option<&'a PeerFacts>,
+    /// Whether the kernel says `asker` sent the refused message (same pid and pid
+    /// version; always on a Unix socket): only then is its uid the sender's.
+    pub sent_by_asker: bool,
+    /// The decision given on this connection, if one was.
+    pub decision_id: Option<u64>,
+    /// `unix` or `xpc`.
+    pub transport: &'static str,
 }
 
 /// The least time between two log lines about unidentifiable peers.
@@ -446,7 +547,12 @@ fn decision_record(
         identity_error: subject
             .unreadable
             .as_ref()
-            .map(|why| format!("identity unreadable: {why}")),
+            .map(|why| format!("identity unreadable: {why}"))
+            .or_else(|| {
+                peer.hashes_withheld
+                    .as_ref()
+                    .map(|why| format!("file hashes not used: {why}"))
+            }),
         parent_exe: peer.parent_exe.as_ref().map(|p| p.display().to_string()),
         rule: verdict.rule.clone(),
         action: verdict.action.as_str().to_owned(),
@@ -459,6 +565,7 @@ fn decision_record(
         apple_family_requested,
         apple_family_capped,
         would_unlock: verdict.would_unlock.is_some(),
+        host_chip: crate::live_policy::host_chip::daemon_host().brand.clone(),
         policy_sha256: policy_sha256.to_owned(),
         latency_us,
         transport: transport.to_owned(),

@@ -108,7 +108,9 @@ impl AuditToken {
         version as u32
     }
 
-    /// The effective uid at the time the message was sent (as `SO_PEERCRED` on Linux).
+    /// The effective uid in the token: for an XPC message, the sender's when it
+    /// sent it; for `LOCAL_PEERTOKEN`, the socket's last user's *now* (not the
+    /// connect-time uid: that is `LOCAL_PEERCRED`'s, see `checkin/peer/macos.rs`).
     #[must_use]
     pub fn euid(&self) -> u32 {
         // SAFETY: a pure accessor over a by-value struct.
@@ -136,9 +138,12 @@ impl AuditToken {
 
     /// The audit token of a connected Unix-socket peer (`LOCAL_PEERTOKEN`,
     /// `<sys/un.h>`). Not recorded at `connect`: xnu computes it now, from the
-    /// peer socket's `last_pid`, the process that last used that socket (xnu
-    /// `bsd/kern/uipc_usrreq.c`, `uipc_ctloutput`), so it names whoever holds
-    /// the descriptor lately, not necessarily who connected (see `checkin/peer/macos.rs`).
+    /// peer socket's `last_pid`, the process that last used that socket, with
+    /// that process's current credentials (xnu `bsd/kern/uipc_usrreq.c`,
+    /// `uipc_ctloutput`), so it names whoever holds the descriptor lately, not
+    /// necessarily who connected. Its pid, pid version and executable say which
+    /// process; its euid is trusted only where it equals `LOCAL_PEERCRED`'s
+    /// connect-time uid (`checkin/peer/macos.rs`).
     pub fn of_unix_peer(socket: &impl AsRawFd) -> io::Result<Self> {
         let mut raw = audit_token_t::default();
         let mut len = std::mem::size_of::<audit_token_t>() as libc::socklen_t;

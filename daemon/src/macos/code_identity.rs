@@ -24,6 +24,7 @@
 //! ([`CodeIdentity::facts`]), tested on every platform.
 
 use std::ptr::NonNull;
+use std::sync::OnceLock;
 
 use metalift_policy::Anchor;
 use objc2_core_foundation::{CFData, CFDictionary, CFNumber, CFRetained, CFString, CFType};
@@ -169,23 +170,51 @@ pub fn identify(token: &AuditToken) -> Result<CodeIdentity, CodeIdentityError> {
     })
 }
 
-/// Step 3: the first of [`REQUIREMENTS`] the running code satisfies. Each is
-/// compiled per call (a few microseconds, beside the signature check itself);
+/// Step 3: the first of [`REQUIREMENTS`] the running code satisfies.
 /// `SecCodeCheckValidity` with a requirement re-checks the code's dynamic state
 /// too, so the answer is about the process, not a file.
 fn first_satisfied(
     guest: &SecCode,
     flags: SecCSFlags,
 ) -> Result<Option<Anchor>, CodeIdentityError> {
-    for (anchor, text) in REQUIREMENTS {
-        let requirement = compile(text)?;
+    for (anchor, requirement) in requirements()? {
         // SAFETY: `guest` is a valid SecCode and `requirement` a valid SecRequirement.
-        let status = unsafe { guest.check_validity(flags, Some(&requirement)) };
+        let status = unsafe { guest.check_validity(flags, Some(requirement)) };
         if status == ERR_SEC_SUCCESS {
-            return Ok(Some(anchor));
+            return Ok(Some(*anchor));
         }
     }
     Ok(None)
+}
+
+/// [`REQUIREMENTS`] compiled, in order.
+struct Compiled(Vec<(Anchor, CFRetained<SecRequirement>)>);
+
+// SAFETY: a SecRequirement is an immutable CF object once created (the Security
+// framework offers no call that changes one), and Core Foundation's immutable
+// objects may be used from several threads at once; `Compiled` only hands out
+// shared references, for `SecCodeCheckValidity` to read.
+unsafe impl Send for Compiled {}
+// SAFETY: as above.
+unsafe impl Sync for Compiled {}
+
+/// The requirements, compiled once per daemon, the first time a signature is
+/// checked (issue 24 item 5: they were compiled at every check-in). A text our own
+/// Security framework refuses stays refused: the error is kept, as the texts are
+/// constants.
+fn requirements() -> Result<&'static [(Anchor, CFRetained<SecRequirement>)], CodeIdentityError> {
+    static COMPILED: OnceLock<Result<Compiled, CodeIdentityError>> = OnceLock::new();
+    let compiled = COMPILED.get_or_init(|| {
+        REQUIREMENTS
+            .iter()
+            .map(|(anchor, text)| Ok((*anchor, compile(text)?)))
+            .collect::<Result<Vec<_>, _>>()
+            .map(Compiled)
+    });
+    match compiled {
+        Ok(c) => Ok(&c.0),
+        Err(e) => Err(*e),
+    }
 }
 
 /// `SecRequirementCreateWithString` for one of our constant texts.

@@ -72,7 +72,8 @@
 //!
 //! 1. **XPC round trip** (`checkin/transport/xpc.rs`): the listener and peer handlers,
 //!    `xpc_dictionary_create_reply`, the private per-message audit token found by
-//!    `dlsym` (if absent, metaliftd logs that XPC is disabled and keeps the socket).
+//!    `dlsym` (if absent, metaliftd logs it and answers every XPC check-in "use the
+//!    socket"; it never reads the connection-level token).
 //!    How: install the pkg, `sudo launchctl print system/com.metalift.metaliftd`
 //!    shows the `com.metalift.policy` endpoint; `cargo test --workspace` on macOS.
 //! 2. **Audit tokens** ([`audit_token`]): `audit_token_t` through libbsm,
@@ -110,30 +111,31 @@
 //! 9. **The shim under dyld** (the shim's half): constructor cost for a process that
 //!    never uses Metal (`ls`), Metal loaded late by `dlopen` (`metalift-probe-dlopen`),
 //!    sandboxed hosts, fork without exec.
-//! 10. **Real Metal has the shape the simulation models** (issue 17; the workflow's
-//!     "real-Metal unlock" step): with a policy allowing the probe,
+//! 10. **Real Metal has the shape the simulation models** (issue 23; the workflow's
+//!     "Real Metal unlocked under the shim" step): with a policy allowing the probe,
 //!     `DYLD_INSERT_LIBRARIES=/usr/local/metalift/lib/libmetalift.dylib
 //!     metalift-probe --json --expect-family 7` exits 0 and the audit's outcome is
-//!     `applied` with stock Apple5 / 32768 (`metalift audit --json --since 5m`). What
-//!     that confirms, each an assumption the Linux tests cannot check:
+//!     `applied` with stock Apple5 / 32768 and a working set that is not 0
+//!     (`metalift audit --json --since 5m`). What that confirms, each an
+//!     assumption the Linux tests cannot check:
 //!     (a) `class_getInstanceMethod(AppleParavirtDevice, @selector(supportsFamily:))`
 //!     is `_MTLDevice`'s Method and patching it before the original
 //!     `-initGPUFamilySupport` reaches the device (outcome `applied`, not `failed`);
-//!     (b) `-initGPUFamilySupport` runs inside the device's init, before the
-//!     program gets the device (the outcome's decision id matches the check-in);
-//!     (c) Metal's questions during creation come from the images of the device's
-//!     classes (Metal.framework, IOGPU.framework, the paravirtual driver bundle), so
-//!     the outcome's stock threadgroup memory is 32768, not 0;
-//!     (d) `__builtin_return_address` through `objc_msgSend` names the caller's
-//!     image (arm64e: clang strips the signature with `xpaci`, checked in the object
-//!     code); (e) `requiresBFloat16Emulation` stays YES at Apple7
-//!     (`metalift-probe --json` prints `requires_bf16_emulation`);
-//!     (f) with `MTL_DEBUG_LAYER=1` the probe is still Apple7 and the outcome
-//!     arrives (if it does not, the validation layer forwards from Metal's own
-//!     image: README's known limit); (g) a process that links Metal and never
-//!     creates a device (`metalift-probe --simmetal-dir` with the shim
-//!     inserted) leaves no decision in the audit log; (h) `dlerror()` is NULL in a
-//!     shimmed process after start-up (no `RTLD_NOLOAD` probe any more).
+//!     (b) `-initGPUFamilySupport` runs in `MTLAddDevice`, after the driver's
+//!     `-initWithAcceleratorPort:` returned, so the driver's answers read right
+//!     after the original are the finished device's (the outcome's stock
+//!     threadgroup memory is 32768 and its working set the guest's, never 0);
+//!     (c) the outcome arrives with the check-in's decision id although the probe
+//!     has not asked anything yet when it is sent (device creation itself reports);
+//!     (d) a stock verdict's outcome (a policy with `stock = true` for the probe)
+//!     carries the same true answers; (e) `requiresBFloat16Emulation` stays YES at
+//!     Apple7 (`metalift-probe --json` prints `requires_bf16_emulation`);
+//!     (f) with `MTL_DEBUG_LAYER=1` the probe is still Apple7 and the outcome is
+//!     `applied` (the validation layer's wrapper is made after the check);
+//!     (g) a process that links Metal and never creates a device
+//!     (`metalift-probe --simmetal-dir` with the shim inserted) leaves no decision
+//!     in the audit log; (h) `dlerror()` is NULL in a shimmed process after
+//!     start-up.
 //! 11. **Rosetta**: an x86_64 process under Rosetta with the shim inserted starts
 //!     and checks in (arch `x86_64`), and Metal there answers as the verdict says.
 //!     How: `softwareupdate --install-rosetta --agree-to-license`; `rustup target add
@@ -197,19 +199,76 @@
 //! 18. **The macOS 14 guest warning** (`metalift doctor`, `guest`): on a macOS 14
 //!     Virtualization.framework guest `sysctl -n kern.hv_vmm_present` prints `1`
 //!     and doctor warns with `--no-mmap`; on macOS 15 it does not.
-//! 19. **The shim's XPC client** (`shim/c/xpc.c`; workflow: "XPC round trip with
-//!     per-message audit tokens"): a shimmed probe's decision record has
-//!     `"transport": "xpc"` and its outcome (same decision id) is `applied`, so
-//!     (a) `xpc_connection_create_mach_service(…, XPC_CONNECTION_MACH_SERVICE_PRIVILEGED)`
-//!     from a user process reaches the LaunchDaemon; (b) the reply handler runs on
-//!     a global queue while the device's init waits on the semaphore (no deadlock
-//!     inside Metal's device creation); (c) the barrier delivers the outcome before
-//!     the cancel. Also: with the daemon started `--no-xpc`, the same probe is
-//!     still unlocked (the `XPC_ERROR_CONNECTION_INVALID` reply falls back to the
-//!     socket within the deadline; its record says `"transport": "unix"`), and a
-//!     child forked without exec that creates a device checks in over the socket
-//!     (libdispatch would stop it over XPC).
-//! 20. **Free space where the audit log is** (`crate::service::health`, `fstatvfs`
+//! 19. **The shim's XPC client** (`shim/c/xpc.c`, `shim/c/xpc_reply.c`; workflow:
+//!     "XPC round trip with per-message audit tokens"): a shimmed probe's decision
+//!     record has `"transport": "xpc"` and its outcome (same decision id) is
+//!     `applied`, so (a) `xpc_connection_create_mach_service(…,
+//!     XPC_CONNECTION_MACH_SERVICE_PRIVILEGED)` from a user process reaches the
+//!     LaunchDaemon; (b) the reply handler runs on a global queue while the
+//!     device's creation waits on the semaphore (no deadlock inside Metal's
+//!     registration lock); (c) the barrier delivers the outcome before the
+//!     cancel. Also a child forked without exec that creates a device checks in
+//!     over the socket (libdispatch would stop it over XPC); the daemon started
+//!     `--no-xpc` (its "use the socket" answer, which the shim's `xpc_reply.c`
+//!     follows within the same deadline) is item 20.
+//! 20. **"Use the socket" from a daemon that decides no XPC check-ins** (issue 23
+//!     item 3; `metalift_xpc::exchange::{Serving, admit}`, tested on Linux through
+//!     `daemon/tests/core_in_memory.rs`; workflow: "A daemon that decides no XPC
+//!     check-ins answers "use the socket" at once"): with `--no-xpc` added to the
+//!     LaunchDaemon's arguments, launchd still hands the daemon its mach service,
+//!     the daemon answers each XPC check-in `Declined(UseSocket)` at once, the probe
+//!     is unlocked in well under the shim's 2 s deadline, and its decision says
+//!     `"transport": "unix"`. What only a Mac shows: that a reply sent right before
+//!     the daemon's side is cancelled reaches the shim (the daemon lingers until the
+//!     peer closes or the first-message deadline), and that a listener created
+//!     outside launchd (metaliftd `--no-xpc` by hand) only logs. Not checkable on a
+//!     runner: a macOS without `xpc_dictionary_get_audit_token` (the same answer,
+//!     by construction: `Serving::new(true, false)`).
+//! 21. **The socket's uid is fixed at connect** (issue 24 item 1;
+//!     `checkin/peer/macos.rs`, `peer::socket_uid`, tested on Linux by
+//!     `daemon/tests/socket_refusals.rs`; workflow: "A socket whose last user runs as
+//!     another uid than the one that connected is refused and recorded"): the
+//!     runner user connects, hands the descriptor to a root process that sends the
+//!     check-in; `LOCAL_PEERCRED` (`xucred`, `XUCRED_VERSION`) still says the
+//!     user's uid, `LOCAL_PEERTOKEN` says euid 0, and the daemon closes the
+//!     connection unanswered with a `refused` record, reason `uid_changed`, `uid`
+//!     the user's (`metalift audit --kind refused` lists it).
+//! 22. **Refused XPC outcomes are records** (issue 24 items 2 and 3;
+//!     `checkin/transport/xpc.rs`, `Core::refuse`): by hand, a small client that
+//!     checks in over XPC from one process and sends the outcome from a forked
+//!     child on a second connection gets `refused` with reason `unexpected`; an
+//!     outcome naming another decision id, `wrong_decision`. That libxpc always
+//!     attaches a token to a received dictionary (so `no_audit_token` is never seen
+//!     in practice) is assumed, and would show as such records.
+//! 23. **Busy instead of a silent cancel** (issue 23 item 2): by hand, metaliftd with
+//!     `--max-waiting-outcomes 1` and a client holding its check-in without an
+//!     outcome: a second XPC check-in within `--outcome-idle-secs` (default 5) is
+//!     answered `Declined(Busy)`, one after it is decided.
+//! 24. **sha256 only for the code that runs** (issue 24 item 4;
+//!     `peer::signature::file_hashes`, tested on Linux through
+//!     `daemon/tests/core_in_memory.rs`): by hand, a signed program that sleeps before
+//!     creating its device, replaced on disk by `cp` over its path (same inode)
+//!     during the sleep; with a `sha256` rule naming the replacement's hash its
+//!     decision is stock, `sha256` null and `identity_error` "file hashes not used:
+//!     the running code no longer matches its file (errSecCSStaticCodeChanged)".
+//!     That `SecCodeCheckValidity` reports -67034 for that case (not -67061, or a
+//!     kill on page-in) is what this confirms; a replacement by `mv` (a new inode)
+//!     is already caught by the same-inode check.
+//! 25. **Requirements compiled once** (issue 24 item 5;
+//!     `code_identity::requirements`): `SecRequirementCreateWithString` is called
+//!     four times per daemon, and `SecCodeCheckValidity` accepts the shared
+//!     `SecRequirement` from several threads at once (the pool runs eight
+//!     identifications). How: item 15's anchors are still right after a burst of
+//!     parallel check-ins (`for i in $(seq 1 32); do metalift exec -- /bin/ls & done`).
+//! 26. **No stall a daemon can cause** (workflow: "A stopped daemon stalls one
+//!     process, not every one"): with the LaunchDaemon loaded and its process
+//!     stopped (`sudo kill -STOP $(pgrep metaliftd)`), the first shimmed probe's
+//!     `device_creation_us` is about the deadline (2 s: launchd keeps the mach
+//!     port, the message queues, no XPC error comes) and the next ones are below
+//!     5 ms (the marker in `$(getconf DARWIN_USER_TEMP_DIR)`); after `kill -CONT`
+//!     and 10 s, a probe is unlocked again. Linux runs the same cases against the
+//!     socket (`probe/tests/shim.rs`, `metalift-bench stalls`).
+//! 27. **Free space where the audit log is** (`crate::service::health`, `fstatvfs`
 //!     through rustix; workflow: "A full audit volume makes the daemon degraded"):
 //!     on an APFS volume filled with a ballast file, the daemon's measured free
 //!     bytes fall under `LOW_SPACE_BYTES`, so `metalift status` exits 4 naming

@@ -90,12 +90,20 @@ pub struct DaemonArgs {
     #[arg(long)]
     pub syslog: bool,
 
+    /// BENCHMARKS ONLY: identify every Unix-socket peer on the blocking pool, as
+    /// metaliftd did before identification that reads only kernel memory ran
+    /// inline (`metalift-bench identity-hop` compares both in one run).
+    #[arg(long, hide = true)]
+    pub identify_on_blocking_pool: bool,
+
     /// The XPC mach service to serve (must be in the launchd job's `MachServices`).
     #[cfg(target_os = "macos")]
     #[arg(long, value_name = "NAME", default_value = crate::checkin::transport::xpc::DEFAULT_SERVICE)]
     pub mach_service: String,
 
-    /// Serve the Unix socket only, no XPC (e.g. when not started by launchd).
+    /// Decide no check-in over XPC: the mach service is still claimed, and each
+    /// XPC check-in is answered "use the socket" at once (the shim then checks in
+    /// on the Unix socket within its deadline).
     #[cfg(target_os = "macos")]
     #[arg(long)]
     pub no_xpc: bool,
@@ -120,8 +128,14 @@ pub struct Config {
     pub limits: Limits,
     /// Identity cache capacity.
     pub cache_entries: usize,
-    /// The XPC mach service to serve beside the socket; `None`: socket only.
+    /// The XPC mach service to claim beside the socket (always on macOS: launchd
+    /// keeps the port either way, and a shim must get an answer); `None` elsewhere.
     pub mach_service: Option<String>,
+    /// Whether XPC check-ins are decided (`false`: `--no-xpc`, each is answered
+    /// "use the socket").
+    pub xpc_identities: bool,
+    /// Identify every socket peer on the blocking pool (benchmarks only).
+    pub identify_on_blocking_pool: bool,
 }
 
 /// A flag combination metaliftd cannot run with.
@@ -194,9 +208,14 @@ impl DaemonArgs {
             },
             cache_entries: self.cache_entries,
             #[cfg(target_os = "macos")]
-            mach_service: (!self.no_xpc).then_some(self.mach_service),
+            mach_service: Some(self.mach_service),
             #[cfg(not(target_os = "macos"))]
             mach_service: None,
+            #[cfg(target_os = "macos")]
+            xpc_identities: !self.no_xpc,
+            #[cfg(not(target_os = "macos"))]
+            xpc_identities: false,
+            identify_on_blocking_pool: self.identify_on_blocking_pool,
         })
     }
 }

@@ -155,10 +155,19 @@ async fn serve(
             let _ = stopping.changed().await;
         }
     };
-    let unix = tokio::spawn(transport::unix::run(
+    let identity: Arc<dyn crate::checkin::peer::IdentifyPeer> = if config.identify_on_blocking_pool
+    {
+        Arc::new(crate::checkin::peer::OnBlockingPool(
+            crate::checkin::peer::KernelIdentity,
+        ))
+    } else {
+        Arc::new(crate::checkin::peer::KernelIdentity)
+    };
+    let unix = tokio::spawn(transport::unix::run_with_identity(
         socket.listener,
         Arc::clone(&core),
         config.limits,
+        identity,
         unix_stop,
     ));
     let transports = {
@@ -176,7 +185,13 @@ async fn serve(
             match mach_service {
                 None => unix.await,
                 Some(service) => {
-                    let xpc = serve_xpc(&service, core, config.limits, stopping);
+                    let xpc = serve_xpc(
+                        &service,
+                        core,
+                        config.limits,
+                        config.xpc_identities,
+                        stopping,
+                    );
                     tokio::join!(unix, xpc);
                 }
             }
@@ -261,12 +276,13 @@ async fn serve_xpc(
     service: &str,
     core: Arc<Core>,
     limits: transport::Limits,
+    identities: bool,
     mut stopping: tokio::sync::watch::Receiver<Option<String>>,
 ) {
     let stop = async move {
         let _ = stopping.changed().await;
     };
-    if let Err(error) = transport::xpc::run(service, core, limits, stop).await {
+    if let Err(error) = transport::xpc::run(service, core, limits, identities, stop).await {
         tracing::error!(%error, service, "XPC transport not serving; the Unix socket still is");
     }
 }
@@ -277,6 +293,7 @@ async fn serve_xpc(
     service: &str,
     _core: Arc<Core>,
     _limits: transport::Limits,
+    _identities: bool,
     _stopping: tokio::sync::watch::Receiver<Option<String>>,
 ) {
     tracing::error!(service, "XPC is macOS only; serving the Unix socket only");

@@ -91,6 +91,11 @@ pub struct StatusReport {
     /// for its retry. `None` from an older daemon.
     #[serde(default)]
     pub policy_archived: Option<bool>,
+    /// The host chip's brand string the daemon compiles policies with
+    /// (`crate::live_policy::host_chip::daemon_host`), so `metalift explain --live`
+    /// explains on the daemon's chip; `None` when unreadable, or an older daemon.
+    #[serde(default)]
+    pub host_chip_brand: Option<String>,
 }
 
 impl StatusReport {
@@ -297,6 +302,7 @@ mod tests {
             audit_free_bytes: None,
             max_policy_bytes: None,
             policy_archived: None,
+            host_chip_brand: None,
         }
     }
 

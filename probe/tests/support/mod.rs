@@ -27,7 +27,7 @@ pub fn probe_dlopen() -> PathBuf {
 }
 
 /// A simulated Metal variant's directory (`normal`, `noinit`, `nows`,
-/// `moved`, `noeffect`, `wrapper`, `lateclasses`).
+/// `moved`, `cached`, `wrapper`, `lateclasses`).
 pub fn simmetal(variant: &str) -> PathBuf {
     Path::new(metalift_probe::SIMMETAL_DIR).join(variant)
 }
@@ -335,6 +335,12 @@ pub fn clean(program: impl AsRef<std::ffi::OsStr>) -> Command {
 pub fn injected(program: impl AsRef<std::ffi::OsStr>, socket: &Path) -> Command {
     let mut cmd = clean(program);
     cmd.env("LD_PRELOAD", shim()).env("METALIFT_SOCKET", socket);
+    // Where the shim notes an unresponsive daemon (its private directory): the
+    // socket's own temporary directory, so each test's markers are its own and
+    // go away with it.
+    if let Some(dir) = socket.parent() {
+        cmd.env("XDG_RUNTIME_DIR", dir);
+    }
     // The longest deadline the shim allows: a loaded CI box must not turn an
     // answered check-in into a timeout. Tests of the deadline itself lower it.
     cmd.env("METALIFT_TIMEOUT_MS", "10000");

@@ -127,6 +127,7 @@ fn identify(
         code_signature: None,
         exe_file,
         unreadable,
+        hashes_withheld: None,
     })
 }
 

@@ -45,20 +45,61 @@ mod unsupported;
 pub use unsupported::{facts_for, facts_from_unix_stream};
 
 /// How the Unix-socket transport learns who is on the other end of a connection.
-/// Blocking; called on the transport's [`crate::checkin::blocking_pool::BlockingPool`],
-/// never on the async executor.
+///
+/// Called inline on the executor when [`IdentifyPeer::may_block`] says it cannot
+/// wait on anything but kernel memory, on the transport's
+/// [`crate::checkin::blocking_pool::BlockingPool`] otherwise.
 pub trait IdentifyPeer: Send + Sync + std::fmt::Debug + 'static {
     /// The kernel's facts about the peer of the connected `socket`.
     fn identify(&self, socket: BorrowedFd<'_>, wants: Wants) -> Result<PeerFacts, PeerError>;
+
+    /// Whether [`IdentifyPeer::identify`] may wait on something other than the
+    /// kernel's memory (a disk, `securityd`, a directory service), so that it must
+    /// run on the blocking pool. True unless an implementation knows better: a
+    /// test's slow stand-in is exactly such an identity.
+    fn may_block(&self, _wants: Wants) -> bool {
+        true
+    }
 }
 
 /// The real identity: this platform's `facts_for`.
+///
+/// On Linux it never blocks: `SO_PEERCRED`, `SO_PEERPIDFD`, `/proc/<pid>/stat`
+/// and the readlink (and open) of `/proc/<pid>/exe` are answered from kernel
+/// memory (procfs generates them; the executable's inode is mapped by the running
+/// process, so opening it reads no disk). Handing that to the blocking pool cost
+/// more than the work: the thread wake-ups made one check-in 1.6× slower (issue
+/// 24 item 6; `metalift-bench identity-hop` measures both ways in one run). The
+/// one step that reads a disk, hashing for `sha256` rules, goes through the
+/// identity cache, which hops to the pool only on a miss. On macOS `SecCode` reads
+/// the executable and may wait on `securityd`: always on the pool.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct KernelIdentity;
 
 impl IdentifyPeer for KernelIdentity {
     fn identify(&self, socket: BorrowedFd<'_>, wants: Wants) -> Result<PeerFacts, PeerError> {
         facts_for(socket, wants)
+    }
+
+    fn may_block(&self, _wants: Wants) -> bool {
+        !cfg!(target_os = "linux")
+    }
+}
+
+/// An identity always run on the blocking pool, whatever it says of itself:
+/// metaliftd's `--identify-on-blocking-pool` (benchmarks only), so that
+/// `metalift-bench identity-hop` can measure the hop against the inline path in
+/// one run, on one machine.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OnBlockingPool<I>(pub I);
+
+impl<I: IdentifyPeer> IdentifyPeer for OnBlockingPool<I> {
+    fn identify(&self, socket: BorrowedFd<'_>, wants: Wants) -> Result<PeerFacts, PeerError> {
+        self.0.identify(socket, wants)
+    }
+
+    fn may_block(&self, _wants: Wants) -> bool {
+        true
     }
 }
 
@@ -136,7 +177,10 @@ pub struct PeerFacts {
     /// What makes `pid` unique over time: the pid version on macOS, the start
     /// time (clock ticks since boot) on Linux. Logged, not matched.
     pub pid_version: Option<u64>,
-    /// User id the kernel recorded for the peer (Linux: the effective uid at `connect`).
+    /// User id the kernel recorded for the peer: the effective uid at `connect`
+    /// (Linux `SO_PEERCRED`; macOS socket `LOCAL_PEERCRED`, checked against the
+    /// audit token by [`socket_uid`]); over XPC the euid the kernel stamped on the
+    /// message.
     pub uid: u32,
     /// The executable's path, as the kernel resolves the mapped file.
     pub exe: PathBuf,
@@ -151,6 +195,11 @@ pub struct PeerFacts {
     /// executable in a TCC-protected folder). Decisions then say
     /// `identity unreadable: ...`, never "unsigned".
     pub unreadable: Option<String>,
+    /// Why the executable's file must not be hashed for this process, although it
+    /// could be read: on macOS the running code no longer matches its file
+    /// ([`signature::file_hashes`]). `sha256` rules then cannot match, and the
+    /// decision says why.
+    pub hashes_withheld: Option<String>,
 }
 
 /// Why a peer could not be identified. The connection is then closed unanswered:
@@ -183,6 +232,50 @@ pub enum PeerError {
     /// This platform has no kernel identity for Unix-socket peers in this build.
     #[error("peer identity is not implemented on this platform")]
     Unsupported,
+    /// macOS socket: the process that last used the socket runs with another
+    /// effective uid than the one that connected ([`socket_uid`]). Refused and
+    /// recorded: it is how a local user would get a decision recorded, and `uid`
+    /// rules matched, as someone else (e.g. through a setuid program).
+    #[error(
+        "process {pid} runs as uid {token_euid}, but the socket was connected by uid {connect_uid}"
+    )]
+    UidChanged {
+        /// The pid the socket's audit token names (its last user).
+        pid: u32,
+        /// The uid `LOCAL_PEERCRED` recorded at `connect`.
+        connect_uid: u32,
+        /// The effective uid in the `LOCAL_PEERTOKEN` audit token, computed when asked.
+        token_euid: u32,
+    },
+}
+
+impl PeerError {
+    /// Whether this is a refusal worth an audit record (someone tried to be
+    /// taken for someone else), not a peer that could not be identified.
+    #[must_use]
+    pub fn is_refusal(&self) -> bool {
+        matches!(self, PeerError::UidChanged { .. })
+    }
+}
+
+/// The uid a macOS socket check-in is decided with: `LOCAL_PEERCRED`'s, which xnu
+/// records at `connect` (`unp_peercred`), and only when the audit token's
+/// effective uid agrees with it. `LOCAL_PEERTOKEN` is computed when the daemon
+/// asks, from the socket's `last_pid` with that process's *current* credentials
+/// (xnu `bsd/kern/uipc_usrreq.c`, `uipc_ctloutput`), so a process that connected as
+/// one user could let a setuid program touch the socket first and be taken for
+/// root. The two disagreeing is refused, never resolved in either's favour.
+/// Pure, so it is tested on every platform; `peer/macos.rs` feeds it.
+pub fn socket_uid(pid: u32, connect_uid: u32, token_euid: u32) -> Result<u32, PeerError> {
+    if connect_uid == token_euid {
+        Ok(connect_uid)
+    } else {
+        Err(PeerError::UidChanged {
+            pid,
+            connect_uid,
+            token_euid,
+        })
+    }
 }
 
 /// How a failed read of the executable is worded in decisions: the error kind

@@ -36,6 +36,31 @@ use metalift_policy::Anchor;
 /// `errSecCSUnsigned` (`<Security/CSCommon.h>`): the code has no signature.
 pub const ERR_SEC_CS_UNSIGNED: i32 = -67062;
 
+/// `errSecCSStaticCodeChanged` (`<Security/CSCommon.h>`, apple-oss-distributions/
+/// Security `OSX/libsecurity_codesigning/lib/CSCommon.h`: "the code on disk does
+/// not match what is running"): what `SecCodeCheckValidity` on a running guest
+/// returns when its file was replaced or rewritten since it started
+/// (Security `Code.cpp`, `SecCode::checkValidity`).
+pub const ERR_SEC_CS_STATIC_CODE_CHANGED: i32 = -67034;
+
+/// Whether hashes read from the executable's *file* — its sha256, and the cdhash
+/// of the signature on disk — describe the code that runs, judged from the
+/// validity check's status. `Err` says why not, for the decision record: the file
+/// at the path is no longer the code that was loaded, so a `sha256` (or `cdhash`)
+/// rule matching the file would match code that is not running.
+///
+/// Only `errSecCSStaticCodeChanged` proves the mismatch: an unsigned file
+/// (`errSecCSUnsigned`) gives the kernel nothing to compare, and `sha256` rules
+/// exist for exactly such binaries; the open file is then pinned by inode
+/// (`peer/macos.rs`, `same_file`).
+pub fn file_hashes(validity_status: i32) -> Result<(), &'static str> {
+    if validity_status == ERR_SEC_CS_STATIC_CODE_CHANGED {
+        Err("the running code no longer matches its file (errSecCSStaticCodeChanged)")
+    } else {
+        Ok(())
+    }
+}
+
 /// The requirement every Apple-chained kind is checked with, in the order
 /// [`classify`] tries them. Compiled by `SecRequirementCreateWithString`.
 pub const REQUIREMENTS: [(Anchor, &str); 4] = [
@@ -182,6 +207,21 @@ mod tests {
         assert_eq!(classify(&adhoc), Anchor::AdHoc, "ad hoc never chains");
         assert!(cdhash_counts(Anchor::AdHoc) && cdhash_counts(Anchor::Untrusted));
         assert!(!cdhash_counts(Anchor::Unsigned) && !cdhash_counts(Anchor::Unreadable));
+    }
+
+    #[test]
+    fn given_code_that_changed_on_disk_then_no_file_hash_counts_and_the_reason_says_why() {
+        let why = file_hashes(ERR_SEC_CS_STATIC_CODE_CHANGED).unwrap_err();
+        assert!(why.contains("errSecCSStaticCodeChanged"), "{why}");
+        let changed = SignatureFacts {
+            validity_status: ERR_SEC_CS_STATIC_CODE_CHANGED,
+            ..SignatureFacts::default()
+        };
+        assert_eq!(classify(&changed), Anchor::Invalid);
+        assert!(!cdhash_counts(classify(&changed)));
+        // Unsigned or valid code: the file's hashes describe what runs.
+        assert_eq!(file_hashes(ERR_SEC_CS_UNSIGNED), Ok(()));
+        assert_eq!(file_hashes(0), Ok(()));
     }
 
     #[test]

@@ -22,10 +22,11 @@ pub mod xpc;
 /// Resource limits of a transport, so no client can starve the others.
 ///
 /// A connection is *active* while it is being read or answered, and *waiting*
-/// after its verdict, until the shim's outcome report (which may come much
-/// later, or never: a process that never touches Metal keeps its connection
-/// open until it exits). The two are capped separately so that idle shims can
-/// never take the places of clients that are asking now.
+/// after its verdict, until the shim's outcome report, which libmetalift v4 sends
+/// as soon as Metal's original `initGPUFamilySupport` returns (microseconds to
+/// milliseconds after the verdict), or until [`Limits::outcome_idle`] passes. The
+/// two are capped separately so that shims waiting to report can never take the
+/// places of clients that are asking now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
     /// Accepted connections whose first frame has not arrived yet. They hold no
@@ -39,17 +40,29 @@ pub struct Limits {
     /// Connections being read or answered at once. Further clients queue in the
     /// listen backlog; each active one is bounded by `read_timeout`.
     pub max_active: usize,
-    /// Answered connections kept open for an outcome report. When full, an
-    /// answered connection is closed right after its verdict (its outcome is lost,
-    /// its decision is not).
+    /// Answered connections kept open for an outcome report. When full: on the
+    /// Unix socket an answered connection is closed right after its verdict (its
+    /// outcome is lost, its decision is not); over XPC, where a place is taken
+    /// when a check-in is admitted, a check-in is answered `Declined(Busy)` at once.
     pub max_waiting: usize,
     /// A frame must arrive complete within this long of the connection being
     /// accepted (the first frame) or of its first byte (later frames). This is the
     /// longest a slow or hostile client can hold an active place.
     pub read_timeout: Duration,
     /// How long an answered connection may stay silent before the outcome report
-    /// starts. Generous: Metal may be initialised long after the process started.
+    /// starts. Seconds, not minutes: the shim checks in from inside Metal's device
+    /// creation and reports when the original `initGPUFamilySupport` returns, so
+    /// an honest outcome follows its verdict within milliseconds; the margin is
+    /// for a loaded machine. A longer wait would only let idle peers hold places
+    /// ([`Limits::max_waiting`]) that other processes need. A decision whose
+    /// outcome does not come in time stays in the log without one (`metalift
+    /// audit` shows "no outcome"; `--result no-outcome` selects it).
     pub outcome_idle: Duration,
+}
+
+impl Limits {
+    /// The default [`Limits::outcome_idle`].
+    pub const DEFAULT_OUTCOME_IDLE: Duration = Duration::from_secs(5);
 }
 
 impl Default for Limits {
@@ -60,7 +73,7 @@ impl Default for Limits {
             max_active: 64,
             max_waiting: 1024,
             read_timeout: Duration::from_secs(5),
-            outcome_idle: Duration::from_secs(15 * 60),
+            outcome_idle: Limits::DEFAULT_OUTCOME_IDLE,
         }
     }
 }

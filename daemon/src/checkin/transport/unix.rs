@@ -24,10 +24,14 @@
 //! malformed frame, a message out of order, or a timeout closes that connection
 //! only.
 //!
-//! Identifying the peer (`/proc` reads, `SecCode`, hashing) blocks, so it never
-//! runs on the executor: the connection's socket is duplicated and identified on
-//! the core's bounded blocking pool ([`crate::checkin::blocking_pool`]) while the accept
-//! loop, the deadlines and every other connection go on.
+//! Identifying the peer may block (`SecCode` on macOS, a test's slow stand-in),
+//! and then it never runs on the executor: the connection's socket is duplicated
+//! and identified on the core's bounded blocking pool
+//! ([`crate::checkin::blocking_pool`]) while the accept loop, the deadlines and
+//! every other connection go on. An identity that reads kernel memory only (Linux:
+//! `SO_PEERCRED`, pidfd, procfs; [`IdentifyPeer::may_block`]) runs inline, where it
+//! costs less than the hop; hashing for `sha256` rules still goes to the pool, on
+//! an identity-cache miss only.
 //!
 //! The socket file itself (creation, stale replacement, mode 0666, removal) is
 //! [`super::socket_file`]'s.
@@ -46,7 +50,7 @@ use tokio::time::Instant;
 
 use super::Limits;
 use crate::checkin::peer::{self, IdentifyPeer, KernelIdentity, PeerFacts};
-use crate::checkin::server::{Core, Counted};
+use crate::checkin::server::{Core, Counted, Refusing};
 
 /// The transport's name in audit records.
 pub const TRANSPORT: &str = "unix";
@@ -260,6 +264,25 @@ impl Connection {
                 self.frames.write(&Message::Status(json)).await
             }
             Message::CheckIn(req) => self.check_in(req, active).await,
+            Message::Outcome(outcome) => {
+                // An outcome on a connection that was given no decision: an
+                // attempt to put a report in the log for someone's decision.
+                let refusal = ConnError::Unexpected("outcome");
+                self.core.refuse(Refusing {
+                    message: "outcome",
+                    reason: "unexpected",
+                    detail: format!(
+                        "an outcome for decision {} on a connection that checked in for none",
+                        outcome.decision_id
+                    ),
+                    sender_pid: None,
+                    asker: None,
+                    sent_by_asker: false,
+                    decision_id: None,
+                    transport: TRANSPORT,
+                });
+                Err(refusal)
+            }
             other => Err(ConnError::Unexpected(other.kind_name())),
         }
     }
@@ -278,16 +301,22 @@ impl Connection {
         // stream stays here. Not raced against shutdown (a check-in that arrived
         // is decided); a slow identification holds this connection's active
         // place, and the pool bounds how many run at once.
-        let socket = self.frames.stream.as_fd().try_clone_to_owned()?;
-        let identity = Arc::clone(&self.identity);
-        let identified = self
-            .core
-            .blocking()
-            .run(move || identity.identify(socket.as_fd(), wants));
-        let facts: PeerFacts = match identified.await {
+        let identified = if self.identity.may_block(wants) {
+            let socket = self.frames.stream.as_fd().try_clone_to_owned()?;
+            let identity = Arc::clone(&self.identity);
+            self.core
+                .blocking()
+                .run(move || identity.identify(socket.as_fd(), wants))
+                .await
+        } else {
+            // Kernel memory only (see `KernelIdentity`): cheaper here than the
+            // hop to a blocking thread and back.
+            Ok(self.identity.identify(self.frames.stream.as_fd(), wants))
+        };
+        let facts: PeerFacts = match identified {
             Ok(Ok(facts)) => facts,
             Ok(Err(error)) => {
-                self.core.note_unidentified(&error);
+                self.core.note_unidentified(&error, TRANSPORT);
                 return Err(error.into());
             }
             Err(_) => {
@@ -317,23 +346,41 @@ impl Connection {
         };
         let _waiting = (waiting, self.core.count_waiting());
         drop(active);
-        match self
+        let refusal = match self
             .read_or_stop(Wait::Idle(self.limits.outcome_idle))
-            .await?
+            .await
         {
-            None => Ok(()),
-            Some(Message::Outcome(outcome)) => {
-                if outcome.decision_id != 0 && outcome.decision_id != given {
-                    return Err(ConnError::WrongDecision {
-                        got: outcome.decision_id,
-                        given,
-                    });
-                }
+            Ok(None) => return Ok(()),
+            Ok(Some(Message::Outcome(outcome)))
+                if outcome.decision_id == 0 || outcome.decision_id == given =>
+            {
                 self.core.outcome(&facts, outcome).await;
-                Ok(())
+                return Ok(());
             }
-            Some(other) => Err(ConnError::Unexpected(other.kind_name())),
-        }
+            Ok(Some(Message::Outcome(outcome))) => ConnError::WrongDecision {
+                got: outcome.decision_id,
+                given,
+            },
+            Ok(Some(other)) => ConnError::Unexpected(other.kind_name()),
+            Err(error @ ConnError::Wire(_)) => error,
+            // Silence, a hang-up, a deadline: nothing was refused.
+            Err(error) => return Err(error),
+        };
+        self.core.refuse(Refusing {
+            message: "outcome",
+            reason: match refusal {
+                ConnError::WrongDecision { .. } => "wrong_decision",
+                ConnError::Unexpected(_) => "unexpected",
+                _ => "malformed",
+            },
+            detail: refusal.to_string(),
+            sender_pid: None,
+            asker: Some(&facts),
+            sent_by_asker: true,
+            decision_id: Some(given),
+            transport: TRANSPORT,
+        });
+        Err(refusal)
     }
 
     /// Reads one frame, or `None` if the daemon stops first or the client closed
@@ -406,7 +453,7 @@ impl Frames {
 #[cfg(test)]
 mod tests {
     //! The deadlines, on tokio's paused clock: time only moves when every task
-    //! waits, so "15 minutes of silence" takes no time and no test races a timer.
+    //! waits, so no test waits out a real deadline or races a timer.
 
     use std::time::Duration;
 
@@ -416,7 +463,9 @@ mod tests {
     use super::*;
 
     const READ_TIMEOUT: Duration = Duration::from_secs(5);
-    const IDLE: Duration = Duration::from_secs(15 * 60);
+    /// The default outcome wait (seconds: the shim reports right after Metal's
+    /// `initGPUFamilySupport` returns).
+    const IDLE: Duration = Limits::DEFAULT_OUTCOME_IDLE;
 
     fn connected() -> (Frames, UnixStream) {
         let (server, client) = UnixStream::pair().expect("pair");
@@ -472,9 +521,9 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn once_an_outcome_starts_it_must_finish_within_the_read_deadline() {
         let (mut frames, mut client) = connected();
-        // Ten minutes of silence are fine; then one byte starts the frame clock.
+        // Silence short of the idle limit is fine; then one byte starts the frame clock.
         let _writer = tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_secs(600)).await;
+            tokio::time::sleep(IDLE - Duration::from_millis(100)).await;
             client.write_all(&outcome_frame()[..1]).await.unwrap();
             tokio::time::sleep(IDLE).await;
             client

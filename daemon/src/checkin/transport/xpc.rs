@@ -17,11 +17,21 @@
 //! # Who is asking
 //!
 //! The audit token of each *message* (`xpc_dictionary_get_audit_token`, private,
-//! resolved with `dlsym`), never `xpc_connection_get_pid`: a pid read from the
-//! connection can name a process that exec'd or replaced the sender since. Without
-//! the per-message function the connection's token is read inside the connection's
-//! own serial handler, right after the message. The outcome must come from the same
-//! process (pid and pid version) as the check-in.
+//! resolved with `dlsym`), never `xpc_connection_get_pid` nor the connection's
+//! token (`xpc_connection_get_audit_token` is the sender of the last message
+//! received, not necessarily this one's). A message without its own token is
+//! refused and recorded. The outcome must come from the same process (pid and pid
+//! version) as the check-in.
+//!
+//! # Serving or sending to the socket
+//!
+//! Under launchd metaliftd always claims its mach service: launchd keeps the port
+//! for a job's `MachServices` either way, so a shim whose daemon does not listen
+//! would wait out its whole deadline and never see an error. When the daemon
+//! cannot identify XPC callers (started with `--no-xpc`, or on a macOS without the
+//! per-message token) it still listens, and answers each check-in at once with
+//! `Declined(UseSocket)`; the shim checks in on the socket within the same
+//! deadline. The choice is `metalift_xpc::exchange::Serving`, tested on Linux.
 //!
 //! # Threads
 //!
@@ -40,11 +50,16 @@
 //!
 //! # Limits
 //!
-//! [`Limits::max_waiting`] caps open peer connections (a new one beyond it is
-//! cancelled, and the shim falls back to the Unix socket), [`Limits::max_active`]
-//! the check-ins being identified and decided at once, [`Limits::read_timeout`]
-//! the wait for the first message and [`Limits::outcome_idle`] the wait for the
-//! outcome. A peer may queue at most [`PEER_QUEUE`] messages; more are dropped.
+//! - [`Limits::max_pending`] peers may be connected without having sent their
+//!   first message, each for at most [`Limits::first_frame_timeout`]; a peer
+//!   beyond that is cancelled (the shim sees an XPC error before any reply and
+//!   checks in on the socket).
+//! - [`Limits::max_waiting`] places: a check-in takes one when it is admitted and
+//!   gives it back when its outcome arrives or [`Limits::outcome_idle`] (seconds)
+//!   has passed. With every place taken a check-in is answered at once with
+//!   `Declined(Busy)`, never silently cancelled.
+//! - [`Limits::max_active`] check-ins are identified and decided at once.
+//! - A peer may queue at most [`PEER_QUEUE`] messages; more are dropped.
 #![allow(unsafe_code)]
 
 use std::ffi::{CStr, CString};
@@ -59,11 +74,12 @@ use tokio::sync::{broadcast, mpsc, OwnedSemaphorePermit, Semaphore};
 
 use super::Limits;
 use crate::checkin::peer;
-use crate::checkin::server::Core;
+use crate::checkin::peer::PeerFacts;
+use crate::checkin::server::{Core, Refusing};
 use crate::macos::audit_token::AuditToken;
 use crate::macos::panic_boundary;
 use metalift_xpc::dict as wire_dict;
-use metalift_xpc::exchange::{self, Refusal, Request, Sender};
+use metalift_xpc::exchange::{self, Admission, Refusal, Sender, Serving};
 use metalift_xpc::sys::{
     _xpc_error_connection_interrupted, _xpc_error_connection_invalid, _xpc_error_key_description,
     _xpc_error_termination_imminent, _xpc_type_connection, _xpc_type_dictionary, _xpc_type_error,
@@ -87,16 +103,15 @@ pub enum XpcError {
     /// The service name cannot be a C string.
     #[error("mach service name {0:?} contains a NUL byte")]
     BadName(String),
-    /// Neither private audit-token function exists: peers could not be identified.
-    #[error("libxpc offers no audit token for messages on this macOS: XPC check-ins are disabled")]
-    NoAuditToken,
     /// libxpc returned no listener object.
     #[error("cannot create a listener for the mach service {0}")]
     Listener(String),
 }
 
-/// Serves check-ins on the mach service `service` until `shutdown` resolves, then
-/// waits for every peer task to finish (in-flight check-ins are answered).
+/// Serves the mach service `service` until `shutdown` resolves, then waits for
+/// every peer task to finish (in-flight check-ins are answered). With
+/// `identities` false (`--no-xpc`), or on a macOS without the per-message audit
+/// token, every check-in is answered `Declined(UseSocket)` at once.
 ///
 /// The service must be in the `MachServices` of the launchd job running metaliftd;
 /// otherwise libxpc reports `XPC_ERROR_CONNECTION_INVALID` to the listener (logged)
@@ -105,22 +120,28 @@ pub async fn run(
     service: &str,
     core: Arc<Core>,
     limits: Limits,
+    identities: bool,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), XpcError> {
     let name = CString::new(service).map_err(|_| XpcError::BadName(service.to_owned()))?;
     let private = PrivateXpc::load();
-    if private.dictionary_get_audit_token.is_none() && private.connection_get_audit_token.is_none()
-    {
-        return Err(XpcError::NoAuditToken);
+    let serving = Serving::new(identities, private.dictionary_get_audit_token.is_some());
+    if let Some(why) = serving.declines() {
+        tracing::warn!(
+            service,
+            why,
+            "XPC check-ins are answered \"use the socket\"; the Unix socket decides them"
+        );
     }
 
     let (accepted_tx, mut accepted_rx) = mpsc::channel::<Accepted>(limits.max_active.max(1));
     let stopping = Arc::new(AtomicBool::new(false));
     let listener_ctx = ListenerCtx {
         accepted: accepted_tx,
-        places: Arc::new(Semaphore::new(limits.max_waiting.max(1))),
+        pending: Arc::new(Semaphore::new(limits.max_pending.max(1))),
         private,
         stopping: Arc::clone(&stopping),
+        declining: serving.declines().is_some(),
     };
     let queue = DispatchQueue::new("com.metalift.policy.xpc", None);
     let listener = listen(&name, &queue, listener_ctx)
@@ -130,6 +151,7 @@ pub async fn run(
     let (notify_shutdown, _) = broadcast::channel::<()>(1);
     let (done_tx, mut done_rx) = mpsc::channel::<()>(1);
     let active = Arc::new(Semaphore::new(limits.max_active.max(1)));
+    let places = Arc::new(Semaphore::new(limits.max_waiting.max(1)));
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -138,7 +160,9 @@ pub async fn run(
                 let task = PeerTask {
                     core: Arc::clone(&core),
                     limits,
+                    serving,
                     active: Arc::clone(&active),
+                    places: Arc::clone(&places),
                     shutdown: notify_shutdown.subscribe(),
                     _done: done_tx.clone(),
                 };
@@ -222,26 +246,33 @@ impl Drop for Connection {
 struct ListenerCtx {
     /// Hands accepted peers to the tokio side; `try_send` only (never blocks a queue).
     accepted: mpsc::Sender<Accepted>,
-    /// Places for open peer connections ([`Limits::max_waiting`]).
-    places: Arc<Semaphore>,
-    /// The private audit-token functions.
+    /// Peers that have not sent their first message yet ([`Limits::max_pending`]).
+    pending: Arc<Semaphore>,
+    /// The private audit-token function.
     private: PrivateXpc,
     /// Set before the listener is cancelled, so its final "invalid" is not an error.
     stopping: Arc<AtomicBool>,
+    /// Check-ins are sent to the socket: a listener without a launchd job
+    /// (`metaliftd --no-xpc` run by hand) is expected, not an error.
+    declining: bool,
 }
 
 /// A peer connection, active, with the channel its handler feeds.
 struct Accepted {
     peer: Connection,
     events: mpsc::Receiver<PeerEvent>,
-    /// Held for the connection's life: one of [`Limits::max_waiting`] places.
-    _place: OwnedSemaphorePermit,
+    /// One of [`Limits::max_pending`] places, given back with the first message.
+    pending: OwnedSemaphorePermit,
 }
 
 /// What a peer connection's handler forwards.
 enum PeerEvent {
-    /// A dictionary, with the audit token the kernel attached to it.
-    Message { dict: XpcDict, token: AuditToken },
+    /// A dictionary, with the audit token the kernel attached to it (`None`: no
+    /// per-message token could be read).
+    Message {
+        dict: XpcDict,
+        token: Option<AuditToken>,
+    },
     /// The connection was interrupted, invalidated or cancelled.
     Closed,
 }
@@ -255,6 +286,8 @@ fn on_listener_event(event: xpc_object_t, ctx: &ListenerCtx) {
     } else if kind == &raw const _xpc_type_error {
         if ctx.stopping.load(Ordering::Relaxed) {
             tracing::debug!("XPC listener cancelled");
+        } else if event == error_object(&raw const _xpc_error_connection_invalid) && ctx.declining {
+            tracing::info!("no XPC listener (not started by launchd?): the Unix socket serves");
         } else if event == error_object(&raw const _xpc_error_connection_invalid) {
             tracing::error!(
                 "the XPC listener is invalid: is the service in this job's MachServices?"
@@ -265,10 +298,13 @@ fn on_listener_event(event: xpc_object_t, ctx: &ListenerCtx) {
     }
 }
 
-/// Sets up a peer connection and hands it to the tokio side, or refuses it.
+/// Sets up a peer connection and hands it to the tokio side, or cancels it when
+/// [`Limits::max_pending`] peers are still silent (a connect flood).
 fn accept(conn: xpc_connection_t, ctx: &ListenerCtx) {
-    let Ok(place) = Arc::clone(&ctx.places).try_acquire_owned() else {
-        tracing::warn!("too many open XPC peers: refusing one (it falls back to the socket)");
+    let Ok(pending) = Arc::clone(&ctx.pending).try_acquire_owned() else {
+        tracing::warn!(
+            "too many XPC peers that sent nothing yet: cancelling one (it falls back to the socket)"
+        );
         // SAFETY: an unwanted peer may simply be cancelled; libxpc disposes of it.
         unsafe { xpc_connection_cancel(conn) };
         return;
@@ -277,7 +313,7 @@ fn accept(conn: xpc_connection_t, ctx: &ListenerCtx) {
     let private = ctx.private;
     let handler = RcBlock::new(move |event: xpc_object_t| {
         let delivered = panic_boundary::callback("XPC peer event handler", false, || {
-            on_peer_event(event, conn, private, &events_tx);
+            on_peer_event(event, private, &events_tx);
             true
         });
         if !delivered {
@@ -294,57 +330,40 @@ fn accept(conn: xpc_connection_t, ctx: &ListenerCtx) {
     let accepted = Accepted {
         peer,
         events,
-        _place: place,
+        pending,
     };
     if ctx.accepted.try_send(accepted).is_err() {
-        tracing::warn!("XPC accept queue full: refusing a peer (it falls back to the socket)");
+        tracing::warn!("XPC accept queue full: cancelling a peer (it falls back to the socket)");
         // Dropping `accepted` cancels the connection.
     }
 }
 
 /// On a peer's dispatch queue: forward a message with its audit token, or the end.
-/// `conn` stays valid for as long as libxpc may call this handler.
-fn on_peer_event(
-    event: xpc_object_t,
-    conn: xpc_connection_t,
-    private: PrivateXpc,
-    events: &mpsc::Sender<PeerEvent>,
-) {
+fn on_peer_event(event: xpc_object_t, private: PrivateXpc, events: &mpsc::Sender<PeerEvent>) {
     // SAFETY: libxpc passes a live object for the duration of the handler.
     let kind = unsafe { xpc_get_type(event) };
     if kind == &raw const _xpc_type_dictionary {
-        let Some(token) = audit_token_of(event, conn, private) else {
-            tracing::warn!("XPC message without an audit token: ignored");
-            return;
-        };
+        let token = message_audit_token(event, private);
         // SAFETY: `event` is the live object this handler was called with.
         let Some(dict) = (unsafe { XpcDict::retain_if_dictionary(event) }) else {
             return;
         };
         if events.try_send(PeerEvent::Message { dict, token }).is_err() {
-            tracing::debug!(pid = token.pid(), "XPC peer floods: message dropped");
+            tracing::debug!("XPC peer floods: message dropped");
         }
     } else if kind == &raw const _xpc_type_error {
         let _ = events.try_send(PeerEvent::Closed);
     }
 }
 
-/// The kernel's audit token for `message`, which `conn`'s handler is handling now.
-fn audit_token_of(
-    message: xpc_object_t,
-    conn: xpc_connection_t,
-    private: PrivateXpc,
-) -> Option<AuditToken> {
+/// The audit token the kernel attached to `message` itself. `None` without the
+/// per-message function, or when libxpc had no token (all zeros): never the
+/// connection's token, which names the sender of *a* recent message.
+fn message_audit_token(message: xpc_object_t, private: PrivateXpc) -> Option<AuditToken> {
+    let get = private.dictionary_get_audit_token?;
     let mut raw = audit_token_t::default();
-    if let Some(get) = private.dictionary_get_audit_token {
-        // SAFETY: `message` is the live received dictionary; `raw` is writable.
-        unsafe { get(message, &mut raw) };
-    } else if let Some(get) = private.connection_get_audit_token {
-        // SAFETY: `conn` is live while its handler runs; read inside that serial
-        // handler, the connection's token is the one of the message being handled.
-        unsafe { get(conn, &mut raw) };
-    }
-    // All zeros: libxpc had no token (not a message the kernel delivered).
+    // SAFETY: `message` is the live received dictionary; `raw` is writable.
+    unsafe { get(message, &mut raw) };
     (raw != audit_token_t::default()).then_some(AuditToken::from_raw(raw))
 }
 
@@ -380,9 +399,9 @@ fn describe_error(event: xpc_object_t) -> String {
 /// Why a peer was closed early.
 #[derive(Debug, thiserror::Error)]
 enum PeerError {
-    #[error("no message within the read deadline")]
+    #[error("no message within the first-message deadline")]
     Deadline,
-    #[error("silent for longer than the outcome idle limit")]
+    #[error("no outcome within the outcome wait")]
     Idle,
     #[error("{0}")]
     Refused(#[from] Refusal),
@@ -400,8 +419,12 @@ enum PeerError {
 struct PeerTask {
     core: Arc<Core>,
     limits: Limits,
+    /// Whether check-ins are decided here or sent to the socket.
+    serving: Serving,
     /// Places for check-ins being identified and decided ([`Limits::max_active`]).
     active: Arc<Semaphore>,
+    /// Places for check-ins from admission to outcome ([`Limits::max_waiting`]).
+    places: Arc<Semaphore>,
     /// Wakes when the daemon stops.
     shutdown: broadcast::Receiver<()>,
     /// Held, never used: its drop tells [`run`] this peer is done.
@@ -412,8 +435,12 @@ impl PeerTask {
     /// The exchange's order and checks are `metalift_xpc::exchange`'s; this only
     /// moves messages between libxpc and the core.
     async fn serve(mut self, mut accepted: Accepted) -> Result<(), PeerError> {
+        let first_message = self
+            .limits
+            .first_frame_timeout
+            .min(self.limits.read_timeout);
         let first = tokio::select! {
-            event = tokio::time::timeout(self.limits.read_timeout, accepted.events.recv()) => {
+            event = tokio::time::timeout(first_message, accepted.events.recv()) => {
                 event.map_err(|_| PeerError::Deadline)?
             }
             _ = self.shutdown.recv() => return Ok(()),
@@ -421,18 +448,55 @@ impl PeerTask {
         let Some(PeerEvent::Message { dict, token }) = first else {
             return Ok(());
         };
-        let request = exchange::first(wire_dict::decode(&dict))?;
+        let request = match exchange::first(wire_dict::decode(&dict)) {
+            Ok(request) => request,
+            Err(refusal) => {
+                if refusal == Refusal::Unexpected("outcome") {
+                    self.refuse(&refusal, token.as_ref(), None, None);
+                }
+                return Err(refusal.into());
+            }
+        };
         // A request sent without a reply handler cannot be answered: refuse it
         // before anything is decided or recorded.
         let mut answer = XpcDict::reply_to(&dict).ok_or(PeerError::NoReplyExpected)?;
-        let req = match request {
-            Request::Status => {
+        let place = Arc::clone(&self.places).try_acquire_owned().ok();
+        let req = match exchange::admit(request, self.serving, place.is_some()) {
+            Admission::Status => {
                 let json = serde_json::to_string(&self.core.status())?;
                 reply(&accepted.peer, &mut answer, &Message::Status(json));
                 return Ok(());
             }
-            Request::CheckIn(req) => req,
+            Admission::Decline(declined) => {
+                tracing::debug!(reason = declined.reason.as_str(), "XPC check-in declined");
+                reply(&accepted.peer, &mut answer, &Message::Declined(declined));
+                // No place while it lingers; still one of the pending ones, so
+                // lingering declined peers stay bounded by `max_pending`.
+                drop(place);
+                self.linger(&mut accepted.events, first_message).await;
+                return Ok(());
+            }
+            Admission::Decide(req) => req,
         };
+        let asker_token = match token {
+            Some(token) => token,
+            None => {
+                let refusal = Refusal::NoAuditToken;
+                self.refuse(&refusal, None, None, None);
+                reply(
+                    &accepted.peer,
+                    &mut answer,
+                    &Message::Declined(metalift_policy::wire::Declined {
+                        reason: metalift_policy::wire::DeclineReason::UseSocket,
+                        detail: refusal.to_string(),
+                    }),
+                );
+                drop(place);
+                self.linger(&mut accepted.events, first_message).await;
+                return Err(refusal.into());
+            }
+        };
+        drop(accepted.pending);
 
         // Not raced against shutdown: a check-in that arrived is decided, recorded
         // and answered.
@@ -443,13 +507,15 @@ impl PeerTask {
         let facts = self
             .core
             .blocking()
-            .run(move || peer::facts_from_audit_token(token))
+            .run(move || peer::facts_from_audit_token(asker_token))
             .await??;
         let verdict = self.core.check_in(&facts, req, TRANSPORT).await;
         let given = verdict.decision_id;
         reply(&accepted.peer, &mut answer, &Message::Verdict(verdict));
         drop(active);
 
+        // The shim reports as soon as Metal's original `initGPUFamilySupport`
+        // returns: this wait, and the place, last seconds at most.
         let next = tokio::select! {
             event = tokio::time::timeout(self.limits.outcome_idle, accepted.events.recv()) => {
                 event.map_err(|_| PeerError::Idle)?
@@ -463,14 +529,70 @@ impl PeerTask {
         else {
             return Ok(());
         };
-        let outcome = exchange::outcome(
+        let outcome = match exchange::outcome(
             wire_dict::decode(&dict),
-            sender(&sent_by),
-            sender(&token),
+            sent_by.as_ref().map(sender),
+            sender(&asker_token),
             given,
-        )?;
+        ) {
+            Ok(outcome) => outcome,
+            Err(refusal) => {
+                self.refuse(&refusal, sent_by.as_ref(), Some(&facts), Some(given));
+                return Err(refusal.into());
+            }
+        };
         self.core.outcome(&facts, outcome).await;
+        drop(place);
         Ok(())
+    }
+
+    /// After a reply that ends the exchange, lets the peer close first (the shim
+    /// cancels once it has read it), for at most `deadline`: cancelling our side
+    /// right after the send could race the reply's delivery.
+    async fn linger(
+        &mut self,
+        events: &mut mpsc::Receiver<PeerEvent>,
+        deadline: std::time::Duration,
+    ) {
+        let closed = async { while let Some(PeerEvent::Message { .. }) = events.recv().await {} };
+        tokio::select! {
+            _ = tokio::time::timeout(deadline, closed) => {}
+            _ = self.shutdown.recv() => {}
+        }
+    }
+
+    /// Records a refused message: an outcome (`asker` known once a check-in was
+    /// decided on this connection) or a check-in without a token.
+    fn refuse(
+        &self,
+        refusal: &Refusal,
+        sent_by: Option<&AuditToken>,
+        asker: Option<&PeerFacts>,
+        given: Option<u64>,
+    ) {
+        let message = if refusal == &Refusal::NoAuditToken && asker.is_none() {
+            "check_in"
+        } else {
+            "outcome"
+        };
+        self.core.refuse(Refusing {
+            message,
+            reason: refusal.code(),
+            detail: match (refusal, sent_by) {
+                (Refusal::OtherProcess, Some(t)) => format!(
+                    "{refusal}: sent by pid {} (version {}), the check-in came from pid {}",
+                    t.pid(),
+                    t.pid_version(),
+                    asker.map_or(0, |a| a.pid)
+                ),
+                _ => refusal.to_string(),
+            },
+            sender_pid: sent_by.map(AuditToken::pid),
+            asker,
+            sent_by_asker: asker.is_some() && *refusal != Refusal::OtherProcess,
+            decision_id: given,
+            transport: TRANSPORT,
+        });
     }
 }
 
@@ -494,5 +616,11 @@ fn reply(peer: &Connection, answer: &mut XpcDict, msg: &Message) {
 #[allow(dead_code)]
 fn run_is_send(core: Arc<Core>) {
     fn assert_send<T: Send>(_: T) {}
-    assert_send(run("x", core, Limits::default(), std::future::pending()));
+    assert_send(run(
+        "x",
+        core,
+        Limits::default(),
+        true,
+        std::future::pending(),
+    ));
 }
