@@ -42,9 +42,12 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::SystemTime;
 
 use arc_swap::ArcSwap;
-use metalift_policy::{sources_sha256, LoadError, LoadOptions, Policy, DEFAULT_MAX_POLICY_BYTES};
+use metalift_policy::{LoadOptions, Policy, DEFAULT_MAX_POLICY_BYTES};
 
 use crate::audit::{AuditError, AuditLog, LoadReason, Record};
+use crate::live_policy::archive_retry::PendingArchives;
+pub use crate::live_policy::load_attempt::LastRefusal;
+use crate::live_policy::load_attempt::{attempt, rejected_record, Attempt, Refusal};
 
 /// A policy that is live, and where it came from.
 #[derive(Debug)]
@@ -119,21 +122,6 @@ pub enum ReloadOutcome {
     },
 }
 
-/// The last refused load: every problem it had, and what was refused.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LastRefusal {
-    /// Every problem, each rendered `file:line:col: error: ...` with its source
-    /// line, in the order the policy crate reports them (causes before knock-ons).
-    pub errors: Vec<String>,
-    /// SHA-256 of the refused input, when its text could be read.
-    pub sha256: Option<String>,
-    /// When it was refused.
-    pub at: SystemTime,
-    /// Whether the refusal is that `policy.toml` does not exist (status:
-    /// `policy_missing`, not `policy_rejected`).
-    pub missing: bool,
-}
-
 /// Everything the store publishes, as ONE value: the live policy and the last
 /// refusal are swapped together, so no reader (a check-in, `metalift status`) can
 /// ever see a new policy beside an old error, or an old policy without the error
@@ -181,65 +169,8 @@ pub struct PolicyStore {
     /// in the live policy.
     first_read_at: SystemTime,
     /// Policies made live whose archive write failed (disk full, ...), retried
-    /// at every reload and every status request until written, newest last.
-    unarchived: Mutex<Vec<Unarchived>>,
-}
-
-/// A policy text the archive does not hold yet.
-#[derive(Debug)]
-struct Unarchived {
-    sha256: String,
-    sources: Vec<(String, String)>,
-}
-
-/// At most this many unarchived policies are kept for retrying (each holds its
-/// whole text); past it, the oldest is given up, with an error in the log.
-const UNARCHIVED_KEEP: usize = 8;
-
-/// A load that did not produce a policy.
-struct Refusal {
-    /// Rendered problems, each `file:line:col: error: ...` with its source line.
-    errors: Vec<String>,
-    /// SHA-256 of the refused input, when it could be read.
-    sha256: Option<String>,
-    /// The main file does not exist.
-    missing: bool,
-}
-
-impl Refusal {
-    /// `policy.toml` is not there: refused like a broken file.
-    fn missing(path: &Path) -> Refusal {
-        Refusal {
-            errors: vec![format!(
-                "{}: no such policy file (deleted or moved?): a missing policy is refused like \
-                 a broken one; to turn unlocking off on purpose, install a policy with no rules",
-                path.display()
-            )],
-            sha256: None,
-            missing: true,
-        }
-    }
-
-    fn published(&self) -> LastRefusal {
-        LastRefusal {
-            errors: self.errors.clone(),
-            sha256: self.sha256.clone(),
-            at: SystemTime::now(),
-            missing: self.missing,
-        }
-    }
-}
-
-enum Attempt {
-    Valid {
-        /// Boxed: a compiled policy is large, and this enum is moved around.
-        policy: Box<Policy>,
-        warnings: Vec<String>,
-        /// Its text, when the archive write failed (to retry).
-        unarchived: Option<Unarchived>,
-    },
-    Missing,
-    Refused(Refusal),
+    /// at every reload and every status request until written.
+    unarchived: PendingArchives,
 }
 
 impl PolicyStore {
@@ -266,14 +197,14 @@ impl PolicyStore {
         audit: &AuditLog,
     ) -> Result<PolicyStore, AuditError> {
         let first_read_at = SystemTime::now();
-        let mut unarchived = Vec::new();
+        let mut unarchived = None;
         let (live, refusal) = match attempt(path, &opts, max_bytes, audit) {
             Attempt::Valid {
                 policy,
                 warnings,
                 unarchived: pending,
             } => {
-                unarchived.extend(pending);
+                unarchived = pending;
                 (
                     LivePolicy::new(*policy, path, warnings, LoadReason::Start),
                     None,
@@ -314,7 +245,7 @@ impl PolicyStore {
             }),
             reloading: Mutex::new(()),
             first_read_at,
-            unarchived: Mutex::new(unarchived),
+            unarchived: PendingArchives::new(unarchived),
         })
     }
 
@@ -348,32 +279,8 @@ impl PolicyStore {
     /// archive write that failed: what `metalift status` reports as
     /// `policy_archived`.
     pub fn archived(&self, audit: &AuditLog) -> bool {
-        self.retry_archive(audit);
-        let live = self.current();
-        !lock(&self.unarchived)
-            .iter()
-            .any(|u| u.sha256 == live.sha256)
-    }
-
-    /// Writes every policy text whose archiving failed, keeping those that fail again.
-    fn retry_archive(&self, audit: &AuditLog) {
-        let mut list = lock(&self.unarchived);
-        if list.is_empty() {
-            return;
-        }
-        let dir = crate::live_policy::archive::dir_for(audit.path());
-        list.retain(
-            |u| match crate::live_policy::archive::store(&dir, &u.sha256, &u.sources) {
-                Ok(()) => {
-                    tracing::info!(sha256 = %u.sha256, "policy text archived on retry");
-                    false
-                }
-                Err(error) => {
-                    tracing::debug!(sha256 = %u.sha256, %error, "policy archive retry failed");
-                    true
-                }
-            },
-        );
+        self.unarchived.retry(audit.path());
+        !self.unarchived.waiting(&self.current().sha256)
     }
 
     /// The most bytes the policy's files may hold together.
@@ -418,7 +325,7 @@ impl PolicyStore {
         let current = &before.live;
         let refused_before = before.refusal.as_ref();
         let sighup = trigger == Trigger::Sighup;
-        self.retry_archive(audit);
+        self.unarchived.retry(audit.path());
         match attempt(&self.path, &self.opts, self.max_bytes, audit) {
             Attempt::Valid {
                 policy,
@@ -442,14 +349,7 @@ impl PolicyStore {
                 };
                 drop(before);
                 if let Some(pending) = unarchived {
-                    let mut list = lock(&self.unarchived);
-                    list.retain(|u| u.sha256 != pending.sha256);
-                    list.push(pending);
-                    if list.len() > UNARCHIVED_KEEP {
-                        let gone = list.remove(0);
-                        tracing::error!(sha256 = %gone.sha256,
-                            "giving up archiving this policy: `explain --decision` cannot show its text");
-                    }
+                    self.unarchived.keep(pending);
                 }
                 self.swap_in(live, audit);
                 outcome
@@ -534,77 +434,9 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-fn attempt(path: &Path, opts: &LoadOptions, max_bytes: u64, audit: &AuditLog) -> Attempt {
-    // pol: `"host"` family ceilings resolve for this machine (crate::live_policy::host_chip).
-    match crate::live_policy::host_chip::load(path, opts, max_bytes) {
-        Ok(loaded) => {
-            // pol: keep the text of every valid policy by hash, for `explain --live/--decision`;
-            // a failed write is retried (`PolicyStore::retry_archive`).
-            let unarchived = match crate::live_policy::archive::store_loaded(audit.path(), &loaded)
-            {
-                Ok(()) => None,
-                Err(error) => {
-                    tracing::warn!(%error, "could not archive the policy text: retrying at the next reload or status request");
-                    Some(Unarchived {
-                        sha256: loaded.policy.sha256_hex().to_owned(),
-                        sources: crate::live_policy::archive::named(&loaded.sources),
-                    })
-                }
-            };
-            Attempt::Valid {
-                unarchived,
-                warnings: loaded
-                    .warnings
-                    .iter()
-                    .map(|w| w.render(&loaded.sources))
-                    .collect(),
-                policy: Box::new(loaded.policy),
-            }
-        }
-        Err(LoadError::NotFound { .. }) => Attempt::Missing,
-        Err(LoadError::Invalid {
-            diagnostics,
-            sources,
-        }) => Attempt::Refused(Refusal {
-            errors: diagnostics
-                .iter()
-                .filter(|d| d.is_error())
-                .map(|d| d.render(&sources))
-                .collect(),
-            sha256: Some(sources_sha256(&sources)),
-            missing: false,
-        }),
-        Err(
-            other @ (LoadError::Io { .. }
-            | LoadError::Permission { .. }
-            | LoadError::TooLarge { .. }),
-        ) => Attempt::Refused(Refusal {
-            errors: vec![other.to_string()],
-            sha256: None,
-            missing: false,
-        }),
-    }
-}
-
-fn rejected_record(path: &Path, refusal: &Refusal, kept_sha256: &str) -> Record {
-    Record::PolicyRejected {
-        time: SystemTime::now(),
-        path: path.display().to_string(),
-        sha256: refusal.sha256.clone(),
-        // The audit log keeps the locating first line; the full rendering with the
-        // source line and underline goes to `tracing` and `last_error`.
-        errors: refusal
-            .errors
-            .iter()
-            .map(|e| e.lines().next().unwrap_or_default().to_owned())
-            .collect(),
-        kept_sha256: kept_sha256.to_owned(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use metalift_policy::Source;
+    use metalift_policy::{sources_sha256, Source};
 
     use super::*;
 
