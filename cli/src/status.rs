@@ -108,10 +108,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 // The cause first, before the figures: a degraded daemon's first
                 // line says why it cannot unlock.
                 if let Some(first) = report.health.causes.first() {
-                    println!(
-                        "DEGRADED: metaliftd runs but cannot unlock as its policy says: {} ({})",
-                        first.message, first.code
-                    );
+                    println!("DEGRADED: {} ({})", first.message, first.code);
                 }
                 print!("{}", report.to_text());
                 if let Some(sha) = &out.disk_sha256 {
