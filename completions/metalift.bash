@@ -129,13 +129,17 @@ _metalift() {
             return 0
             ;;
         metalift__subcmd__audit)
-            opts="-f -n -h --log --since --until --exe --rule --action --result --pid --decision --records --kind --summary --follow --lines --json --help"
+            opts="-f -n -h --audit-log --log --since --until --exe --rule --action --result --pid --decision --records --kind --summary --follow --lines --json --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --log)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --audit-log)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -223,7 +227,7 @@ _metalift() {
             return 0
             ;;
         metalift__subcmd__doctor)
-            opts="-h --socket --policy --log --shim --root --allow-insecure-owner --json --help"
+            opts="-h --socket --policy --audit-log --log --shim --root --allow-insecure-owner --json --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -238,6 +242,10 @@ _metalift() {
                     return 0
                     ;;
                 --log)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --audit-log)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -287,7 +295,7 @@ _metalift() {
             return 0
             ;;
         metalift__subcmd__exec)
-            opts="-q -h --shim --socket --require-unlock --expect-family --quiet --log --help"
+            opts="-q -h --shim --socket --require-unlock --expect-family --quiet --audit-log --log --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -309,6 +317,10 @@ _metalift() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --audit-log)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -317,7 +329,7 @@ _metalift() {
             return 0
             ;;
         metalift__subcmd__explain)
-            opts="-h --policy --path --pid --decision --live --socket --log --host-chip-brand --uid --parent --team-id --signing-id --cdhash --anchor --json --allow-insecure-owner --help"
+            opts="-h --policy --path --pid --decision --live --socket --audit-log --log --host-chip-brand --uid --parent --team-id --signing-id --cdhash --anchor --json --allow-insecure-owner --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -344,6 +356,10 @@ _metalift() {
                     return 0
                     ;;
                 --log)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --audit-log)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -46,12 +46,12 @@ complete -c metalift -n "__fish_metalift_using_subcommand validate" -l json -d '
 complete -c metalift -n "__fish_metalift_using_subcommand validate" -l skip-host-checks -d 'Skip every check against this machine (rule paths that are symlinks or missing, uid vs user, and its chip: `"host"` and the ceiling no profile is applied above; a chip named with --host-chip-brand is still judged): for checking a policy somewhere other than where it will run'
 complete -c metalift -n "__fish_metalift_using_subcommand validate" -l allow-insecure-owner -d 'Do not report files not owned by root or writable by group/other'
 complete -c metalift -n "__fish_metalift_using_subcommand validate" -s h -l help -d 'Print help'
-complete -c metalift -n "__fish_metalift_using_subcommand explain" -l policy -d 'The main policy file (`policy.d/` beside it is read too)' -r -F
+complete -c metalift -n "__fish_metalift_using_subcommand explain" -l policy -d 'The main policy file (`policy.d/` beside it is read too). Not read with --live, which explains with the daemon\'s own policy' -r -F
 complete -c metalift -n "__fish_metalift_using_subcommand explain" -l path -d 'Explain for this executable' -r -F
 complete -c metalift -n "__fish_metalift_using_subcommand explain" -l pid -d 'Explain for this running process (Linux: read from /proc)' -r
 complete -c metalift -n "__fish_metalift_using_subcommand explain" -l decision -d 'Re-explain this past decision (its id from the audit log) with the policy that was live then' -r
 complete -c metalift -n "__fish_metalift_using_subcommand explain" -l socket -d 'The daemon\'s socket, for --live [default: as `metalift status`]' -r -F
-complete -c metalift -n "__fish_metalift_using_subcommand explain" -l log -d 'The audit log (its rotated files are read too); the policy archive is the `policies/` directory beside it. For --live and --decision' -r -F
+complete -c metalift -n "__fish_metalift_using_subcommand explain" -l log -l audit-log -d 'The audit log (its rotated files are read too); the policy archive is the `policies/` directory beside it. For --live and --decision' -r -F
 complete -c metalift -n "__fish_metalift_using_subcommand explain" -l host-chip-brand -d 'What if the host chip were this brand (for `apple_family_max = "host"`, and the family no profile is applied above) [default: this machine\'s `machdep.cpu.brand_string` on macOS]' -r
 complete -c metalift -n "__fish_metalift_using_subcommand explain" -l uid -d 'The uid to decide for (default: the process\'s, or yours with --path)' -r
 complete -c metalift -n "__fish_metalift_using_subcommand explain" -l parent -d 'What if the parent process\'s executable were this' -r -F
@@ -66,7 +66,7 @@ complete -c metalift -n "__fish_metalift_using_subcommand explain" -s h -l help 
 complete -c metalift -n "__fish_metalift_using_subcommand status" -l socket -d 'The daemon\'s socket [default: the system daemon\'s socket when it exists (/run/metalift/metalift.sock; /var/run/metalift/metalift.sock on macOS), else the user\'s ($XDG_RUNTIME_DIR/metalift.sock; on macOS metalift.sock in the user\'s own DARWIN_USER_TEMP_DIR)]' -r -F
 complete -c metalift -n "__fish_metalift_using_subcommand status" -l json -d 'Print one JSON object (also when the daemon is down) instead of text'
 complete -c metalift -n "__fish_metalift_using_subcommand status" -s h -l help -d 'Print help'
-complete -c metalift -n "__fish_metalift_using_subcommand audit" -l log -d 'The audit log; its rotated files (PATH.1, PATH.2, ...) are read first' -r -F
+complete -c metalift -n "__fish_metalift_using_subcommand audit" -l log -l audit-log -d 'The audit log; its rotated files (PATH.1, PATH.2, ...) are read first' -r -F
 complete -c metalift -n "__fish_metalift_using_subcommand audit" -l since -d 'Only from WHEN on: an RFC 3339 time (2026-11-30T11:00:00Z, or with +01:00), a date (UTC), `today`, `yesterday` (local midnight), or a duration ago (10m, 2h, 1day)' -r
 complete -c metalift -n "__fish_metalift_using_subcommand audit" -l until -d 'Only before WHEN (same forms as --since)' -r
 complete -c metalift -n "__fish_metalift_using_subcommand audit" -l exe -d 'Only this executable: a path (a symlink matches what it resolves to), a glob with `/` against the whole path, or a glob without `/` against the file name' -r
@@ -97,7 +97,7 @@ complete -c metalift -n "__fish_metalift_using_subcommand audit" -s h -l help -d
 complete -c metalift -n "__fish_metalift_using_subcommand exec" -l shim -d 'The shim to inject. Default: $METALIFT_SHIM, then ../lib/ and the directory of this executable, then /usr/local/metalift/lib' -r -F
 complete -c metalift -n "__fish_metalift_using_subcommand exec" -l socket -d 'The daemon\'s socket (passed to the shim as METALIFT_SOCKET). Default: $METALIFT_SOCKET, else the system daemon\'s socket when it exists, else the user\'s' -r -F
 complete -c metalift -n "__fish_metalift_using_subcommand exec" -l expect-family -d 'With --require-unlock (implied): the unlocked process must also answer AppleN or above (`N`, what llama.cpp\'s fast paths need: 7 holds on every host chip), or exactly AppleN (`=N`)' -r
-complete -c metalift -n "__fish_metalift_using_subcommand exec" -l log -d 'The audit log --require-unlock reads the command\'s decision from' -r -F
+complete -c metalift -n "__fish_metalift_using_subcommand exec" -l log -l audit-log -d 'The audit log --require-unlock reads the command\'s decision from' -r -F
 complete -c metalift -n "__fish_metalift_using_subcommand exec" -l require-unlock -d 'Run the command as a child and exit 4 unless the daemon\'s audit log shows that it, or a process it started (a wrapper script\'s child), got an `unlock` verdict and the shim\'s outcome `applied` (for CI). A command that fails keeps its own exit status'
 complete -c metalift -n "__fish_metalift_using_subcommand exec" -s q -l quiet -d 'Say nothing on stderr unless it explains a non-zero exit status (for scripts)'
 complete -c metalift -n "__fish_metalift_using_subcommand exec" -s h -l help -d 'Print help'
@@ -114,7 +114,7 @@ complete -c metalift -n "__fish_metalift_using_subcommand edit" -l json -d 'Prin
 complete -c metalift -n "__fish_metalift_using_subcommand edit" -s h -l help -d 'Print help'
 complete -c metalift -n "__fish_metalift_using_subcommand doctor" -l socket -d 'The daemon\'s socket [default: as `metalift status`; under --root, the system socket there]' -r -F
 complete -c metalift -n "__fish_metalift_using_subcommand doctor" -l policy -d 'The main policy file [default: /etc/metalift/policy.toml under --root]' -r -F
-complete -c metalift -n "__fish_metalift_using_subcommand doctor" -l log -d 'The audit log [default: /var/log/metalift/audit.jsonl under --root]' -r -F
+complete -c metalift -n "__fish_metalift_using_subcommand doctor" -l log -l audit-log -d 'The audit log [default: /var/log/metalift/audit.jsonl under --root]' -r -F
 complete -c metalift -n "__fish_metalift_using_subcommand doctor" -l shim -d 'The shim [default: /usr/local/metalift/lib/libmetalift.dylib (.so) under --root]' -r -F
 complete -c metalift -n "__fish_metalift_using_subcommand doctor" -l root -d 'Look at an installation under DIR instead of / (tests, mounted images)' -r -F
 complete -c metalift -n "__fish_metalift_using_subcommand doctor" -l allow-insecure-owner -d 'Accept a policy not owned by root (development, as metaliftd\'s flag)'

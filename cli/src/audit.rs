@@ -43,7 +43,7 @@ Exit status:
   2  the log cannot be read (missing, permission denied), or a usage error")]
 pub struct Args {
     /// The audit log; its rotated files (PATH.1, PATH.2, ...) are read first.
-    #[arg(long, value_name = "PATH", default_value = DEFAULT_LOG_PATH)]
+    #[arg(long, visible_alias = "audit-log", value_name = "PATH", default_value = DEFAULT_LOG_PATH, env = "METALIFT_AUDIT_LOG")]
     pub log: PathBuf,
     /// Only from WHEN on: an RFC 3339 time (2026-11-30T11:00:00Z, or with +01:00),
     /// a date (UTC), `today`, `yesterday` (local midnight), or a duration ago (10m, 2h, 1day).

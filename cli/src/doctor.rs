@@ -9,6 +9,7 @@ pub mod check;
 mod daemon;
 mod files;
 mod guest;
+mod health;
 mod launchd;
 pub mod paths;
 mod rules;
@@ -33,13 +34,18 @@ Exit status:
   2  failures: processes will run stock, or the live policy is not the file")]
 pub struct Args {
     /// The daemon's socket [default: as `metalift status`; under --root, the system socket there].
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_name = "PATH", env = "METALIFT_SOCKET")]
     pub socket: Option<PathBuf>,
     /// The main policy file [default: /etc/metalift/policy.toml under --root].
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_name = "PATH", env = "METALIFT_POLICY")]
     pub policy: Option<PathBuf>,
     /// The audit log [default: /var/log/metalift/audit.jsonl under --root].
-    #[arg(long, value_name = "PATH")]
+    #[arg(
+        long,
+        visible_alias = "audit-log",
+        value_name = "PATH",
+        env = "METALIFT_AUDIT_LOG"
+    )]
     pub log: Option<PathBuf>,
     /// The shim [default: /usr/local/metalift/lib/libmetalift.dylib (.so) under --root].
     #[arg(long, value_name = "PATH")]
@@ -99,9 +105,10 @@ pub fn checks(args: &Args) -> Vec<Check> {
     let shim_ok = shim.status == Status::Ok;
     let mut all = vec![
         daemon,
+        health::daemon_health(report.as_ref()),
         policy,
         live,
-        files::audit_log(&install.audit_log),
+        audit_log(&install.audit_log, report.as_ref()),
         shim,
     ];
     all.push(system::sip(&install.root));
@@ -111,6 +118,36 @@ pub fn checks(args: &Args) -> Vec<Check> {
     all.push(launchd::session(&install));
     all.extend(rules::executables(loaded.as_ref(), &install.shim, shim_ok));
     all
+}
+
+/// The audit log as the daemon experiences it: the file's permissions (from
+/// here), then the free space on its file system, and whether it is the log the
+/// daemon writes. "writable" is never the last word while the disk is full.
+fn audit_log(
+    path: &std::path::Path,
+    report: Option<&metalift_daemon::service::status::StatusReport>,
+) -> Check {
+    let check = files::audit_log(path);
+    if check.status == Status::Fail {
+        return check;
+    }
+    if let Some(full) = health::low_space(path, health::free_bytes_at(path)) {
+        return full;
+    }
+    match report.and_then(|r| r.audit_log.as_deref()) {
+        Some(daemon_log) if !paths::same_file(std::path::Path::new(daemon_log), path) => {
+            Check::new(
+                "audit log",
+                Status::Warn,
+                format!(
+                    "metaliftd writes {daemon_log}, not {} (checked here)",
+                    path.display()
+                ),
+            )
+            .fix("pass doctor the daemon's --audit-log (or METALIFT_AUDIT_LOG)")
+        }
+        _ => check,
+    }
 }
 
 /// Exit status: some check warns (and none fails).

@@ -63,18 +63,19 @@ Exit status:
   0  installed (and live when a daemon answers), or no changes
   1  the edit was invalid and discarded (non-interactive stdin discards at once)
   2  error: lock busy, editor failed, cannot read or install
-  3  installed, but metaliftd refused it or did not make it live in time
+  3  installed, but metaliftd refused it, did not make it live in time, or did
+     not answer (hung)
   5  not installed: the file changed during the edit (someone else replaced,
      wrote, removed or created it); the edited copy is kept beside it")]
 pub struct Args {
     /// The main policy file; its policy.d/ drop-ins are validated with it.
-    #[arg(long, value_name = "PATH", default_value = DEFAULT_POLICY)]
+    #[arg(long, value_name = "PATH", default_value = DEFAULT_POLICY, env = "METALIFT_POLICY")]
     pub policy: PathBuf,
     /// Edit the drop-in policy.d/NAME (NAME.toml) instead of the main file.
     #[arg(long, value_name = "NAME")]
     pub dropin: Option<String>,
     /// The daemon to wait for [default: as `metalift status`].
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_name = "PATH", env = "METALIFT_SOCKET")]
     pub socket: Option<PathBuf>,
     /// How long to wait for the daemon to make the new policy live.
     #[arg(long, value_name = "SECONDS", default_value_t = 5)]
@@ -450,7 +451,7 @@ fn finish(
 ) -> anyhow::Result<ExitCode> {
     let code = match &live {
         None | Some(Live::Serving { .. } | Live::NoDaemon(_)) => DONE,
-        Some(Live::Refused(_) | Live::Timeout { .. }) => NOT_LIVE,
+        Some(Live::Refused(_) | Live::Timeout { .. } | Live::NoAnswer(_)) => NOT_LIVE,
     };
     if args.json {
         let daemon = live.as_ref().map(Live::to_json);

@@ -99,7 +99,7 @@ pub struct Args {
     #[arg(long, short)]
     pub quiet: bool,
     /// The audit log --require-unlock reads the command's decision from.
-    #[arg(long, value_name = "PATH", default_value = metalift_daemon::audit::DEFAULT_LOG_PATH)]
+    #[arg(long, visible_alias = "audit-log", value_name = "PATH", default_value = metalift_daemon::audit::DEFAULT_LOG_PATH, env = "METALIFT_AUDIT_LOG")]
     pub log: PathBuf,
     /// The command to run, and its arguments (put `--` first if it starts with `-`).
     #[arg(required = true, num_args = 1.., allow_hyphen_values = true, value_name = "COMMAND")]

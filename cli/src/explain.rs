@@ -44,8 +44,9 @@ pub const INVALID_POLICY: u8 = 1;
 #[derive(Debug, clap::Args)]
 #[command(group(clap::ArgGroup::new("who").required(true).args(["path", "pid", "decision"])))]
 pub struct Args {
-    /// The main policy file (`policy.d/` beside it is read too).
-    #[arg(long, default_value = DEFAULT_POLICY)]
+    /// The main policy file (`policy.d/` beside it is read too). Not read with
+    /// --live, which explains with the daemon's own policy.
+    #[arg(long, default_value = DEFAULT_POLICY, env = "METALIFT_POLICY")]
     pub policy: PathBuf,
     /// Explain for this executable.
     #[arg(long)]
@@ -58,14 +59,16 @@ pub struct Args {
     #[arg(long, value_name = "ID", conflicts_with_all = ["live", "uid", "parent", "team_id", "signing_id", "cdhash", "anchor"])]
     pub decision: Option<u64>,
     /// Explain with the running daemon's live policy instead of the file on disk.
-    #[arg(long, conflicts_with = "policy")]
+    // No clap conflict with --policy: a METALIFT_POLICY set for every command
+    // would make every --live a usage error.
+    #[arg(long)]
     pub live: bool,
     /// The daemon's socket, for --live [default: as `metalift status`].
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_name = "PATH", env = "METALIFT_SOCKET")]
     pub socket: Option<PathBuf>,
     /// The audit log (its rotated files are read too); the policy archive is the
     /// `policies/` directory beside it. For --live and --decision.
-    #[arg(long, value_name = "PATH", default_value = metalift_daemon::audit::DEFAULT_LOG_PATH)]
+    #[arg(long, visible_alias = "audit-log", value_name = "PATH", default_value = metalift_daemon::audit::DEFAULT_LOG_PATH, env = "METALIFT_AUDIT_LOG")]
     pub log: PathBuf,
     /// What if the host chip were this brand (for `apple_family_max = "host"`, and the
     /// family no profile is applied above) [default: this machine's

@@ -42,7 +42,7 @@ pub const METALIFT_EXIT: &[ExitStatus] = &[
     ExitStatus {
         code: status::EXIT_UNREACHABLE,
         command: "status",
-        meaning: "no daemon answers on the socket",
+        meaning: "no daemon answers on the socket (or it does not answer in time)",
     },
     ExitStatus {
         code: doctor::WARNINGS,
@@ -77,7 +77,12 @@ pub const METALIFT_EXIT: &[ExitStatus] = &[
     ExitStatus {
         code: edit::NOT_LIVE,
         command: "edit",
-        meaning: "installed, but metaliftd refused it or did not make it live in time",
+        meaning: "installed, but metaliftd refused it, did not make it live in time, or did not answer",
+    },
+    ExitStatus {
+        code: status::EXIT_DEGRADED,
+        command: "status",
+        meaning: "degraded: the daemon runs but cannot unlock as its policy says (the audit log cannot take records, or policy.toml is missing), the cause printed first",
     },
     ExitStatus {
         code: exec::NOT_UNLOCKED,

@@ -35,10 +35,13 @@ pub fn error(err: &anyhow::Error, json: bool) -> ExitCode {
         let _ = writeln!(
             std::io::stdout(),
             "{}",
-            json_error(&format!("{err:#}"), ERROR)
+            json_error(&metalift_daemon::service::error_chain::describe(err), ERROR)
         );
     } else {
-        eprintln!("metalift: error: {err:#}");
+        eprintln!(
+            "metalift: error: {}",
+            metalift_daemon::service::error_chain::describe(err)
+        );
     }
     ExitCode::from(ERROR)
 }

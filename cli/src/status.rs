@@ -5,9 +5,12 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use metalift_policy::{load, sources_sha256, LoadError, LoadOptions, Policy};
+use metalift_policy::{
+    policy_files, read_policy_within, sources_sha256, LoadError, Policy, DEFAULT_MAX_POLICY_BYTES,
+};
 use serde::Serialize;
 
+use metalift_daemon::service::health::code;
 use metalift_daemon::service::status::{self, StatusReport};
 
 /// How long to wait for the daemon's answer.
@@ -19,24 +22,33 @@ pub const EXIT_HEALTHY: u8 = 0;
 pub const EXIT_UNREACHABLE: u8 = 1;
 /// The daemon answers, but the file on disk is refused or differs from the live policy.
 pub const EXIT_DISK_NOT_LIVE: u8 = 3;
+/// The daemon answers but is degraded: it cannot unlock as its policy says (the
+/// audit log cannot take records, or the policy file is missing).
+pub const EXIT_DEGRADED: u8 = 4;
 
 /// Arguments of `metalift status`.
 #[derive(Debug, clap::Args)]
 #[command(after_help = "Exit status:\n  \
     0  healthy: the daemon answers and its live policy is the file on disk\n  \
-    1  no daemon answers on the socket\n  \
+    1  no daemon answers on the socket (or it does not answer in time)\n  \
     3  the daemon answers, but it refused the file on disk or has not loaded it\n     \
        (the live policy is the last good one; `kill -HUP` or\n     \
-       `sudo launchctl kill HUP system/com.metalift.metaliftd` reloads)\n\n\
+       `sudo launchctl kill HUP system/com.metalift.metaliftd` reloads)\n  \
+    4  degraded: the daemon runs but cannot unlock as its policy says, the cause\n     \
+       printed first: the audit log cannot take records (disk full, unwritable:\n     \
+       every decision is stock) or policy.toml is missing (the last good policy\n     \
+       stays live); 4 wins over 3\n\n\
     With --json the same facts are printed as one JSON object on stdout in every\n\
-    case: \"ok\" (bool), \"error\" (string or null), \"problems\" (list, cause first),\n\
-    \"socket\", \"disk_sha256\", and, when the daemon answered, its report's fields.")]
+    case: \"ok\" (bool), \"state\" (healthy, degraded, disk_not_live, unreachable),\n\
+    \"error\" (string or null), \"problems\" (list, cause first), \"socket\",\n\
+    \"disk_sha256\", and, when the daemon answered, its report's fields (among\n\
+    them \"health\": {\"state\": \"ok\"|\"degraded\", \"causes\": [{\"code\", \"message\"}]}).")]
 pub struct Args {
     /// The daemon's socket [default: the system daemon's socket when it exists
     /// (/run/metalift/metalift.sock; /var/run/metalift/metalift.sock on macOS),
     /// else the user's ($XDG_RUNTIME_DIR/metalift.sock; on macOS metalift.sock in
     /// the user's own DARWIN_USER_TEMP_DIR)].
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_name = "PATH", env = "METALIFT_SOCKET")]
     pub socket: Option<PathBuf>,
     /// Print one JSON object (also when the daemon is down) instead of text.
     #[arg(long)]
@@ -48,6 +60,8 @@ pub struct Args {
 pub struct StatusJson {
     /// True when the exit status is 0.
     pub ok: bool,
+    /// `healthy`, `degraded`, `disk_not_live` or `unreachable` (exit 0, 4, 3, 1).
+    pub state: &'static str,
     /// Why the daemon could not be asked; `null` when it answered.
     pub error: Option<String>,
     /// Every problem, cause first; empty when healthy.
@@ -62,13 +76,19 @@ pub struct StatusJson {
     pub daemon: Option<StatusReport>,
 }
 
-/// The file on disk, as this process can see it.
+/// The file on disk, as this process can see it: hashed, never parsed (a policy
+/// can be large; the daemon's report has the rule count of what it loaded).
 #[derive(Debug)]
 enum Disk {
-    /// Loaded (or absent: the empty policy), with its hash.
+    /// Read (or absent: the empty policy), with its hash.
     Hashed(String),
-    /// Refused by validation, with its hash.
-    Refused(String),
+    /// Larger than the daemon's limit: not read (the daemon refuses it unread too).
+    TooLarge {
+        /// Its files' total size.
+        bytes: u64,
+        /// The limit.
+        limit: u64,
+    },
     /// Could not be read here (e.g. not readable by this user).
     Unreadable(String),
 }
@@ -85,6 +105,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     } else {
         match &out.daemon {
             Some(report) => {
+                // The cause first, before the figures: a degraded daemon's first
+                // line says why it cannot unlock.
+                if let Some(first) = report.health.causes.first() {
+                    println!("DEGRADED: {} ({})", first.message, first.code);
+                }
                 print!("{}", report.to_text());
                 if let Some(sha) = &out.disk_sha256 {
                     println!("file on disk      sha256 {sha}");
@@ -121,6 +146,7 @@ pub fn examine(socket: &Path) -> (u8, StatusJson) {
                 EXIT_UNREACHABLE,
                 StatusJson {
                     ok: false,
+                    state: "unreachable",
                     problems: vec![error.clone()],
                     error: Some(error),
                     socket: socket.display().to_string(),
@@ -130,21 +156,30 @@ pub fn examine(socket: &Path) -> (u8, StatusJson) {
             );
         }
     };
-    let disk = read_disk(Path::new(&report.policy_path));
+    let limit = report.max_policy_bytes.unwrap_or(DEFAULT_MAX_POLICY_BYTES);
+    let disk = read_disk(Path::new(&report.policy_path), limit);
     let problems = problems(&report, &disk);
     let disk_sha256 = match &disk {
-        Disk::Hashed(sha) | Disk::Refused(sha) => Some(sha.clone()),
-        Disk::Unreadable(_) => None,
+        Disk::Hashed(sha) => Some(sha.clone()),
+        Disk::TooLarge { .. } | Disk::Unreadable(_) => None,
     };
-    let code = if problems.iter().any(|p| p.counts) {
-        EXIT_DISK_NOT_LIVE
+    let degraded = report
+        .health
+        .causes
+        .iter()
+        .any(|c| c.code != code::POLICY_REJECTED);
+    let (code, state) = if degraded {
+        (EXIT_DEGRADED, "degraded")
+    } else if problems.iter().any(|p| p.counts) {
+        (EXIT_DISK_NOT_LIVE, "disk_not_live")
     } else {
-        EXIT_HEALTHY
+        (EXIT_HEALTHY, "healthy")
     };
     (
         code,
         StatusJson {
             ok: code == EXIT_HEALTHY,
+            state,
             error: None,
             problems: problems.into_iter().map(|p| p.text).collect(),
             socket: socket.display().to_string(),
@@ -154,16 +189,22 @@ pub fn examine(socket: &Path) -> (u8, StatusJson) {
     )
 }
 
-/// Hashes the policy on disk with the policy crate's function (the daemon's).
-/// Ownership is not checked here: the daemon's own refusal says so if it matters.
-fn read_disk(policy: &Path) -> Disk {
-    let opts = LoadOptions {
-        allow_insecure_owner: true,
-    };
-    match load(policy, &opts) {
-        Ok(loaded) => Disk::Hashed(loaded.policy.sha256_hex().to_owned()),
-        Err(LoadError::NotFound { .. }) => Disk::Hashed(Policy::empty().sha256_hex().to_owned()),
-        Err(LoadError::Invalid { sources, .. }) => Disk::Refused(sources_sha256(&sources)),
+/// Hashes the policy on disk with the policy crate's function (the daemon's),
+/// without parsing it: the files' sizes are compared with the daemon's `limit`
+/// first, and a policy over it is not read at all. Ownership is not checked here:
+/// the daemon's own refusal says so if it matters.
+fn read_disk(policy: &Path, limit: u64) -> Disk {
+    let empty = || Disk::Hashed(Policy::empty().sha256_hex().to_owned());
+    match policy_files(policy) {
+        Ok((_, bytes)) if bytes > limit => return Disk::TooLarge { bytes, limit },
+        Ok(_) => {}
+        Err(LoadError::NotFound { .. }) => return empty(),
+        Err(other) => return Disk::Unreadable(other.to_string()),
+    }
+    match read_policy_within(policy, limit) {
+        Ok(read) => Disk::Hashed(sources_sha256(&read.sources)),
+        Err(LoadError::NotFound { .. }) => empty(),
+        Err(LoadError::TooLarge { bytes, limit, .. }) => Disk::TooLarge { bytes, limit },
         Err(other) => Disk::Unreadable(other.to_string()),
     }
 }
@@ -179,6 +220,26 @@ struct Problem {
 /// file the daemon has not loaded yet.
 fn problems(report: &StatusReport, disk: &Disk) -> Vec<Problem> {
     let mut out = Vec::new();
+    // What the daemon itself reports first: an audit log that cannot take records
+    // turns every unlock off, whatever the policy says. A missing policy.toml is
+    // said here too (once: its refusal below is the same fact); a refused one is
+    // detailed below, every error listed.
+    let missing = report
+        .health
+        .causes
+        .iter()
+        .any(|c| c.code == code::POLICY_MISSING);
+    for cause in &report.health.causes {
+        if cause.code != code::POLICY_REJECTED {
+            out.push(Problem {
+                text: format!("{} ({})", cause.message, cause.code),
+                counts: true,
+            });
+        }
+    }
+    if missing {
+        return out;
+    }
     let errors: Vec<String> = if report.last_reload_errors.is_empty() {
         report
             .last_reload_error
@@ -215,21 +276,24 @@ fn problems(report: &StatusReport, disk: &Disk) -> Vec<Problem> {
         return out;
     }
     match disk {
-        Disk::Hashed(sha) | Disk::Refused(sha) if *sha != report.policy_sha256 => {
+        Disk::Hashed(sha) if *sha != report.policy_sha256 => {
             out.push(Problem {
                 text: format!(
                     "the file on disk (sha256 {sha}) is not the live policy (sha256 {}): \
-                     the daemon has not loaded it yet{}",
+                     the daemon has not loaded it yet (SIGHUP reloads; `metalift validate` \
+                     checks it)",
                     report.policy_sha256,
-                    if matches!(disk, Disk::Refused(_)) {
-                        ", and it has errors (`metalift validate` lists them)"
-                    } else {
-                        " (SIGHUP reloads)"
-                    }
                 ),
                 counts: true,
             });
         }
+        Disk::TooLarge { bytes, limit } => out.push(Problem {
+            text: format!(
+                "the policy on disk is {bytes} bytes (policy.toml and policy.d/ together), \
+                 over the daemon's {limit}-byte limit: it will be refused unread"
+            ),
+            counts: true,
+        }),
         Disk::Unreadable(why) => out.push(Problem {
             text: format!("cannot compare with the file on disk from here: {why}"),
             counts: false,

@@ -30,7 +30,7 @@ use metalift_daemon::service::config::DEFAULT_POLICY;
 pub struct Args {
     /// The policy file to check: the main policy (`policy.d/*.toml` beside it is read
     /// too), or with `--main` a drop-in candidate.
-    #[arg(default_value = DEFAULT_POLICY)]
+    #[arg(default_value = DEFAULT_POLICY, env = "METALIFT_POLICY")]
     pub path: PathBuf,
     /// Check PATH as a `policy.d/` drop-in of this installed main policy: with the
     /// main file and its other drop-ins, replacing one of the same file name.

@@ -76,6 +76,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         &LoadOptions {
             allow_insecure_owner: true,
         },
+        metalift_policy::DEFAULT_MAX_POLICY_BYTES,
     )
     .with_context(|| format!("reading {}", args.policy.display()))?;
     let Some(capabilities) = loaded.policy.profile(&args.profile).copied() else {

@@ -327,7 +327,7 @@ fn explain_live_says_so_when_the_archive_lacks_the_live_policy() {
     assert_eq!(o.status.code(), Some(2), "{}", out(&o));
     assert!(
         out(&o).contains(&format!(
-            "the policy {live} live in metaliftd is no longer archived"
+            "the policy {live} live in metaliftd is not in the archive"
         )),
         "{}",
         out(&o)
@@ -388,7 +388,7 @@ fn explain_decision_says_so_when_the_policy_live_then_is_no_longer_archived() {
     assert!(text.contains("decided: unlock (rule `me`"), "{text}");
     assert!(
         text.contains(&format!(
-            "the policy {then} that was live then is no longer archived"
+            "the policy {then} that was live then is not in the archive"
         )),
         "{text}"
     );

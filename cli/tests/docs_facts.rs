@@ -106,6 +106,7 @@ fn every_exit_code_constant_is_documented_for_its_command() {
         (explain::INVALID_POLICY, "explain"),
         (status::EXIT_UNREACHABLE, "status"),
         (status::EXIT_DISK_NOT_LIVE, "status"),
+        (status::EXIT_DEGRADED, "status"),
         (doctor::WARNINGS, "doctor"),
         (doctor::FAILURES, "doctor"),
         (edit::DISCARDED, "edit"),

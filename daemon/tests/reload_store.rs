@@ -69,14 +69,73 @@ fn setup(initial: Option<&str>) -> Setup {
     not(target_os = "linux"),
     ignore = "the default LoadOptions accept only root-owned policy files: macos.yml runs these under sudo"
 )]
-fn given_no_policy_file_at_start_then_no_rules_and_the_start_is_audited() {
+fn given_no_policy_file_at_start_then_no_rules_the_start_is_audited_and_the_missing_file_stands() {
     let s = setup(None);
     let store = PolicyStore::load_initial(&s.policy, LoadOptions::default(), &s.audit).unwrap();
     let live = store.current();
     assert_eq!(live.rule_count, 0);
     assert_eq!(live.sha256, Policy::empty().sha256_hex());
-    assert!(store.last_error().is_none());
+    // Nothing to keep at start, but the missing file stands as a refusal (status: degraded).
+    let error = store
+        .last_error()
+        .expect("the missing file is a standing refusal");
+    assert!(error.contains("no such policy file"), "{error}");
+    assert!(store
+        .published()
+        .refusal
+        .as_ref()
+        .is_some_and(|r| r.missing));
     assert_eq!(kinds(&s.audit_path), vec!["policy_loaded:missing"]);
+}
+
+#[test]
+#[cfg_attr(
+    not(target_os = "linux"),
+    ignore = "the default LoadOptions accept only root-owned policy files: macos.yml runs these under sudo"
+)]
+fn given_a_deleted_policy_then_the_last_good_stays_live_drop_ins_included_and_the_refusal_is_audited(
+) {
+    let s = setup(Some(&policy_with_rules(2)));
+    let dropins = s.policy.parent().unwrap().join("policy.d");
+    std::fs::create_dir(&dropins).unwrap();
+    std::fs::write(
+        dropins.join("10-fleet.toml"),
+        "[[rule]]\nid = \"fleet\"\nname = \"fleet-tool\"\nunlock = \"apple7\"\n",
+    )
+    .unwrap();
+    let store = PolicyStore::load_initial(&s.policy, LoadOptions::default(), &s.audit).unwrap();
+    let good = store.current();
+    assert_eq!(good.rule_count, 3, "{:?}", store.last_error());
+
+    std::fs::remove_file(&s.policy).unwrap();
+    assert_eq!(store.reload(&s.audit), ReloadOutcome::Missing);
+    let live = store.current();
+    assert_eq!(live.sha256, good.sha256, "the last good policy stays live");
+    assert_eq!(live.rule_count, 3, "drop-ins included");
+    let published = store.published();
+    let refusal = published.refusal.as_ref().expect("a standing refusal");
+    assert!(refusal.missing);
+    let rejected: Vec<Value> = records(&s.audit_path)
+        .into_iter()
+        .filter(|r| r["kind"] == "policy_rejected")
+        .collect();
+    assert_eq!(rejected.len(), 1, "{rejected:?}");
+    assert_eq!(rejected[0]["kept_sha256"], good.sha256.as_str());
+    assert!(
+        rejected[0]["errors"][0]
+            .as_str()
+            .is_some_and(|e| e.contains("no such policy file")),
+        "{rejected:?}"
+    );
+    // Still missing: no second record. Back: the refusal clears.
+    assert_eq!(store.reload(&s.audit), ReloadOutcome::Unchanged);
+    std::fs::write(&s.policy, policy_with_rules(2)).unwrap();
+    assert!(matches!(
+        store.reload(&s.audit),
+        ReloadOutcome::Loaded { .. }
+    ));
+    assert!(store.last_error().is_none());
+    assert_eq!(store.current().sha256, good.sha256);
 }
 
 #[test]

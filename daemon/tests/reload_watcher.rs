@@ -235,14 +235,18 @@ async fn given_a_writer_that_keeps_the_policy_open_then_what_it_wrote_goes_live_
     not(target_os = "linux"),
     ignore = "the default LoadOptions accept only root-owned policy files: macos.yml runs these under sudo"
 )]
-async fn given_delete_then_everything_is_stock_and_recreate_brings_rules_back() {
+async fn given_delete_then_the_last_good_policy_stays_live_and_recreate_brings_the_new_rules() {
     let fx = Fixture::start(Some(&policy_with_rules(2)));
     std::fs::remove_file(&fx.policy).unwrap();
-    // After the fixture's (long) grace for the file to come back.
-    fx.until("empty policy", |s| s.current().rule_count == 0)
-        .await;
-    fx.assert_last_load_is_live("deleted");
-    assert!(fx.store.last_error().is_none());
+    // After the fixture's (long) grace for the file to come back: refused like a
+    // broken file, the two rules kept.
+    fx.until("the deletion refused", |s| {
+        s.published().refusal.as_ref().is_some_and(|r| r.missing)
+    })
+    .await;
+    assert_eq!(fx.rules(), 2, "the last good policy stays live");
+    fx.assert_last_load_is_live("start");
+    assert_eq!(fx.audit_of("policy_rejected").len(), 1);
 
     std::fs::write(&fx.policy, policy_with_rules(1)).unwrap();
     fx.until("1 rule", |s| s.current().rule_count == 1).await;
@@ -539,8 +543,10 @@ async fn given_a_link_in_the_middle_of_the_chain_swapped_elsewhere_then_the_new_
 async fn given_the_policy_directory_deleted_and_created_again_then_the_new_policy_is_live() {
     let fx = Fixture::start(Some(&policy_with_rules(2)));
     std::fs::remove_dir_all(&fx.etc).unwrap();
-    fx.until("empty policy", |s| s.current().rule_count == 0)
-        .await;
+    fx.until("the deletion refused, the last good kept", |s| {
+        s.published().refusal.as_ref().is_some_and(|r| r.missing) && s.current().rule_count == 2
+    })
+    .await;
     // The old directory's watch died with it: only its parent sees the new one.
     std::fs::create_dir(&fx.etc).unwrap();
     std::fs::write(&fx.policy, policy_with_rules(3)).unwrap();

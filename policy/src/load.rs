@@ -13,6 +13,15 @@ use crate::chip::CompileOptions;
 use crate::diagnostic::{Diagnostic, Severity, Source};
 use crate::policy::{compile_sources_with, Loaded};
 
+/// The most bytes a policy may hold, `policy.toml` and every `policy.d/` drop-in
+/// together, unless metaliftd's `--max-policy-bytes` says otherwise: 4 MiB, some
+/// 40,000 rules, four times the largest fleet policy the benchmarks load. The
+/// limit is on the whole policy, not per file, because what it bounds is the
+/// daemon's memory and reload time, which grow with the total (a 50 MB policy
+/// took metaliftd from 11 to 545 MB). Checked on the files' sizes before reading,
+/// and again while reading (a file growing meanwhile).
+pub const DEFAULT_MAX_POLICY_BYTES: u64 = 4 * 1024 * 1024;
+
 /// How strictly [`load`] checks file ownership.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct LoadOptions {
@@ -45,6 +54,17 @@ pub enum LoadError {
         path: PathBuf,
         /// What is wrong, e.g. "owned by uid 1000, not root".
         reason: String,
+    },
+    /// The policy (all its files together) is larger than the limit; nothing of it
+    /// was parsed.
+    #[error("{}: the policy is {bytes} bytes (policy.toml and policy.d/*.toml together), over the {limit}-byte limit: refused unread (metaliftd --max-policy-bytes sets the limit)", path.display())]
+    TooLarge {
+        /// The main policy file (or the candidate file checked).
+        path: PathBuf,
+        /// Its size with every drop-in, at least (reading stops past the limit).
+        bytes: u64,
+        /// The limit.
+        limit: u64,
     },
     /// The policy has errors; every error and warning found is listed.
     #[error("{}", invalid_summary(diagnostics))]
@@ -99,7 +119,18 @@ pub fn load_with(
     opts: &LoadOptions,
     compile: &CompileOptions,
 ) -> Result<Loaded, LoadError> {
-    let read = read_policy(policy_path)?;
+    load_within(policy_path, opts, compile, DEFAULT_MAX_POLICY_BYTES)
+}
+
+/// As [`load_with`], refusing a policy larger than `max_bytes` (all files together)
+/// with [`LoadError::TooLarge`] before parsing any of it.
+pub fn load_within(
+    policy_path: &Path,
+    opts: &LoadOptions,
+    compile: &CompileOptions,
+    max_bytes: u64,
+) -> Result<Loaded, LoadError> {
+    let read = read_policy_within(policy_path, max_bytes)?;
     if !opts.allow_insecure_owner {
         if let Some(p) = read.permission_problems.into_iter().next() {
             return Err(LoadError::Permission {
@@ -120,6 +151,35 @@ pub fn load_with(
 /// Reads the main file and its `policy.d/` without judging them: ownership and mode
 /// problems are listed, not refused (see [`load`] for the refusing version).
 pub fn read_policy(policy_path: &Path) -> Result<ReadPolicy, LoadError> {
+    read_policy_within(policy_path, DEFAULT_MAX_POLICY_BYTES)
+}
+
+/// The files of the policy at `policy_path` (main file first, then `policy.d/`
+/// in name order) and their total size, without reading them: what `metalift
+/// status` compares against the daemon's limit instead of parsing a large file.
+pub fn policy_files(policy_path: &Path) -> Result<(Vec<PathBuf>, u64), LoadError> {
+    let meta = match fs::metadata(policy_path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Err(LoadError::NotFound {
+                path: policy_path.to_path_buf(),
+            })
+        }
+        other => other.map_err(|source| LoadError::Io {
+            path: policy_path.to_path_buf(),
+            source,
+        })?,
+    };
+    let mut total = meta.len();
+    let mut files = vec![policy_path.to_path_buf()];
+    for path in drop_in_files(policy_path, &mut Vec::new())? {
+        total = total.saturating_add(fs::metadata(&path).map(|m| m.len()).unwrap_or(0));
+        files.push(path);
+    }
+    Ok((files, total))
+}
+
+/// As [`read_policy`], refusing a policy larger than `max_bytes` (all files together).
+pub fn read_policy_within(policy_path: &Path, max_bytes: u64) -> Result<ReadPolicy, LoadError> {
     let io_err = |path: &Path| {
         let path = path.to_path_buf();
         move |source: io::Error| LoadError::Io { path, source }
@@ -136,11 +196,26 @@ pub fn read_policy(policy_path: &Path) -> Result<ReadPolicy, LoadError> {
     problems.extend(owner_problem(policy_path, &meta));
     let mut files = vec![policy_path.to_path_buf()];
     files.extend(drop_in_files(policy_path, &mut problems)?);
+    let too_large = |bytes| LoadError::TooLarge {
+        path: policy_path.to_path_buf(),
+        bytes,
+        limit: max_bytes,
+    };
+    let sizes: u64 = files
+        .iter()
+        .map(|f| fs::metadata(f).map(|m| m.len()).unwrap_or(0))
+        .fold(0, u64::saturating_add);
+    if sizes > max_bytes {
+        return Err(too_large(sizes));
+    }
 
     let mut sources = Vec::with_capacity(files.len());
     let mut encoding_errors = Vec::new();
+    let mut total = 0u64;
     for path in &files {
-        let (source, error) = read_source(path)?;
+        let (source, error) = read_source_within(path, max_bytes.saturating_sub(total))
+            .map_err(|e| e.unwrap_or_else(|read| too_large(total + read)))?;
+        total = total.saturating_add(source.text.len() as u64);
         sources.push(source);
         encoding_errors.extend(error);
     }
@@ -171,7 +246,20 @@ pub fn read_file(
         Ok(m) => m,
     };
     let problem = owner_problem(path, &meta);
-    let (source, error) = read_source(path)?;
+    if meta.len() > DEFAULT_MAX_POLICY_BYTES {
+        return Err(LoadError::TooLarge {
+            path: path.to_path_buf(),
+            bytes: meta.len(),
+            limit: DEFAULT_MAX_POLICY_BYTES,
+        });
+    }
+    let (source, error) = read_source_within(path, DEFAULT_MAX_POLICY_BYTES).map_err(|e| {
+        e.unwrap_or_else(|bytes| LoadError::TooLarge {
+            path: path.to_path_buf(),
+            bytes,
+            limit: DEFAULT_MAX_POLICY_BYTES,
+        })
+    })?;
     Ok((source, problem, error))
 }
 
@@ -225,11 +313,26 @@ fn drop_in_files(
     Ok(entries)
 }
 
-fn read_source(path: &Path) -> Result<(Source, Option<Diagnostic>), LoadError> {
-    let bytes = fs::read(path).map_err(|source| LoadError::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
+/// Reads one file, at most `max_bytes` of it: `Err(Err(n))` when it holds more
+/// (`n`: what was read, past the limit), `Err(Ok(e))` when it cannot be read.
+fn read_source_within(
+    path: &Path,
+    max_bytes: u64,
+) -> Result<(Source, Option<Diagnostic>), Result<LoadError, u64>> {
+    use std::io::Read;
+    let io = |source| {
+        Ok(LoadError::Io {
+            path: path.to_path_buf(),
+            source,
+        })
+    };
+    let mut bytes = Vec::new();
+    fs::File::open(path)
+        .and_then(|f| f.take(max_bytes.saturating_add(1)).read_to_end(&mut bytes))
+        .map_err(io)?;
+    if bytes.len() as u64 > max_bytes {
+        return Err(Err(bytes.len() as u64));
+    }
     let name = path.display().to_string();
     if let Some(what) = binary_content(&bytes) {
         let text = String::from_utf8_lossy(&bytes).into_owned();

@@ -100,7 +100,10 @@ pub fn policy(path: &Path, allow_insecure_owner: bool) -> (Check, Option<Loaded>
             Check::new(
                 "policy",
                 Status::Warn,
-                format!("{shown} does not exist: no rules, every process stays stock"),
+                format!(
+                    "{shown} does not exist: a running metaliftd keeps its last good policy \
+                     (and reports itself degraded); one starting now has no rules, everything stock"
+                ),
             )
             .fix(format!("sudo metalift edit --policy {shown}")),
             None,
@@ -138,7 +141,7 @@ pub fn live_matches(path: &Path, report: Option<&StatusReport>, loaded: Option<&
             "cannot compare: no daemon answers",
         );
     };
-    if Path::new(&report.policy_path) != path {
+    if !super::paths::same_file(Path::new(&report.policy_path), path) {
         return Check::new(
             "live policy",
             Status::Warn,

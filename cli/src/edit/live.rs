@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use metalift_daemon::service::status::{self, StatusReport};
+use metalift_daemon::service::status::{self, StatusError, StatusReport};
 
 /// How long one status request may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
@@ -18,6 +18,9 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
 pub enum Live {
     /// No daemon answers: the policy goes live when it starts.
     NoDaemon(String),
+    /// A daemon accepted the connection but did not answer in time (hung or
+    /// overloaded): whether it loaded the policy is unknown.
+    NoAnswer(String),
     /// The daemon serves the new hash.
     Serving {
         /// The daemon's pid.
@@ -69,6 +72,7 @@ pub fn wait(before: Before, policy: &Path, hash: &str, timeout: Duration) -> Liv
     loop {
         let report = match status::request(&socket, REQUEST_TIMEOUT) {
             Ok(r) => r,
+            Err(e @ StatusError::NoAnswer { .. }) => return Live::NoAnswer(e.to_string()),
             Err(e) => return Live::NoDaemon(e.to_string()),
         };
         if report.policy_sha256 == hash {
@@ -104,8 +108,17 @@ impl Live {
     #[must_use]
     pub fn describe(&self) -> String {
         match self {
+            // The status client's error already says "no daemon answers: ...".
+            Live::NoDaemon(why) if why.starts_with("no daemon answers") => {
+                format!("{why}: the policy goes live when metaliftd starts")
+            }
             Live::NoDaemon(why) => {
                 format!("no daemon answers ({why}): the policy goes live when metaliftd starts")
+            }
+            Live::NoAnswer(why) => {
+                format!(
+                    "{why}: whether the new policy is live is unknown (`metalift status` tells)"
+                )
             }
             Live::Serving { pid } => format!("live in metaliftd (pid {pid})"),
             Live::Refused(err) => {
@@ -128,6 +141,7 @@ impl Live {
     pub fn to_json(&self) -> Value {
         match self {
             Live::NoDaemon(why) => json!({"state": "no_daemon", "detail": why}),
+            Live::NoAnswer(why) => json!({"state": "no_answer", "detail": why}),
             Live::Serving { pid } => json!({"state": "live", "pid": pid}),
             Live::Refused(err) => json!({"state": "refused", "detail": err}),
             Live::Timeout { serving, .. } => json!({"state": "timeout", "serving": serving}),

@@ -32,6 +32,19 @@ pub(super) fn live_policy(args: &Args) -> Result<Chosen, ExitCode> {
                 return Err(ExitCode::from(2));
             }
         };
+    if report.policy_archived == Some(false) {
+        // The daemon knows its archive write failed (it retries at every reload and
+        // status request): say that, not "no longer archived".
+        eprintln!(
+            "metalift: error: --live: the live policy {} was never archived: metaliftd could not write it to {} (it retries at every reload and status request; is that file system full?)",
+            report.policy_sha256,
+            metalift_daemon::live_policy::archive::dir_for(Path::new(
+                report.audit_log.as_deref().unwrap_or_else(|| args.log.to_str().unwrap_or_default())
+            ))
+            .display()
+        );
+        return Err(ExitCode::from(2));
+    }
     // Explained on the chip the daemon compiles with, not this reader's.
     let compile = super::host_for(args, report.host_chip_brand.clone());
     let mut chosen = archived_policy(args, &report.policy_sha256, &compile, "live in metaliftd")?;
@@ -83,7 +96,7 @@ pub(super) fn archived_policy(
             });
         }
         eprintln!(
-            "metalift: error: the policy {sha256} {what} is no longer archived in {} (metaliftd keeps the newest {} policies it loaded; an older daemon kept none)",
+            "metalift: error: the policy {sha256} {what} is not in the archive {}: pruned (metaliftd keeps the newest {} policies it loaded), never archived (a write that failed, e.g. on a full disk, is retried only while the daemon runs), or written by an older daemon that kept none",
             dir.display(),
             metalift_daemon::live_policy::archive::KEEP
         );

@@ -39,6 +39,25 @@ pub struct Daemon {
     pub socket: PathBuf,
 }
 
+impl Daemon {
+    /// Runs `cmd` (a metaliftd command line listening on `socket`) and returns once
+    /// it answers a status request.
+    pub fn spawn(mut cmd: Command, socket: PathBuf) -> Daemon {
+        let daemon = Daemon {
+            child: cmd.spawn().expect("spawn metaliftd"),
+            socket,
+        };
+        let start = Instant::now();
+        while metalift_daemon::service::status::request(&daemon.socket, Duration::from_secs(5))
+            .is_err()
+        {
+            assert!(start.elapsed() < HANG_GUARD, "metaliftd did not come up");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        daemon
+    }
+}
+
 impl Drop for Daemon {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -108,18 +127,7 @@ impl DaemonDir {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(self.daemon_log()).expect("daemon log"));
-        let daemon = Daemon {
-            child: cmd.spawn().expect("spawn metaliftd"),
-            socket: self.socket(),
-        };
-        let start = Instant::now();
-        while metalift_daemon::service::status::request(&daemon.socket, Duration::from_secs(5))
-            .is_err()
-        {
-            assert!(start.elapsed() < HANG_GUARD, "metaliftd did not come up");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        daemon
+        Daemon::spawn(cmd, self.socket())
     }
 
     /// The audit records of `kind` so far.

@@ -5,6 +5,7 @@ use std::io::{self, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
+use std::time::SystemTime;
 
 use super::record::Record;
 use super::rotation::{self, Rotation};
@@ -41,6 +42,20 @@ struct LiveFile {
     file: File,
     /// Bytes in the file, tracked so rotation needs no `fstat` per record.
     size: u64,
+    /// How the last append ended: `None` when it wrote its record (or nothing was
+    /// written yet), else why not. Kept under the same lock as the write, so it is
+    /// always the result of the latest append (`metalift status` reports it: the
+    /// daemon answers stock while it is a failure).
+    last_failure: Option<WriteFailure>,
+}
+
+/// An append that did not put its record in the log, as [`AuditLog::last_failure`] reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriteFailure {
+    /// When it failed.
+    pub at: SystemTime,
+    /// The error, as displayed (e.g. `cannot write audit log …: No space left on device (os error 28)`).
+    pub error: String,
 }
 
 impl AuditLog {
@@ -87,8 +102,30 @@ impl AuditLog {
     pub fn append(&self, record: &Record) -> Result<(), AuditError> {
         let line = record.to_line().map_err(AuditError::Serialize)?;
         let mut live = self.lock();
+        let result = self.append_locked(&mut live, &line);
+        live.last_failure = result.as_ref().err().map(|error| WriteFailure {
+            at: SystemTime::now(),
+            error: error.to_string(),
+        });
+        result
+    }
+
+    /// The last append's failure, `None` when it succeeded: what the daemon
+    /// experiences now (a write after space came back clears it).
+    #[must_use]
+    pub fn last_failure(&self) -> Option<WriteFailure> {
+        self.lock().last_failure.clone()
+    }
+
+    /// The open live file, for questions about the file system it is on (free
+    /// space): the file records go to, even if its path was since replaced.
+    pub fn with_file<T>(&self, f: impl FnOnce(&File) -> T) -> T {
+        f(&self.lock().file)
+    }
+
+    fn append_locked(&self, live: &mut LiveFile, line: &[u8]) -> Result<(), AuditError> {
         if self.rotation.needs_rotation(live.size, line.len() as u64) {
-            match self.rotate(&mut live) {
+            match self.rotate(live) {
                 Ok(()) => {}
                 Err(error) => tracing::error!(
                     path = %self.path.display(),
@@ -97,7 +134,7 @@ impl AuditLog {
                 ),
             }
         }
-        let written = write_once(&live.file, &line).map_err(|source| AuditError::Write {
+        let written = write_once(&live.file, line).map_err(|source| AuditError::Write {
             path: self.path.clone(),
             source,
         })?;
@@ -128,7 +165,11 @@ impl AuditLog {
             source,
         };
         rotation::shift(&self.path, self.rotation.keep).map_err(rotate_err)?;
-        *live = open_live(&self.path)?;
+        let last_failure = live.last_failure.take();
+        *live = LiveFile {
+            last_failure,
+            ..open_live(&self.path)?
+        };
         Ok(())
     }
 
@@ -158,7 +199,11 @@ fn open_live(path: &Path) -> Result<LiveFile, AuditError> {
             source,
         })?
         .len();
-    Ok(LiveFile { file, size })
+    Ok(LiveFile {
+        file,
+        size,
+        last_failure: None,
+    })
 }
 
 /// One `write(2)`: retried only when interrupted before writing anything.

@@ -20,7 +20,10 @@ fn main() -> ExitCode {
             // Through tracing, not eprintln: under launchd stderr goes nowhere, the
             // unified log layer is where an admin reads why the job keeps exiting.
             // The stderr layer prints the same single line for a person at a terminal.
-            tracing::error!("metaliftd: error: {err:#}");
+            tracing::error!(
+                "metaliftd: error: {}",
+                metalift_daemon::service::error_chain::describe(&err)
+            );
             ExitCode::from(exit_code(&err))
         }
     }

@@ -342,7 +342,13 @@ impl Core {
         let live = &published.live;
         let refusal = published.refusal.as_ref();
         let count = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let audit = crate::service::health::AuditFacts::of(&self.audit);
         StatusReport {
+            health: crate::service::health::assess(&published, &audit),
+            audit_free_bytes: audit.free_bytes,
+            audit_log: Some(audit.path),
+            max_policy_bytes: Some(self.policy.max_bytes()),
+            policy_archived: Some(self.policy.archived(&self.audit)),
             version: env!("CARGO_PKG_VERSION").to_owned(),
             pid: std::process::id(),
             started_at: crate::audit::record::rfc3339::format(self.started_at),

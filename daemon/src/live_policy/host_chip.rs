@@ -17,7 +17,7 @@
 use std::path::Path;
 use std::sync::OnceLock;
 
-use metalift_policy::{load_with, CompileOptions, HostFamily, LoadError, LoadOptions, Loaded};
+use metalift_policy::{load_within, CompileOptions, HostFamily, LoadError, LoadOptions, Loaded};
 
 /// The daemon's override for the brand string (see the module doc).
 pub const BRAND_ENV: &str = "METALIFT_HOST_CHIP_BRAND";
@@ -60,13 +60,14 @@ pub fn daemon_host() -> &'static HostFamily {
 
 /// [`metalift_policy::load`] with `"host"` resolved for this daemon's machine: what
 /// the policy store calls to load the policy.
-pub fn load(path: &Path, opts: &LoadOptions) -> Result<Loaded, LoadError> {
-    load_with(
+pub fn load(path: &Path, opts: &LoadOptions, max_bytes: u64) -> Result<Loaded, LoadError> {
+    load_within(
         path,
         opts,
         &CompileOptions {
             host: daemon_host().clone(),
         },
+        max_bytes,
     )
 }
 

@@ -11,11 +11,18 @@
 //! |----------------------------------|-----------------------------------|----------------------------------------|
 //! | valid                            | live, `policy_loaded` (`start`)   | swapped in, `policy_loaded` (`change`) |
 //! | same content as live             | —                                 | nothing (no record)                    |
-//! | `policy.toml` missing            | empty, `policy_loaded` (`missing`)| empty, `policy_loaded` (`deleted`)     |
-//! | invalid, unreadable, bad owner   | empty + `policy_rejected`, then `policy_loaded` (`rejected_at_start`) | last good kept, `policy_rejected` |
+//! | `policy.toml` missing            | empty + refusal, `policy_loaded` (`missing`) | last good kept (drop-ins included), `policy_rejected` |
+//! | invalid, unreadable, bad owner, too large | empty + `policy_rejected`, then `policy_loaded` (`rejected_at_start`) | last good kept, `policy_rejected` |
 //! | the same refusal again           | —                                 | nothing (no record)                    |
 //! | a refused edit reverted          | —                                 | error cleared, `policy_loaded` (`restored`) |
 //! | anything, on SIGHUP              | —                                 | always audited: `policy_loaded` (`sighup`) or `policy_rejected` |
+//!
+//! A missing `policy.toml` is refused like a broken one (issue 26): a deleted or
+//! moved file is far more often an accident (a bad `mv`, a configuration tool
+//! between steps) than a wish to turn every unlock off, and silently dropping every
+//! rule, drop-ins included, is the surprise an admin cannot see. Until the file is
+//! back, `metalift status` reports the daemon degraded (`policy_missing`). To turn
+//! unlocking off on purpose, install a policy with no rules (`version = 1` alone).
 //!
 //! The live policy and the last refusal are published as one value
 //! ([`Published`]), swapped in one atomic store: a reader sees either the state
@@ -35,9 +42,12 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::SystemTime;
 
 use arc_swap::ArcSwap;
-use metalift_policy::{sources_sha256, LoadError, LoadOptions, Policy};
+use metalift_policy::{LoadOptions, Policy, DEFAULT_MAX_POLICY_BYTES};
 
 use crate::audit::{AuditError, AuditLog, LoadReason, Record};
+use crate::live_policy::archive_retry::PendingArchives;
+pub use crate::live_policy::load_attempt::LastRefusal;
+use crate::live_policy::load_attempt::{attempt, rejected_record, Attempt, Refusal};
 
 /// A policy that is live, and where it came from.
 #[derive(Debug)]
@@ -97,8 +107,8 @@ pub enum ReloadOutcome {
         /// Its rendered warnings.
         warnings: Vec<String>,
     },
-    /// The file is gone: the empty policy is live, everything stock.
-    Deleted,
+    /// The file is gone: refused like a broken policy, the last good one stays live.
+    Missing,
     /// The file is gone, but the trigger ([`Trigger::Watch`]) asked to wait before
     /// believing it: nothing swapped, nothing audited.
     Vanished,
@@ -110,18 +120,6 @@ pub enum ReloadOutcome {
         /// Every problem, rendered with `file:line:col`.
         errors: Vec<String>,
     },
-}
-
-/// The last refused load: every problem it had, and what was refused.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LastRefusal {
-    /// Every problem, each rendered `file:line:col: error: ...` with its source
-    /// line, in the order the policy crate reports them (causes before knock-ons).
-    pub errors: Vec<String>,
-    /// SHA-256 of the refused input, when its text could be read.
-    pub sha256: Option<String>,
-    /// When it was refused.
-    pub at: SystemTime,
 }
 
 /// Everything the store publishes, as ONE value: the live policy and the last
@@ -140,7 +138,7 @@ pub struct Published {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Trigger {
     /// A plain request ([`PolicyStore::reload`]): an unchanged policy is a no-op,
-    /// a missing file makes the empty policy live.
+    /// a missing file is refused (the last good policy stays live).
     Request,
     /// The watcher saw a change: like `Request`, except that a missing
     /// `policy.toml` changes nothing yet ([`ReloadOutcome::Vanished`]): an editor
@@ -160,6 +158,8 @@ pub struct PolicyStore {
     path: PathBuf,
     /// Ownership checks for every load.
     opts: LoadOptions,
+    /// The most bytes the policy's files may hold together (`--max-policy-bytes`).
+    max_bytes: u64,
     /// The published state: check-ins load it lock-free; a reload stores a complete one.
     published: ArcSwap<Published>,
     /// Serializes reloads, so two concurrent reloads cannot swap out of order or
@@ -168,59 +168,53 @@ pub struct PolicyStore {
     /// When the first load started reading: a file changed after this may not be
     /// in the live policy.
     first_read_at: SystemTime,
-}
-
-/// A load that did not produce a policy.
-struct Refusal {
-    /// Rendered problems, each `file:line:col: error: ...` with its source line.
-    errors: Vec<String>,
-    /// SHA-256 of the refused input, when it could be read.
-    sha256: Option<String>,
-}
-
-impl Refusal {
-    fn published(&self) -> LastRefusal {
-        LastRefusal {
-            errors: self.errors.clone(),
-            sha256: self.sha256.clone(),
-            at: SystemTime::now(),
-        }
-    }
-}
-
-enum Attempt {
-    Valid {
-        /// Boxed: a compiled policy is large, and this enum is moved around.
-        policy: Box<Policy>,
-        warnings: Vec<String>,
-    },
-    Missing,
-    Refused(Refusal),
+    /// Policies made live whose archive write failed (disk full, ...), retried
+    /// at every reload and every status request until written.
+    unarchived: PendingArchives,
 }
 
 impl PolicyStore {
     /// Loads the policy at `path` (plus `policy.d/`) and audits the result.
     ///
     /// Never refuses to start over the policy (see the module doc): a missing file
-    /// gives the empty policy, an invalid one the empty policy and a
-    /// `policy_rejected` record. The only error is the audit log refusing the
-    /// record: a daemon that cannot audit must not serve.
+    /// gives the empty policy (and a standing refusal: status says degraded), an
+    /// invalid one the empty policy and a `policy_rejected` record. The only error
+    /// is the audit log refusing the record: a daemon that cannot audit must not serve.
     pub fn load_initial(
         path: &Path,
         opts: LoadOptions,
         audit: &AuditLog,
     ) -> Result<PolicyStore, AuditError> {
+        Self::load_initial_within(path, opts, DEFAULT_MAX_POLICY_BYTES, audit)
+    }
+
+    /// [`PolicyStore::load_initial`], refusing (now and on every reload) a policy
+    /// whose files hold more than `max_bytes` together, like any broken policy.
+    pub fn load_initial_within(
+        path: &Path,
+        opts: LoadOptions,
+        max_bytes: u64,
+        audit: &AuditLog,
+    ) -> Result<PolicyStore, AuditError> {
         let first_read_at = SystemTime::now();
-        let (live, refusal) = match attempt(path, &opts, audit) {
-            Attempt::Valid { policy, warnings } => (
-                LivePolicy::new(*policy, path, warnings, LoadReason::Start),
-                None,
-            ),
+        let mut unarchived = None;
+        let (live, refusal) = match attempt(path, &opts, max_bytes, audit) {
+            Attempt::Valid {
+                policy,
+                warnings,
+                unarchived: pending,
+            } => {
+                unarchived = pending;
+                (
+                    LivePolicy::new(*policy, path, warnings, LoadReason::Start),
+                    None,
+                )
+            }
             Attempt::Missing => {
                 tracing::warn!(path = %path.display(), "no policy file: no rules, everything stock");
                 (
                     LivePolicy::new(Policy::empty(), path, Vec::new(), LoadReason::Missing),
-                    None,
+                    Some(Refusal::missing(path).published()),
                 )
             }
             Attempt::Refused(refusal) => {
@@ -244,12 +238,14 @@ impl PolicyStore {
         Ok(PolicyStore {
             path: path.to_owned(),
             opts,
+            max_bytes,
             published: ArcSwap::from_pointee(Published {
                 live: Arc::new(live),
                 refusal,
             }),
             reloading: Mutex::new(()),
             first_read_at,
+            unarchived: PendingArchives::new(unarchived),
         })
     }
 
@@ -286,6 +282,20 @@ impl PolicyStore {
         &self.path
     }
 
+    /// Whether the live policy's text is in the archive, after retrying every
+    /// archive write that failed: what `metalift status` reports as
+    /// `policy_archived`.
+    pub fn archived(&self, audit: &AuditLog) -> bool {
+        self.unarchived.retry(audit.path());
+        !self.unarchived.waiting(&self.current().sha256)
+    }
+
+    /// The most bytes the policy's files may hold together.
+    #[must_use]
+    pub fn max_bytes(&self) -> u64 {
+        self.max_bytes
+    }
+
     /// Why the last load was refused, until a later load succeeds.
     #[must_use]
     pub fn last_error(&self) -> Option<String> {
@@ -297,7 +307,7 @@ impl PolicyStore {
     }
 
     /// Reads the policy again and, when it changed, swaps it in (valid), keeps the
-    /// last good one (refused) or goes empty (deleted), auditing each. Blocking file
+    /// last good one (refused, or the file is missing), auditing each. Blocking file
     /// I/O: call it off the async executor (`spawn_blocking`).
     ///
     /// A failure to audit does not stop a reload: the new policy is still the
@@ -322,8 +332,13 @@ impl PolicyStore {
         let current = &before.live;
         let refused_before = before.refusal.as_ref();
         let sighup = trigger == Trigger::Sighup;
-        match attempt(&self.path, &self.opts, audit) {
-            Attempt::Valid { policy, warnings } => {
+        self.unarchived.retry(audit.path());
+        match attempt(&self.path, &self.opts, self.max_bytes, audit) {
+            Attempt::Valid {
+                policy,
+                warnings,
+                unarchived,
+            } => {
                 let same = policy.sha256_hex() == current.sha256;
                 if same && refused_before.is_none() && !sighup {
                     return ReloadOutcome::Unchanged;
@@ -340,50 +355,56 @@ impl PolicyStore {
                     warnings: live.warnings.clone(),
                 };
                 drop(before);
+                if let Some(pending) = unarchived {
+                    self.unarchived.keep(pending);
+                }
                 self.swap_in(live, audit);
                 outcome
             }
             Attempt::Missing if trigger == Trigger::Watch => ReloadOutcome::Vanished,
-            Attempt::Missing => {
-                let reason = if sighup {
-                    LoadReason::Sighup
-                } else {
-                    LoadReason::Deleted
-                };
-                let live = LivePolicy::new(Policy::empty(), &self.path, Vec::new(), reason);
-                if live.sha256 == current.sha256 && refused_before.is_none() && !sighup {
-                    return ReloadOutcome::Unchanged;
-                }
-                tracing::warn!(path = %self.path.display(), "no policy file: no rules, everything stock");
-                drop(before);
-                self.swap_in(live, audit);
-                ReloadOutcome::Deleted
-            }
-            Attempt::Refused(refusal) => {
-                if refused_before.is_some_and(|r| r.errors == refusal.errors) && !sighup {
-                    return ReloadOutcome::Unchanged;
-                }
-                // One line per problem, not one per attempt: the same refusal
-                // again (from a SIGHUP) is audited but logged once.
-                if refused_before.is_none_or(|r| r.errors != refusal.errors) {
-                    tracing::error!(
-                        path = %self.path.display(),
-                        errors = %refusal.errors.join("\n"),
-                        kept = %current.sha256,
-                        "policy refused: the last good policy stays live"
-                    );
-                }
-                let record = rejected_record(&self.path, &refusal, &current.sha256);
-                if let Err(error) = audit.append(&record) {
-                    tracing::error!(%error, "could not audit the policy refusal");
-                }
-                self.published.store(Arc::new(Published {
-                    live: Arc::clone(current),
-                    refusal: Some(refusal.published()),
-                }));
-                ReloadOutcome::Rejected {
-                    errors: refusal.errors,
-                }
+            Attempt::Missing => self.refuse(trigger, &before, Refusal::missing(&self.path), audit),
+            Attempt::Refused(refusal) => self.refuse(trigger, &before, refusal, audit),
+        }
+    }
+
+    /// Keeps the live policy, audits the refusal (unless it is the standing one
+    /// again, SIGHUP excepted) and publishes it for `metalift status`.
+    fn refuse(
+        &self,
+        trigger: Trigger,
+        before: &Published,
+        refusal: Refusal,
+        audit: &AuditLog,
+    ) -> ReloadOutcome {
+        let current = &before.live;
+        let refused_before = before.refusal.as_ref();
+        let sighup = trigger == Trigger::Sighup;
+        if refused_before.is_some_and(|r| r.errors == refusal.errors) && !sighup {
+            return ReloadOutcome::Unchanged;
+        }
+        // One line per problem, not one per attempt: the same refusal
+        // again (from a SIGHUP) is audited but logged once.
+        if refused_before.is_none_or(|r| r.errors != refusal.errors) {
+            tracing::error!(
+                path = %self.path.display(),
+                errors = %refusal.errors.join("\n"),
+                kept = %current.sha256,
+                "policy refused: the last good policy stays live"
+            );
+        }
+        let record = rejected_record(&self.path, &refusal, &current.sha256);
+        if let Err(error) = audit.append(&record) {
+            tracing::error!(%error, "could not audit the policy refusal");
+        }
+        self.published.store(Arc::new(Published {
+            live: Arc::clone(current),
+            refusal: Some(refusal.published()),
+        }));
+        if refusal.missing {
+            ReloadOutcome::Missing
+        } else {
+            ReloadOutcome::Rejected {
+                errors: refusal.errors,
             }
         }
     }
@@ -420,63 +441,9 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-fn attempt(path: &Path, opts: &LoadOptions, audit: &AuditLog) -> Attempt {
-    // pol: `"host"` family ceilings resolve for this machine (crate::live_policy::host_chip).
-    match crate::live_policy::host_chip::load(path, opts) {
-        Ok(loaded) => {
-            // pol: keep the text of every valid policy by hash, for `explain --live/--decision`.
-            if let Err(error) = crate::live_policy::archive::store_loaded(audit.path(), &loaded) {
-                tracing::warn!(%error, "could not archive the policy text");
-            }
-            Attempt::Valid {
-                warnings: loaded
-                    .warnings
-                    .iter()
-                    .map(|w| w.render(&loaded.sources))
-                    .collect(),
-                policy: Box::new(loaded.policy),
-            }
-        }
-        Err(LoadError::NotFound { .. }) => Attempt::Missing,
-        Err(LoadError::Invalid {
-            diagnostics,
-            sources,
-        }) => Attempt::Refused(Refusal {
-            errors: diagnostics
-                .iter()
-                .filter(|d| d.is_error())
-                .map(|d| d.render(&sources))
-                .collect(),
-            sha256: Some(sources_sha256(&sources)),
-        }),
-        Err(other @ (LoadError::Io { .. } | LoadError::Permission { .. })) => {
-            Attempt::Refused(Refusal {
-                errors: vec![other.to_string()],
-                sha256: None,
-            })
-        }
-    }
-}
-
-fn rejected_record(path: &Path, refusal: &Refusal, kept_sha256: &str) -> Record {
-    Record::PolicyRejected {
-        time: SystemTime::now(),
-        path: path.display().to_string(),
-        sha256: refusal.sha256.clone(),
-        // The audit log keeps the locating first line; the full rendering with the
-        // source line and underline goes to `tracing` and `last_error`.
-        errors: refusal
-            .errors
-            .iter()
-            .map(|e| e.lines().next().unwrap_or_default().to_owned())
-            .collect(),
-        kept_sha256: kept_sha256.to_owned(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use metalift_policy::Source;
+    use metalift_policy::{sources_sha256, Source};
 
     use super::*;
 

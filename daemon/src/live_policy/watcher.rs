@@ -68,7 +68,7 @@ use crate::live_policy::store::{PolicyStore, ReloadOutcome, Trigger};
 /// edit's way to the first check-in that sees it (the budget is 100 ms).
 pub const DEFAULT_DEBOUNCE: Duration = Duration::from_millis(5);
 /// How long a batch that leaves `policy.toml` missing waits for it to come back
-/// before the empty policy (everything stock) goes live.
+/// before it is refused as missing (the last good policy stays live, status degraded).
 pub const DELETE_GRACE: Duration = Duration::from_millis(150);
 /// How long before the first load a change still makes the watcher read the
 /// policy again at start (file-system timestamps can lag by a clock tick).
@@ -222,8 +222,8 @@ async fn settle(rx: &mut mpsc::Receiver<()>, debounce: Duration, writers: &OpenW
 
 /// Reloads; when that finds `policy.toml` missing, waits up to `delete_grace` for
 /// it to come back (an editor's rename-away-then-write save), taking further
-/// events in meanwhile, then reloads for good (the empty policy if it is still
-/// missing).
+/// events in meanwhile, then reloads for good (a refusal, the last good policy
+/// kept, if it is still missing).
 async fn reload(
     store: &Arc<PolicyStore>,
     audit: &Arc<AuditLog>,

@@ -288,6 +288,13 @@
 //!     root), so `--require-unlock --expect-family 7` passes for the wrapper; and
 //!     `examples/ci-recipe.sh` exits 0 as written (both its steps inject with
 //!     `metalift exec`, past the SIP-protected job shell).
+//! 29. **Free space where the audit log is** (`crate::service::health`, `fstatvfs`
+//!     through rustix; workflow: "A full audit volume makes the daemon degraded"):
+//!     on an APFS volume filled with a ballast file, the daemon's measured free
+//!     bytes fall under `LOW_SPACE_BYTES`, so `metalift status` exits 4 naming
+//!     `audit_disk_full`. APFS counts purgeable space as used, so the figure can be
+//!     lower than Finder's "available"; on Linux the same path is tested on a full
+//!     tmpfs (`cli/tests/cli_health.rs`).
 #![allow(unsafe_code)]
 
 pub mod audit_token;

@@ -45,6 +45,11 @@ pub struct DaemonArgs {
     #[arg(long, value_name = "N", default_value_t = Rotation::default().keep)]
     pub audit_keep: usize,
 
+    /// Refuse a policy whose files (policy.toml and policy.d/*.toml together) hold
+    /// more than this many bytes, like any broken policy: the last good one stays live.
+    #[arg(long, value_name = "BYTES", default_value_t = metalift_policy::DEFAULT_MAX_POLICY_BYTES)]
+    pub max_policy_bytes: u64,
+
     /// DEVELOPMENT ONLY: accept a policy file not owned by root or writable by others.
     #[arg(long)]
     pub allow_insecure_owner: bool,
@@ -117,6 +122,8 @@ pub struct Config {
     pub rotation: Rotation,
     /// Accept a policy not owned by root (development).
     pub allow_insecure_owner: bool,
+    /// The most bytes the policy's files may hold together.
+    pub max_policy_bytes: u64,
     /// Connection limits.
     pub limits: Limits,
     /// Identity cache capacity.
@@ -172,20 +179,25 @@ impl DaemonArgs {
             ("first-frame-timeout-ms", self.first_frame_timeout_ms),
             ("read-timeout-ms", self.read_timeout_ms),
             ("outcome-idle-secs", self.outcome_idle_secs),
+            ("max-policy-bytes", self.max_policy_bytes),
         ] {
             if value == 0 {
                 return Err(ConfigError::Zero(name));
             }
         }
         Ok(Config {
-            policy: self.policy,
+            // Absolute, as written in the audit log and reported to `metalift
+            // status`/`doctor`: a relative path means nothing to a reader in
+            // another directory (`absolute` only fails on an empty path).
+            policy: std::path::absolute(&self.policy).unwrap_or(self.policy),
             socket,
-            audit_log: self.audit_log,
+            audit_log: std::path::absolute(&self.audit_log).unwrap_or(self.audit_log),
             rotation: Rotation {
                 max_bytes: self.audit_max_bytes,
                 keep: self.audit_keep,
             },
             allow_insecure_owner: self.allow_insecure_owner,
+            max_policy_bytes: self.max_policy_bytes,
             limits: Limits {
                 max_pending: self.max_pending_connections,
                 first_frame_timeout: Duration::from_millis(self.first_frame_timeout_ms),

@@ -14,10 +14,14 @@
 //! - [`memory`]: hands memory freed by a reload back to the system (glibc `malloc_trim`).
 //! - [`oslog`]: a `tracing` layer into the system log (the unified log on macOS).
 //! - [`status`]: the counters `metalift status` shows, and its client.
+//! - [`health`]: whether the daemon can unlock as its policy says, cause first.
+//! - [`error_chain`]: an error and its causes on one line, each said once.
 //! - [`full_disk_access`]: whether the daemon can read what TCC guards (macOS).
 
 pub mod config;
+pub mod error_chain;
 pub mod full_disk_access;
+pub mod health;
 pub mod memory;
 pub mod oslog;
 pub mod signals;
@@ -110,7 +114,7 @@ async fn serve(
         tracing::warn!("--allow-insecure-owner: accepting a policy any user may have written");
     }
     let store = Arc::new(
-        PolicyStore::load_initial(&config.policy, opts, &audit)
+        PolicyStore::load_initial_within(&config.policy, opts, config.max_policy_bytes, &audit)
             .context("writing the policy load to the audit log")?,
     );
     let core = Arc::new(Core::new(

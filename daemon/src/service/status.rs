@@ -11,6 +11,8 @@ use std::time::Duration;
 use metalift_policy::wire::{self, Message, WireError, LENGTH_PREFIX};
 use serde::{Deserialize, Serialize};
 
+use crate::service::health::Health;
+
 /// What the daemon reports about itself. Sent as JSON inside a `Status` frame.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StatusReport {
@@ -75,6 +77,24 @@ pub struct StatusReport {
     /// whether it unlocks on this host chip and macOS build now, and why not.
     #[serde(default)]
     pub verified_unlock: Vec<String>,
+    /// Whether the daemon can unlock as its policy says, cause first
+    /// (`crate::service::health`); `ok` from an older daemon that sends none.
+    #[serde(default)]
+    pub health: Health,
+    /// The audit log the daemon writes (`None` from an older daemon).
+    #[serde(default)]
+    pub audit_log: Option<String>,
+    /// Free bytes on the audit log's file system, as the daemon measures them.
+    #[serde(default)]
+    pub audit_free_bytes: Option<u64>,
+    /// The daemon's policy size limit (`--max-policy-bytes`; `None` from an older daemon).
+    #[serde(default)]
+    pub max_policy_bytes: Option<u64>,
+    /// Whether the live policy's text is in the policy archive (`explain --live`
+    /// and `--decision` read it there); `false` while a failed archive write waits
+    /// for its retry. `None` from an older daemon.
+    #[serde(default)]
+    pub policy_archived: Option<bool>,
     /// The host chip's brand string the daemon compiles policies with
     /// (`crate::live_policy::host_chip::daemon_host`), so `metalift explain --live`
     /// explains on the daemon's chip; `None` when unreadable, or an older daemon.
@@ -100,8 +120,17 @@ impl StatusReport {
                 format!("{acc}\n                  {l}")
             }),
         };
+        // The codes only: `metalift status` prints each cause's message once, in
+        // its problems list (and the first one as its first line).
+        let health = if self.health.causes.is_empty() {
+            "ok".to_owned()
+        } else {
+            let codes: Vec<&str> = self.health.causes.iter().map(|c| c.code.as_str()).collect();
+            format!("DEGRADED: {}", codes.join(", "))
+        };
         let text = format!(
             "metaliftd {version} (pid {pid}), running since {started}\n\
+             health            {health}\n\
              policy            {path}\n\
              \x20 sha256          {sha}\n\
              \x20 loaded at       {loaded}\n\
@@ -158,6 +187,14 @@ pub enum StatusError {
         /// The connect error.
         source: std::io::Error,
     },
+    /// The daemon accepted the connection but did not answer in time (hung or overloaded).
+    #[error("no answer from metaliftd within {} s on {} (the daemon is hung or overloaded: restart it)", timeout.as_secs_f64(), socket.display())]
+    NoAnswer {
+        /// The socket.
+        socket: PathBuf,
+        /// How long it was given.
+        timeout: Duration,
+    },
     /// The daemon accepted but the exchange failed.
     #[error("talking to metaliftd on {}: {source}", socket.display())]
     Io {
@@ -205,9 +242,23 @@ pub fn request_raw(socket: &Path, timeout: Duration) -> Result<String, StatusErr
         socket: socket.to_owned(),
         source,
     })?;
-    let io = |source| StatusError::Io {
-        socket: socket.to_owned(),
-        source,
+    let io = |source: std::io::Error| {
+        // A read or write timeout on a blocking socket is EAGAIN/EWOULDBLOCK
+        // ("Resource temporarily unavailable"): say what it means.
+        if matches!(
+            source.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        ) {
+            StatusError::NoAnswer {
+                socket: socket.to_owned(),
+                timeout,
+            }
+        } else {
+            StatusError::Io {
+                socket: socket.to_owned(),
+                source,
+            }
+        }
     };
     stream.set_read_timeout(Some(timeout)).map_err(io)?;
     stream.set_write_timeout(Some(timeout)).map_err(io)?;
@@ -261,6 +312,11 @@ mod tests {
             cache_entries: 2,
             full_disk_access: None,
             verified_unlock: Vec::new(),
+            health: Health::default(),
+            audit_log: None,
+            audit_free_bytes: None,
+            max_policy_bytes: None,
+            policy_archived: None,
             host_chip_brand: None,
         }
     }
@@ -282,6 +338,39 @@ mod tests {
         ] {
             assert!(text.contains(needle), "{needle:?} missing from\n{text}");
         }
+    }
+
+    #[test]
+    fn an_older_daemons_report_without_health_reads_as_ok() {
+        let mut json = serde_json::to_value(report()).unwrap();
+        let fields = json.as_object_mut().unwrap();
+        for new in [
+            "health",
+            "audit_log",
+            "audit_free_bytes",
+            "max_policy_bytes",
+            "policy_archived",
+        ] {
+            assert!(fields.remove(new).is_some(), "{new}");
+        }
+        let read: StatusReport = serde_json::from_value(json).unwrap();
+        assert!(!read.health.is_degraded());
+        assert_eq!(read.policy_archived, None);
+    }
+
+    #[test]
+    fn the_text_report_says_degraded_and_the_cause_codes() {
+        let mut r = report();
+        r.health = Health::from_causes(vec![crate::service::health::Cause {
+            code: "audit_write_failed".into(),
+            message: "the last audit write failed".into(),
+        }]);
+        let text = r.to_text();
+        assert!(
+            text.contains("health            DEGRADED: audit_write_failed\n"),
+            "{text}"
+        );
+        assert!(report().to_text().contains("health            ok"));
     }
 
     #[test]

@@ -205,3 +205,25 @@ fn an_unreadable_policy_d_entry_is_an_io_error() {
     .expect("symlink");
     assert!(matches!(load(&main, &DEV), Err(LoadError::Io { .. })));
 }
+
+#[test]
+fn given_a_policy_over_the_limit_with_its_drop_ins_then_it_is_refused_unread_and_at_the_limit_it_loads(
+) {
+    let main = format!("{HEADER}{}", rule("a", "a"));
+    let drop_in = rule("b", "b");
+    let (_dir, path) = tree(&main, &[("10-b.toml", &drop_in)]);
+    let total = (main.len() + drop_in.len()) as u64;
+    let compile = metalift_policy::CompileOptions::default();
+
+    let loaded = metalift_policy::load_within(&path, &DEV, &compile, total).expect("at the limit");
+    assert_eq!(loaded.policy.rule_count(), 2);
+
+    match metalift_policy::load_within(&path, &DEV, &compile, total - 1) {
+        Err(LoadError::TooLarge { bytes, limit, .. }) => {
+            assert_eq!((bytes, limit), (total, total - 1));
+        }
+        other => panic!("expected TooLarge, got {other:?}"),
+    }
+    // Each file alone is under the limit: it is the whole policy that counts.
+    assert!((main.len() as u64) < total - 1 && (drop_in.len() as u64) < total - 1);
+}

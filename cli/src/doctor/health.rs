@@ -1,0 +1,120 @@
+//! What the daemon itself experiences, as `metalift doctor` checks it: the health it
+//! reports (its last audit write, the free space where it writes, a missing or
+//! refused policy), and the free space doctor measures on the audit log it was
+//! pointed at. A file that only *looks* writable from here is not proof: a full
+//! disk keeps every permission bit and still refuses every record.
+
+use std::path::Path;
+
+use super::check::{Check, Status};
+use metalift_daemon::service::health::{code, LOW_SPACE_BYTES};
+use metalift_daemon::service::status::StatusReport;
+
+/// The daemon's own health verdict: `fail` whenever it cannot unlock as its
+/// policy says, naming the cause first.
+pub fn daemon_health(report: Option<&StatusReport>) -> Check {
+    let Some(report) = report else {
+        return Check::new("health", Status::Warn, "cannot ask: no daemon answers");
+    };
+    let causes = &report.health.causes;
+    let Some(first) = causes.first() else {
+        return Check::new(
+            "health",
+            Status::Ok,
+            "metaliftd reports no cause that keeps it from unlocking (its last audit write succeeded)",
+        );
+    };
+    let more = match causes.len() - 1 {
+        0 => String::new(),
+        1 => " (and 1 more cause: `metalift status` lists it)".to_owned(),
+        n => format!(" (and {n} more causes: `metalift status` lists them)"),
+    };
+    let message = format!("degraded: {} ({}){more}", first.message, first.code);
+    let (status, fix) = match first.code.as_str() {
+        code::AUDIT_WRITE_FAILED | code::AUDIT_DISK_FULL => (
+            Status::Fail,
+            "free space on the audit log's file system (or fix its permissions); \
+             unlocks resume with the next record metaliftd can write",
+        ),
+        code::POLICY_MISSING => (
+            Status::Fail,
+            "put policy.toml back (sudo metalift edit); to turn unlocking off on purpose, \
+             install a policy with no rules",
+        ),
+        // The live-policy check says the same with the hashes; not twice a failure.
+        code::POLICY_REJECTED => (Status::Warn, "see the live policy check"),
+        _ => (Status::Fail, "metalift status shows every cause"),
+    };
+    Check::new("health", status, message).fix(fix)
+}
+
+/// Bytes the daemon (root) could still write where `path` lives (the nearest
+/// existing directory on its way), `None` when it cannot be measured.
+pub fn free_bytes_at(path: &Path) -> Option<u64> {
+    let dir = path.ancestors().skip(1).find(|d| d.is_dir())?;
+    let vfs = rustix::fs::statvfs(dir).ok()?;
+    // metaliftd runs as root: the blocks reserved for root are its to use.
+    Some(vfs.f_bfree.saturating_mul(vfs.f_frsize))
+}
+
+/// `None` when `free` leaves room; else the failure doctor reports for the audit log.
+pub fn low_space(path: &Path, free: Option<u64>) -> Option<Check> {
+    let free = free.filter(|f| *f < LOW_SPACE_BYTES)?;
+    Some(
+        Check::new(
+            "audit log",
+            Status::Fail,
+            format!(
+                "{}: only {free} bytes free on its file system (under {} KiB): metaliftd \
+                 cannot record decisions, so it answers every one stock",
+                path.display(),
+                LOW_SPACE_BYTES / 1024
+            ),
+        )
+        .fix("free space there, or point --audit-log at a larger file system"),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use metalift_daemon::service::health::{Cause, Health};
+
+    fn report(causes: Vec<Cause>) -> StatusReport {
+        let mut report: StatusReport = serde_json::from_value(serde_json::json!({
+            "version": "0.1.0", "pid": 1, "started_at": "t", "policy_path": "/p",
+            "policy_sha256": "a", "policy_loaded_at": "t", "rule_count": 0, "mode": "enforce",
+            "last_reload_error": null, "check_ins": 0, "unlocks": 0, "would_unlock": 0,
+            "outcomes": 0, "audit_failures": 0, "cache_entries": 0
+        }))
+        .expect("a report");
+        report.health = Health::from_causes(causes);
+        report
+    }
+
+    #[test]
+    fn a_daemon_whose_audit_writes_fail_is_a_failure_naming_the_cause() {
+        let check = daemon_health(Some(&report(vec![Cause {
+            code: code::AUDIT_WRITE_FAILED.into(),
+            message: "the last audit write failed".into(),
+        }])));
+        assert_eq!(check.status, Status::Fail, "{check:?}");
+        assert!(
+            check
+                .message
+                .starts_with("degraded: the last audit write failed"),
+            "{check:?}"
+        );
+        assert_eq!(daemon_health(Some(&report(Vec::new()))).status, Status::Ok);
+    }
+
+    #[test]
+    fn too_little_space_for_records_is_a_failure() {
+        let path = Path::new("/var/log/metalift/audit.jsonl");
+        assert!(low_space(path, Some(LOW_SPACE_BYTES)).is_none());
+        assert!(low_space(path, None).is_none());
+        let check = low_space(path, Some(4096)).expect("a failure");
+        assert_eq!(check.status, Status::Fail);
+        assert!(check.message.contains("4096 bytes free"), "{check:?}");
+    }
+}

@@ -1,0 +1,322 @@
+//! Whether metaliftd can do what its policy says, as the daemon itself experiences it.
+//!
+//! A daemon can answer every check-in and still unlock nothing: when the audit log
+//! refuses a record, the decision is answered stock (no unlock the log does not
+//! hold). Counters alone leave an admin to infer that; this module names it. The
+//! daemon's [`Health`] is part of its status document (`"health"`), so
+//! `metalift status`, `metalift doctor` and `metalift exec --require-unlock` all
+//! read the same verdict, cause first:
+//!
+//! ```json
+//! "health": {"state": "degraded", "causes": [{"code": "audit_write_failed", "message": "..."}]}
+//! ```
+//!
+//! Causes, in the order they are listed (the first is the one to fix first):
+//!
+//! | code                 | what the daemon sees                                  | unlocks        |
+//! |----------------------|-------------------------------------------------------|----------------|
+//! | `audit_write_failed` | its last audit append failed (full, unwritable, I/O)  | none           |
+//! | `audit_disk_full`    | under [`LOW_SPACE_BYTES`] free where the log is       | none, or soon  |
+//! | `policy_missing`     | `policy.toml` does not exist                          | last good only |
+//! | `policy_rejected`    | the last load was refused                             | last good only |
+//!
+//! `audit_write_failed` clears with the next record written (space came back);
+//! free space is measured when asked, on the open log file (`fstatvfs`), so it
+//! describes the file records actually go to.
+
+use serde::{Deserialize, Serialize};
+
+use crate::audit::AuditLog;
+use crate::live_policy::store::Published;
+
+/// Below this much free space on the audit log's file system the daemon is
+/// degraded: room for a few dozen decision records (each well under 1 KiB), so the
+/// next burst of check-ins would be answered stock.
+pub const LOW_SPACE_BYTES: u64 = 64 * 1024;
+
+/// The cause codes, stable for scripts (`metalift exec --require-unlock` names them).
+pub mod code {
+    /// The last audit append failed: every decision is answered stock.
+    pub const AUDIT_WRITE_FAILED: &str = "audit_write_failed";
+    /// The audit log's file system is (nearly) full.
+    pub const AUDIT_DISK_FULL: &str = "audit_disk_full";
+    /// `policy.toml` does not exist; the last good policy stays live.
+    pub const POLICY_MISSING: &str = "policy_missing";
+    /// The last policy load was refused; the last good policy stays live.
+    pub const POLICY_REJECTED: &str = "policy_rejected";
+}
+
+/// `ok` or `degraded`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum State {
+    /// Nothing stands between the policy and the verdicts.
+    #[default]
+    Ok,
+    /// Running, but not able to unlock as the policy says: see the causes.
+    Degraded,
+}
+
+/// One reason the daemon is degraded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cause {
+    /// A stable code from [`code`].
+    pub code: String,
+    /// What is wrong and what it does to verdicts, for an admin.
+    pub message: String,
+}
+
+impl Cause {
+    /// Whether this cause turns every unlock off (the audit log cannot hold decisions).
+    #[must_use]
+    pub fn stops_unlocks(&self) -> bool {
+        self.code == code::AUDIT_WRITE_FAILED || self.code == code::AUDIT_DISK_FULL
+    }
+}
+
+/// The daemon's health: its state and every cause, most severe first.
+/// An older daemon sends none: it reads as `ok` with no causes.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Health {
+    /// `degraded` exactly when there is a cause.
+    pub state: State,
+    /// Why, most severe first; empty when `ok`.
+    pub causes: Vec<Cause>,
+}
+
+impl Health {
+    /// The health with these causes (degraded when there is any).
+    #[must_use]
+    pub fn from_causes(causes: Vec<Cause>) -> Health {
+        Health {
+            state: if causes.is_empty() {
+                State::Ok
+            } else {
+                State::Degraded
+            },
+            causes,
+        }
+    }
+
+    /// Whether the daemon is degraded.
+    #[must_use]
+    pub fn is_degraded(&self) -> bool {
+        self.state == State::Degraded
+    }
+}
+
+/// Bytes this daemon may still write on the file system holding `file`: the
+/// blocks reserved for root count when it runs as root (as its writes may use them).
+pub fn free_bytes(file: &std::fs::File) -> std::io::Result<u64> {
+    let vfs = rustix::fs::fstatvfs(file)?;
+    let blocks = if rustix::process::geteuid().is_root() {
+        vfs.f_bfree
+    } else {
+        vfs.f_bavail
+    };
+    Ok(blocks.saturating_mul(vfs.f_frsize))
+}
+
+/// What the audit log tells about health: its last append's result and the free
+/// space where it writes (`None`: could not be measured).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditFacts {
+    /// The log file.
+    pub path: String,
+    /// The last append's failure, if it failed.
+    pub last_failure: Option<crate::audit::writer::WriteFailure>,
+    /// Free bytes on its file system.
+    pub free_bytes: Option<u64>,
+}
+
+impl AuditFacts {
+    /// Reads them from the live log.
+    #[must_use]
+    pub fn of(audit: &AuditLog) -> AuditFacts {
+        AuditFacts {
+            path: audit.path().display().to_string(),
+            last_failure: audit.last_failure(),
+            free_bytes: audit.with_file(free_bytes).ok(),
+        }
+    }
+}
+
+/// The daemon's health from the published policy state and the audit log's facts.
+#[must_use]
+pub fn assess(published: &Published, audit: &AuditFacts) -> Health {
+    let mut causes = Vec::new();
+    if let Some(failure) = &audit.last_failure {
+        causes.push(Cause {
+            code: code::AUDIT_WRITE_FAILED.to_owned(),
+            message: format!(
+                "the last audit write failed ({}): {}; every decision is answered stock \
+                 until a record can be written",
+                crate::audit::record::rfc3339::format(failure.at),
+                failure.error
+            ),
+        });
+    }
+    if let Some(free) = audit.free_bytes.filter(|f| *f < LOW_SPACE_BYTES) {
+        causes.push(Cause {
+            code: code::AUDIT_DISK_FULL.to_owned(),
+            message: format!(
+                "{free} bytes free on the file system of the audit log {} (under {} KiB): \
+                 decisions it cannot record are answered stock; free space there",
+                audit.path,
+                LOW_SPACE_BYTES / 1024
+            ),
+        });
+    }
+    if let Some(refusal) = &published.refusal {
+        let live = &published.live;
+        let kept = format!(
+            "the last good policy stays live (sha256 {}, {} rules)",
+            live.sha256, live.rule_count
+        );
+        let first = refusal
+            .errors
+            .first()
+            .and_then(|e| e.lines().next())
+            .unwrap_or("refused");
+        let (code, message) = if refusal.missing {
+            (code::POLICY_MISSING, format!("{first}; {kept}"))
+        } else {
+            let more = refusal.errors.len().saturating_sub(1);
+            (
+                code::POLICY_REJECTED,
+                format!(
+                    "the last policy load was refused: {first}{}; {kept}",
+                    match more {
+                        0 => String::new(),
+                        1 => " (and 1 more error)".to_owned(),
+                        n => format!(" (and {n} more errors)"),
+                    }
+                ),
+            )
+        };
+        causes.push(Cause {
+            code: code.to_owned(),
+            message,
+        });
+    }
+    Health::from_causes(causes)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::SystemTime;
+
+    use metalift_policy::Policy;
+
+    use super::*;
+    use crate::audit::writer::WriteFailure;
+    use crate::audit::LoadReason;
+    use crate::live_policy::store::{LastRefusal, LivePolicy};
+
+    fn published(refusal: Option<LastRefusal>) -> Published {
+        Published {
+            live: Arc::new(LivePolicy {
+                policy: Arc::new(Policy::empty()),
+                path: "/etc/metalift/policy.toml".into(),
+                sha256: "ab".repeat(32),
+                loaded_at: SystemTime::now(),
+                rule_count: 3,
+                warnings: Vec::new(),
+                reason: LoadReason::Start,
+            }),
+            refusal,
+        }
+    }
+
+    fn facts(failed: bool, free: Option<u64>) -> AuditFacts {
+        AuditFacts {
+            path: "/var/log/metalift/audit.jsonl".into(),
+            last_failure: failed.then(|| WriteFailure {
+                at: SystemTime::now(),
+                error: "cannot write audit log: No space left on device (os error 28)".into(),
+            }),
+            free_bytes: free,
+        }
+    }
+
+    #[test]
+    fn nothing_wrong_is_ok_and_room_for_records_is_not_a_cause() {
+        let health = assess(&published(None), &facts(false, Some(LOW_SPACE_BYTES)));
+        assert_eq!(health, Health::default());
+        assert!(!health.is_degraded());
+    }
+
+    #[test]
+    fn the_causes_come_most_severe_first() {
+        let refusal = LastRefusal {
+            errors: vec!["/etc/metalift/policy.toml: no such policy file".into()],
+            sha256: None,
+            at: SystemTime::now(),
+            missing: true,
+        };
+        let health = assess(&published(Some(refusal)), &facts(true, Some(100)));
+        assert!(health.is_degraded());
+        let codes: Vec<&str> = health.causes.iter().map(|c| c.code.as_str()).collect();
+        assert_eq!(
+            codes,
+            [
+                code::AUDIT_WRITE_FAILED,
+                code::AUDIT_DISK_FULL,
+                code::POLICY_MISSING
+            ]
+        );
+        assert!(health.causes[0].message.contains("No space left on device"));
+        assert!(health.causes[0].stops_unlocks() && health.causes[1].stops_unlocks());
+        assert!(!health.causes[2].stops_unlocks());
+        assert!(
+            health.causes[2]
+                .message
+                .contains("the last good policy stays live"),
+            "{:?}",
+            health.causes[2]
+        );
+    }
+
+    #[test]
+    fn a_refused_load_names_its_first_error_and_how_many_more() {
+        let refusal = LastRefusal {
+            errors: vec![
+                "p.toml:3:1: error: unknown key\n  | x = 1".into(),
+                "p.toml:4:1: error: unknown key".into(),
+            ],
+            sha256: Some("cd".repeat(32)),
+            at: SystemTime::now(),
+            missing: false,
+        };
+        let health = assess(&published(Some(refusal)), &facts(false, None));
+        assert_eq!(health.causes.len(), 1);
+        assert_eq!(health.causes[0].code, code::POLICY_REJECTED);
+        assert!(
+            health.causes[0]
+                .message
+                .starts_with("the last policy load was refused: p.toml:3:1: error: unknown key (and 1 more error)"),
+            "{:?}",
+            health.causes[0]
+        );
+        assert!(
+            !health.causes[0].message.contains("x = 1"),
+            "no source lines"
+        );
+    }
+
+    #[test]
+    fn the_health_document_has_the_shape_status_readers_rely_on() {
+        let json = serde_json::to_value(Health::from_causes(vec![Cause {
+            code: code::AUDIT_DISK_FULL.into(),
+            message: "m".into(),
+        }]))
+        .unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"state": "degraded", "causes": [{"code": "audit_disk_full", "message": "m"}]})
+        );
+        let ok: Health = serde_json::from_str(r#"{"state": "ok", "causes": []}"#).unwrap();
+        assert_eq!(ok, Health::default());
+    }
+}
