@@ -348,6 +348,12 @@ static void read_xpc_verdict(struct ml_plan *out, int64_t deadline)
         timed_out(out);
     } else {
         describe_wire_error(out, e);
+        if (next == ML_XPC_STOCK_BUSY) {
+            /* No decision was made: nothing to report on this connection, and
+             * the daemon holds a place for it until it closes. */
+            ml_xpc_close();
+            via_xpc = false;
+        }
     }
 }
 #endif
