@@ -207,20 +207,19 @@ static struct ml_answers read_with(ml_id device, const ml_imp imps[SEL_COUNT])
     return a;
 }
 
-/* The IMPs live dispatch calls for `cls` now (NULL: no such method, or not to
- * be asked). `upto` limits the questions: SEL_TG asks the families only. */
-static void live_imps(ml_class cls, ml_imp out[SEL_COUNT], int upto)
+/* The IMPs live dispatch calls for `cls` now (NULL: no such method). */
+static void live_imps(ml_class cls, ml_imp out[SEL_COUNT])
 {
     for (int i = 0; i < SEL_COUNT; i++)
-        out[i] = i < upto && rt.class_get_instance_method(cls, sels[i]) != NULL
+        out[i] = rt.class_get_instance_method(cls, sels[i]) != NULL
                      ? rt.class_get_method_implementation(cls, sels[i])
                      : NULL;
 }
 
-static struct ml_answers read_live(ml_id device, int upto)
+static struct ml_answers read_live(ml_id device)
 {
     ml_imp imps[SEL_COUNT];
-    live_imps(class_of(device), imps, upto);
+    live_imps(class_of(device), imps);
     return read_with(device, imps);
 }
 
@@ -394,17 +393,17 @@ static void before_first_init(ml_id device)
 static void after_first_init(ml_id device)
 {
     if (pending_result != ML_RESULT_APPLIED) {
-        struct ml_answers now = read_live(device, SEL_COUNT);
+        struct ml_answers now = read_live(device);
         report(plan.decision_id, pending_result, pending_reason, now, now);
         return;
     }
     ml_imp stock_imps[SEL_COUNT];
-    live_imps(hooked_class, stock_imps, SEL_COUNT);
+    live_imps(hooked_class, stock_imps);
     for (int i = 0; i < SEL_COUNT; i++)
         if (slots[i].installed)
             stock_imps[i] = slots[i].original;
     struct ml_answers stock = read_with(device, stock_imps);
-    struct ml_answers effective = read_live(device, SEL_COUNT);
+    struct ml_answers effective = read_live(device);
     struct ml_answers expected = ml_expected_answers(&plan.caps, stock);
     if (effective.families == expected.families &&
         effective.threadgroup_memory == expected.threadgroup_memory &&
@@ -420,7 +419,7 @@ static void after_first_init(ml_id device)
              (unsigned long long)effective.threadgroup_memory,
              (unsigned long long)expected.threadgroup_memory);
     restore_originals();
-    report(plan.decision_id, ML_RESULT_FAILED, reason, stock, read_live(device, SEL_COUNT));
+    report(plan.decision_id, ML_RESULT_FAILED, reason, stock, read_live(device));
 }
 
 /* A Metal without -initGPUFamilySupport: after the later MTLAddDevice step
@@ -433,7 +432,7 @@ static void first_init_without_families(ml_id device)
              "selector -[_MTLDevice initGPUFamilySupport] is missing: this Metal is not "
              "supported; nothing was installed (%s)",
              plan.unlock ? "verdict: unlock" : plan.reason);
-    struct ml_answers now = read_live(device, SEL_COUNT);
+    struct ml_answers now = read_live(device);
     report(plan.decision_id, ML_RESULT_FAILED, reason, now, now);
 }
 
