@@ -6,7 +6,7 @@
 //!
 //! 1. `SO_PEERCRED` → pid, uid (recorded by the kernel at `connect`).
 //! 2. `SO_PEERPIDFD` (Linux ≥ 6.5) → a pidfd for the process that connected.
-//! 3. Read `/proc/<pid>/stat` (one `read(2)` into a stack buffer), `/proc/<pid>/exe`
+//! 3. Read the main thread's `/proc/<pid>/task/<pid>/stat` (one `read(2)` into a stack buffer), `/proc/<pid>/exe`
 //!    (readlink for the path; opened for the inode only when a `sha256` rule needs
 //!    it) and, only when a `parent` rule needs it, the parent's `exe`.
 //! 4. Check the pidfd's process has not exited. While it lives its pid cannot be
@@ -23,14 +23,19 @@
 //! is read: if it `exec`ed in between, the new executable is the one decided
 //! for, which is also the code that will read the verdict.
 //!
-//! All unsafe code of peer identity is here, one operation per block.
+//! The ancestors every check-in records are kept per parent while they live
+//! ([`ancestry`]). All unsafe code of peer identity is in this file, one
+//! operation per block.
 #![allow(unsafe_code)]
+
+mod ancestry;
 
 use std::fs::File;
 use std::io;
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
+use std::sync::{LazyLock, Mutex, PoisonError};
 
 use super::{ExeFile, PeerError, PeerFacts, Wants};
 
@@ -144,20 +149,17 @@ fn parent_exe(pid: u32, ppid: u32) -> Option<PathBuf> {
     (again.ppid == ppid).then_some(path)
 }
 
-/// `ppid`, its parent, … up to [`super::MAX_ANCESTORS`], from each one's
-/// `/proc/<pid>/stat`; stops before pid 1 (init or the pid namespace's reaper, the
-/// parent of every orphan) and at the first that cannot be read (it exited).
+/// The chains of ancestors kept for every check-in's parent. A std `Mutex`, not
+/// a tokio one: it is held across no await, for a hash lookup and one `poll(2)`
+/// when the chain is kept, a few procfs reads when it is not.
+static ANCESTRY: LazyLock<Mutex<ancestry::Ancestry>> = LazyLock::new(Mutex::default);
+
+/// `ppid`, its parent, … (see [`ancestry::Ancestry::ancestors`]).
 fn ancestors(ppid: u32) -> Vec<u32> {
-    let mut chain = Vec::new();
-    let mut pid = ppid;
-    while pid > 1 && chain.len() < super::MAX_ANCESTORS {
-        chain.push(pid);
-        match ProcStat::read(pid) {
-            Ok(stat) => pid = stat.ppid,
-            Err(_) => break,
-        }
-    }
-    chain
+    ANCESTRY
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .ancestors(ppid)
 }
 
 /// The two fields of `/proc/<pid>/stat` we use.
@@ -173,11 +175,17 @@ struct ProcStat {
 const STAT_BUF: usize = 1024;
 
 impl ProcStat {
-    /// One `open`, one `read(2)` into a stack buffer, no allocation: procfs
-    /// generates the whole line on the first read.
+    /// One `open`, one `read(2)` into a stack buffer: procfs generates the whole
+    /// line on the first read.
+    ///
+    /// The process's main thread's line (`/proc/<pid>/task/<pid>/stat`), not
+    /// the process's: both print that task's `real_parent` and start time
+    /// (`fs/proc/array.c`, `do_task_stat`), but the process's line also sums the
+    /// CPU times and faults of every thread (`thread_group_cputime_adjusted`), a
+    /// cost that grows with the peer's threads and that we never read.
     fn read(pid: u32) -> io::Result<Self> {
         use std::io::Read;
-        let mut file = File::open(format!("/proc/{pid}/stat"))?;
+        let mut file = File::open(format!("/proc/{pid}/task/{pid}/stat"))?;
         let mut buf = [0u8; STAT_BUF];
         let n = file.read(&mut buf)?;
         Self::parse(buf.get(..n).unwrap_or_default()).ok_or_else(|| {
@@ -273,6 +281,26 @@ fn owned(fd: RawFd) -> io::Result<OwnedFd> {
 /// A pidfd polls readable once its process has exited.
 fn has_exited(pidfd: BorrowedFd<'_>) -> io::Result<bool> {
     Ok(poll_now(pidfd, libc::POLLIN)? & libc::POLLIN != 0)
+}
+
+/// Whether any of the pidfds' processes has exited (one `poll(2)` for all).
+fn any_exited(pidfds: &[OwnedFd]) -> io::Result<bool> {
+    let mut fds: Vec<libc::pollfd> = pidfds
+        .iter()
+        .map(|fd| libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    let count = libc::nfds_t::try_from(fds.len())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "too many pidfds"))?;
+    // SAFETY: `fds` is a valid, writable array of `count` pollfds; timeout 0 never blocks.
+    let rc = unsafe { libc::poll(fds.as_mut_ptr(), count, 0) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(rc > 0)
 }
 
 /// The other end of the socket was closed (its process exited or closed it).
