@@ -43,8 +43,7 @@ pub const PINS_MAX: usize = 32;
 #[derive(Debug)]
 pub struct Ancestry {
     chains: HashMap<u32, Chain>,
-    /// Pidfds held by all chains together, at most `limit`.
-    pinned: usize,
+    /// The most pidfds all chains may hold together.
     limit: usize,
 }
 
@@ -75,7 +74,6 @@ impl Ancestry {
     pub fn with_limit(limit: usize) -> Self {
         Ancestry {
             chains: HashMap::new(),
-            pinned: 0,
             limit,
         }
     }
@@ -88,7 +86,7 @@ impl Ancestry {
             if chain.alive() {
                 return chain.pids.clone();
             }
-            self.forget(ppid);
+            self.chains.remove(&ppid);
         }
         let (pids, pins) = walk(ppid);
         if let Some(pins) = pins {
@@ -98,31 +96,23 @@ impl Ancestry {
     }
 
     /// How many pidfds the kept chains hold.
-    #[cfg(test)]
     #[must_use]
     pub fn pinned(&self) -> usize {
-        self.pinned
+        self.chains.values().map(|c| c.pins.len()).sum()
     }
 
-    fn forget(&mut self, first: u32) {
-        if let Some(chain) = self.chains.remove(&first) {
-            self.pinned -= chain.pins.len();
-        }
-    }
-
+    /// Keeps a chain, first dropping the chains of processes that exited and
+    /// then, if that is not room enough, all of them.
     fn keep(&mut self, first: u32, pids: Vec<u32>, pins: Vec<OwnedFd>) {
         if pins.is_empty() || pins.len() > self.limit {
             return;
         }
-        if self.pinned + pins.len() > self.limit {
+        if self.pinned() + pins.len() > self.limit {
             self.chains.retain(|_, chain| chain.alive());
-            self.pinned = self.chains.values().map(|c| c.pins.len()).sum();
         }
-        if self.pinned + pins.len() > self.limit {
+        if self.pinned() + pins.len() > self.limit {
             self.chains.clear();
-            self.pinned = 0;
         }
-        self.pinned += pins.len();
         self.chains.insert(first, Chain { pids, pins });
     }
 }
@@ -132,7 +122,6 @@ impl Ancestry {
 fn walk(ppid: u32) -> (Vec<u32>, Option<Vec<OwnedFd>>) {
     let mut pids = Vec::new();
     let mut pins = Vec::new();
-    let mut whole = true;
     let mut pid = ppid;
     while pid > 1 && pids.len() < MAX_ANCESTORS {
         pids.push(pid);
@@ -141,19 +130,15 @@ fn walk(ppid: u32) -> (Vec<u32>, Option<Vec<OwnedFd>>) {
             .ok()
             .and_then(|p| pidfd_open(p).ok())
         else {
-            whole = false;
-            break;
+            return (pids, None);
         };
-        match ProcStat::read(pid) {
-            Ok(stat) => pid = stat.ppid,
-            Err(_) => {
-                whole = false;
-                break;
-            }
-        }
+        let Ok(stat) = ProcStat::read(pid) else {
+            return (pids, None);
+        };
         pins.push(pin);
+        pid = stat.ppid;
     }
-    let keep = whole && matches!(any_exited(&pins), Ok(false));
+    let keep = matches!(any_exited(&pins), Ok(false));
     (pids, keep.then_some(pins))
 }
 
