@@ -32,6 +32,7 @@ use metalift_policy::{
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
+use metalift_daemon::live_policy::verification;
 use metalift_daemon::service::config::DEFAULT_POLICY;
 
 mod past;
@@ -122,6 +123,9 @@ struct Chosen {
     origin: String,
     /// Said before the explanation (e.g. "no such policy file").
     note: Option<String>,
+    /// `--live`: the daemon's policy path and host chip, where and for what the
+    /// verifications that gate `require_verified` profiles are judged.
+    daemon: Option<(PathBuf, Option<String>)>,
 }
 
 /// Runs `metalift explain`.
@@ -181,14 +185,21 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
     };
     let mut verdict = chosen.policy.explain(&subject);
-    if args.decision.is_none() && !args.live {
-        // verified unlock: as metaliftd here would answer, given verifications.jsonl.
-        verdict = crate::verify::store_here(
-            &args.policy,
-            host_for(&args, None).host.brand,
-            args.allow_insecure_owner,
-        )
-        .gate(verdict, &chosen.policy);
+    if let Some(record) = &decision {
+        // Verified unlock as it was judged then (against the verifications of
+        // that moment, which today's file no longer shows).
+        if let Some(reason) = record.raw.get("unverified").and_then(Value::as_str) {
+            verdict = verification::unverified(verdict, reason.to_owned());
+        }
+    } else {
+        // Verified unlock as metaliftd answers now, given verifications.jsonl
+        // beside its policy (--live) or beside the file explained.
+        let (policy_path, chip) = chosen
+            .daemon
+            .clone()
+            .unwrap_or_else(|| (args.policy.clone(), host_for(&args, None).host.brand));
+        verdict = crate::verify::store_here(&policy_path, chip, args.allow_insecure_owner)
+            .gate(verdict, &chosen.policy);
     }
     if args.json {
         let mut doc = explain_json(&chosen, &subject, &hash_note, &verdict);
@@ -251,15 +262,17 @@ fn file_policy(args: &Args, compile: &CompileOptions) -> Result<Chosen, ExitCode
             files: sources.into_iter().map(|s| s.name).collect(),
             origin,
             note: None,
+            daemon: None,
         }),
         Err(LoadError::NotFound { path }) => Ok(Chosen {
             policy: Policy::empty(),
             files: Vec::new(),
             origin,
             note: Some(format!(
-                "{}: no such policy file: metaliftd runs with no rules, everything stock",
+                "{}: no such policy file: a metaliftd started without it has no rules, everything stock (a running one keeps its last good policy)",
                 path.display()
             )),
+            daemon: None,
         }),
         Err(LoadError::Invalid {
             diagnostics,

@@ -289,3 +289,35 @@ fn validate_explain_and_status_say_whether_the_profile_unlocks_here() {
     let text = metalift(&validate, "24B83");
     assert!(text.contains("metaliftd answers stock here"), "{text}");
 }
+
+/// `explain --live` and `explain --decision` judge verified unlock as the daemon
+/// did: a profile without a passing verification is stock, with the reason, and
+/// the recorded decision is the one explained (not "differs").
+#[test]
+fn explain_live_and_decision_say_stock_while_the_profile_is_unverified() {
+    let dir = DaemonDir::new("verify-explain-live");
+    write_policy(&dir);
+    let daemon = start(&dir, "24A335");
+    let (action, decision) = decide(&dir, &daemon.socket);
+    assert_eq!(action, WireAction::Stock, "{decision}");
+    let me = std::env::current_exe()
+        .and_then(|p| p.canonicalize())
+        .expect("this test's executable")
+        .display()
+        .to_string();
+    let socket = daemon.socket.display().to_string();
+    let log = dir.audit_log().display().to_string();
+    let id = decision["decision_id"].to_string();
+    let stock = "stock: rule `this-test` unlocks, but its profile requires verification";
+
+    let live = metalift(
+        &[
+            "explain", "--live", "--socket", &socket, "--log", &log, "--path", &me,
+        ],
+        "24A335",
+    );
+    assert!(live.contains(stock), "{live}");
+    let past = metalift(&["explain", "--decision", &id, "--log", &log], "24A335");
+    assert!(past.contains(stock), "{past}");
+    assert!(!past.contains("NOT the recorded decision"), "{past}");
+}

@@ -52,6 +52,10 @@ pub(super) fn live_policy(args: &Args) -> Result<Chosen, ExitCode> {
         "live in metaliftd (pid {}, {}, loaded {})",
         report.pid, report.policy_path, report.policy_loaded_at
     );
+    chosen.daemon = Some((
+        PathBuf::from(&report.policy_path),
+        report.host_chip_brand.clone(),
+    ));
     // "Is my file the live one?": compare by the contents-only hash.
     if let Ok(read) = metalift_policy::read_policy(Path::new(&report.policy_path)) {
         let on_disk = metalift_policy::sources_sha256(&read.sources);
@@ -93,6 +97,7 @@ pub(super) fn archived_policy(
                 note: Some(format!(
                     "the policy {what} is the empty policy (no policy file): everything stock"
                 )),
+                daemon: None,
             });
         }
         eprintln!(
@@ -112,6 +117,7 @@ pub(super) fn archived_policy(
             policy: loaded.policy,
             origin,
             note: None,
+            daemon: None,
         }),
         Ok(loaded) => {
             eprintln!(

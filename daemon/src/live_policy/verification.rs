@@ -165,12 +165,19 @@ pub fn gate(verdict: Verdict, policy: &Policy, recorded: &Recorded, host: &HostB
     };
     match coverage(recorded, &profile, capabilities, host) {
         Coverage::Verified(_) => verdict,
-        Coverage::Unverified(reason) => Verdict {
-            action: Action::Stock,
-            would_unlock: None,
-            unverified: Some(reason),
-            ..verdict
-        },
+        Coverage::Unverified(reason) => unverified(verdict, reason),
+    }
+}
+
+/// `verdict` answered stock because its profile is not verified, for `reason`:
+/// what [`gate`] answers, and what `metalift explain --decision` shows for a
+/// decision recorded with `unverified`.
+pub fn unverified(verdict: Verdict, reason: String) -> Verdict {
+    Verdict {
+        action: Action::Stock,
+        would_unlock: None,
+        unverified: Some(reason),
+        ..verdict
     }
 }
 
