@@ -300,9 +300,9 @@ async fn serve_xpc(
 }
 
 /// Descriptors kept for everything but connections: the audit log (and its
-/// rotation), the watcher, stdio, the runtime, hashing, and on Linux up to 32
-/// pidfds pinning the ancestors kept per parent (`checkin::peer`'s `ancestry`,
-/// `PINS_MAX`).
+/// rotation), the watcher, stdio, the runtime, hashing, and on Linux the at
+/// most 32 pidfds the ancestors cache holds at once, kept chains and walks in
+/// progress together (`checkin::peer`'s `ancestry`, `PINS_MAX`).
 const FD_RESERVE: u64 = 64;
 /// Descriptors an active connection may hold at once: its socket, while being
 /// identified a pidfd, and the executable opened for hashing. A connection

@@ -35,7 +35,7 @@ use std::io;
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
-use std::sync::{LazyLock, Mutex, PoisonError};
+use std::sync::LazyLock;
 
 use super::{ExeFile, PeerError, PeerFacts, Wants};
 
@@ -149,17 +149,12 @@ fn parent_exe(pid: u32, ppid: u32) -> Option<PathBuf> {
     (again.ppid == ppid).then_some(path)
 }
 
-/// The chains of ancestors kept for every check-in's parent. A std `Mutex`, not
-/// a tokio one: it is held across no await, for a hash lookup and one `poll(2)`
-/// when the chain is kept, a few procfs reads when it is not.
-static ANCESTRY: LazyLock<Mutex<ancestry::Ancestry>> = LazyLock::new(Mutex::default);
+/// The chains of ancestors kept for every check-in's parent.
+static ANCESTRY: LazyLock<ancestry::Ancestry> = LazyLock::new(ancestry::Ancestry::default);
 
 /// `ppid`, its parent, … (see [`ancestry::Ancestry::ancestors`]).
 fn ancestors(ppid: u32) -> Vec<u32> {
-    ANCESTRY
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .ancestors(ppid)
+    ANCESTRY.ancestors(ppid)
 }
 
 /// The two fields of `/proc/<pid>/stat` we use.
@@ -283,19 +278,32 @@ fn has_exited(pidfd: BorrowedFd<'_>) -> io::Result<bool> {
     Ok(poll_now(pidfd, libc::POLLIN)? & libc::POLLIN != 0)
 }
 
-/// Whether any of the pidfds' processes has exited (one `poll(2)` for all).
-fn any_exited(pidfds: &[OwnedFd]) -> io::Result<bool> {
-    let mut fds: Vec<libc::pollfd> = pidfds
-        .iter()
-        .map(|fd| libc::pollfd {
-            fd: fd.as_raw_fd(),
+/// Whether any of the pidfds' processes has exited (one `poll(2)` for all, at
+/// most [`super::MAX_ANCESTORS`] of them: a chain's; on the stack, since every
+/// check-in polls its chain).
+fn any_exited<F: AsFd>(pidfds: &[F]) -> io::Result<bool> {
+    let unused = libc::pollfd {
+        fd: -1,
+        events: 0,
+        revents: 0,
+    };
+    let mut fds = [unused; super::MAX_ANCESTORS];
+    if pidfds.len() > fds.len() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "more pidfds than a chain holds",
+        ));
+    }
+    for (slot, pidfd) in fds.iter_mut().zip(pidfds) {
+        *slot = libc::pollfd {
+            fd: pidfd.as_fd().as_raw_fd(),
             events: libc::POLLIN,
             revents: 0,
-        })
-        .collect();
-    let count = libc::nfds_t::try_from(fds.len())
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "too many pidfds"))?;
-    // SAFETY: `fds` is a valid, writable array of `count` pollfds; timeout 0 never blocks.
+        };
+    }
+    let count = pidfds.len() as libc::nfds_t; // at most MAX_ANCESTORS (checked above)
+                                              // SAFETY: `fds` is a valid, writable array of at least `count` pollfds;
+                                              // timeout 0 never blocks.
     let rc = unsafe { libc::poll(fds.as_mut_ptr(), count, 0) };
     if rc < 0 {
         return Err(io::Error::last_os_error());
