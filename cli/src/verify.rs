@@ -54,10 +54,21 @@ pub struct Args {
     pub profile: String,
     /// The policy file the profile is read from; the verification file
     /// (`verifications.jsonl`) is written beside it.
-    #[arg(long, value_name = "PATH", default_value = metalift_daemon::service::config::DEFAULT_POLICY)]
+    #[arg(
+        long,
+        value_name = "PATH",
+        default_value = metalift_daemon::service::config::DEFAULT_POLICY,
+        env = "METALIFT_POLICY"
+    )]
     pub policy: PathBuf,
     /// The audit log the `verification` record is appended to.
-    #[arg(long, value_name = "PATH", default_value = metalift_daemon::audit::DEFAULT_LOG_PATH)]
+    #[arg(
+        long,
+        value_name = "PATH",
+        default_value = metalift_daemon::audit::DEFAULT_LOG_PATH,
+        env = "METALIFT_AUDIT_LOG",
+        visible_alias = "log"
+    )]
     pub audit_log: PathBuf,
     /// The shim's verdict deadline for the probe (METALIFT_TIMEOUT_MS).
     #[arg(long, value_name = "MS")]

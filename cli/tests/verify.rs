@@ -321,3 +321,30 @@ fn explain_live_and_decision_say_stock_while_the_profile_is_unverified() {
     assert!(past.contains(stock), "{past}");
     assert!(!past.contains("NOT the recorded decision"), "{past}");
 }
+
+/// `METALIFT_POLICY` and `METALIFT_AUDIT_LOG` point `verify` at a daemon's files
+/// as they do every other command: the verification lands beside that policy.
+#[test]
+fn verify_reads_the_policy_and_audit_log_from_the_environment() {
+    let dir = DaemonDir::new("verify-env");
+    write_policy(&dir);
+    let output = Command::new(env!("CARGO_BIN_EXE_metalift"))
+        .args(["verify", "--profile", "apple7", "--json"])
+        .env("METALIFT_POLICY", dir.policy())
+        .env("METALIFT_AUDIT_LOG", dir.audit_log())
+        .env("METALIFT_HOST_CHIP_BRAND", CHIP)
+        .env("METALIFT_HOST_OS_BUILD", "24A335")
+        .env("LD_LIBRARY_PATH", simmetal("normal"))
+        .env("METALIFT_TIMEOUT_MS", "10000")
+        .env_remove("LD_PRELOAD")
+        .env_remove("METALIFT_DISABLE")
+        .output()
+        .expect("run metalift verify");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(dir.path("verifications.jsonl").exists());
+    assert!(!dir.records_of("verification").is_empty());
+}
