@@ -24,6 +24,8 @@ fn metalift(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_metalift"))
         .args(args)
         .env_remove("METALIFT_SOCKET")
+        .env_remove("METALIFT_POLICY")
+        .env_remove("METALIFT_AUDIT_LOG")
         .output()
         .expect("run metalift")
 }

@@ -21,7 +21,7 @@ pub fn daemon_health(report: Option<&StatusReport>) -> Check {
         return Check::new(
             "health",
             Status::Ok,
-            "metaliftd reports no cause that keeps it from unlocking (its last audit write succeeded)",
+            "metaliftd reports no cause that keeps it from unlocking",
         );
     };
     let more = match causes.len() - 1 {
@@ -65,8 +65,8 @@ pub fn low_space(path: &Path, free: Option<u64>) -> Option<Check> {
             "audit log",
             Status::Fail,
             format!(
-                "{}: only {free} bytes free on its file system (under {} KiB): metaliftd \
-                 cannot record decisions, so it answers every one stock",
+                "{}: only {free} bytes free on its file system (under {} KiB): decisions \
+                 metaliftd cannot record are answered stock",
                 path.display(),
                 LOW_SPACE_BYTES / 1024
             ),

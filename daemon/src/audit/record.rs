@@ -26,7 +26,8 @@ pub enum Record {
     Outcome(OutcomeRecord),
     /// A check-in or outcome the daemon refused (rate-limited: `super::refused`).
     Refused(super::refused::RefusedRecord),
-    /// A policy became live (at start, after an edit, or because the file was deleted).
+    /// A policy became live (at start, after an edit or a SIGHUP; a deleted file is
+    /// refused instead, and older daemons recorded `deleted`).
     PolicyLoaded {
         /// When it became live.
         #[serde(with = "rfc3339")]
@@ -101,7 +102,8 @@ pub enum LoadReason {
     Restored,
     /// `policy.toml` does not exist at start: no rules, everything stock.
     Missing,
-    /// `policy.toml` was deleted: no rules, everything stock.
+    /// `policy.toml` was deleted: written by older daemons only (a deleted file is
+    /// now refused and the last good policy stays live).
     Deleted,
     /// The policy was refused at start: the daemon runs with no rules, everything stock.
     RejectedAtStart,

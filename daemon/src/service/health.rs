@@ -20,6 +20,9 @@
 //! | `policy_missing`     | `policy.toml` does not exist                          | last good only |
 //! | `policy_rejected`    | the last load was refused                             | last good only |
 //!
+//! "Last good only" is none when no policy was good since start: the daemon
+//! then runs on the empty fallback, and the cause's message says so.
+//!
 //! `audit_write_failed` clears with the next record written (space came back);
 //! free space is measured when asked, on the open log file (`fstatvfs`), so it
 //! describes the file records actually go to.
@@ -27,6 +30,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::audit::AuditLog;
+use crate::audit::LoadReason;
 use crate::live_policy::store::Published;
 
 /// Below this much free space on the audit log's file system the daemon is
@@ -169,10 +173,18 @@ pub fn assess(published: &Published, audit: &AuditFacts) -> Health {
     }
     if let Some(refusal) = &published.refusal {
         let live = &published.live;
-        let kept = format!(
-            "the last good policy stays live (sha256 {}, {} rules)",
-            live.sha256, live.rule_count
-        );
+        let kept = match live.reason {
+            // The fallback the daemon started with, not a policy that once was good.
+            LoadReason::Missing | LoadReason::RejectedAtStart => {
+                "no policy has been live since metaliftd started: every check-in is \
+                 answered stock"
+                    .to_owned()
+            }
+            _ => format!(
+                "the last good policy stays live (sha256 {}, {} rules)",
+                live.sha256, live.rule_count
+            ),
+        };
         let first = refusal
             .errors
             .first()
@@ -276,6 +288,27 @@ mod tests {
             "{:?}",
             health.causes[2]
         );
+    }
+
+    #[test]
+    fn a_daemon_that_never_had_a_good_policy_does_not_claim_one_stays_live() {
+        let refusal = LastRefusal {
+            errors: vec!["/etc/metalift/policy.toml: no such policy file".into()],
+            sha256: None,
+            at: SystemTime::now(),
+            missing: true,
+        };
+        let mut fallback = published(Some(refusal));
+        if let Some(live) = Arc::get_mut(&mut fallback.live) {
+            live.reason = LoadReason::Missing;
+        }
+        let health = assess(&fallback, &facts(false, None));
+        let message = &health.causes[0].message;
+        assert!(
+            message.contains("no policy has been live since metaliftd started"),
+            "{message}"
+        );
+        assert!(!message.contains("last good"), "{message}");
     }
 
     #[test]
