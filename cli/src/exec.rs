@@ -154,13 +154,26 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     Ok(exec_failure(&program, &err))
 }
 
-/// Why no daemon will answer the shim, if none will: nothing listens on the socket.
+/// Why the shim will get no unlock, if it will not: nothing listens on the
+/// socket, or the daemon that does reports a cause that turns every unlock off
+/// (its audit log cannot hold decisions).
 fn daemon_problem(socket: Option<&Path>) -> Option<String> {
     let Some(socket) = socket else {
         return Some("no daemon socket is known (set METALIFT_SOCKET or pass --socket)".into());
     };
     match metalift_daemon::service::status::request(socket, Duration::from_secs(1)) {
-        Ok(_) => None,
+        Ok(report) => report
+            .health
+            .causes
+            .iter()
+            .find(|cause| cause.stops_unlocks())
+            .map(|cause| {
+                format!(
+                    "metaliftd on {}: {}",
+                    socket.display(),
+                    daemon_health::describe(cause)
+                )
+            }),
         Err(e) => Some(format!(
             "no metalift daemon answers on {} ({})",
             socket.display(),

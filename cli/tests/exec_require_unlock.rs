@@ -245,7 +245,7 @@ fn the_readme_ci_recipe_holds_on_an_m1_and_an_m3_host() {
 
 /// A stand-in daemon that answers status requests with `status_json` and closes
 /// every other connection (a check-in then stays stock).
-fn fake_status_daemon(socket: &Path, status_json: &'static str) {
+fn fake_status_daemon(socket: &Path, status_json: String) {
     let listener = UnixListener::bind(socket).expect("bind");
     std::thread::spawn(move || {
         for stream in listener.incoming() {
@@ -262,7 +262,7 @@ fn fake_status_daemon(socket: &Path, status_json: &'static str) {
                 continue;
             }
             if let Ok(Message::StatusRequest) = wire::decode_body(&body) {
-                let reply = Message::Status(status_json.to_owned());
+                let reply = Message::Status(status_json.clone());
                 let _ = stream.write_all(&wire::encode_frame(&reply));
             }
         }
@@ -273,10 +273,24 @@ fn fake_status_daemon(socket: &Path, status_json: &'static str) {
 fn given_a_degraded_daemon_then_require_unlock_names_its_cause() {
     let dir = tempfile::tempdir().expect("tempdir");
     let socket = dir.path().join("metalift.sock");
-    fake_status_daemon(
-        &socket,
-        r#"{"health":{"state":"degraded","causes":[{"code":"audit_unwritable","message":"the audit log refused the last record: No space left on device (os error 28)"}]}}"#,
-    );
+    // A real daemon's status, as a full-disk daemon reports it.
+    let real = DaemonDir::new("exec-degraded");
+    fs::write(real.policy(), "version = 1\n").expect("policy");
+    let daemon = real.start(&[], &[]);
+    let json = metalift_daemon::service::status::request_raw(
+        &daemon.socket,
+        std::time::Duration::from_secs(5),
+    )
+    .expect("status");
+    let mut status: serde_json::Value = serde_json::from_str(&json).expect("status JSON");
+    status["health"] = serde_json::json!({
+        "state": "degraded",
+        "causes": [{
+            "code": metalift_daemon::service::health::code::AUDIT_WRITE_FAILED,
+            "message": "the last audit write failed (No space left on device (os error 28)); every decision is answered stock until a record can be written",
+        }],
+    });
+    fake_status_daemon(&socket, status.to_string());
     let log = dir.path().join("audit.jsonl");
     fs::write(&log, "").expect("log");
     let probe = probe();
@@ -284,7 +298,15 @@ fn given_a_degraded_daemon_then_require_unlock_names_its_cause() {
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(4), "{err}");
     assert!(
-        err.contains("the daemon cannot unlock: audit_unwritable: the audit log refused the last record: No space left on device"),
+        err.contains("the daemon cannot unlock: audit_write_failed: the last audit write failed (No space left on device"),
+        "{err}"
+    );
+    // Said before the command runs too, as plain `metalift exec` says it.
+    assert!(
+        err.contains(&format!(
+            "metalift: warning: metaliftd on {}: the daemon cannot unlock: audit_write_failed",
+            socket.display()
+        )),
         "{err}"
     );
 }

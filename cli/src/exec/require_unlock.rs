@@ -75,7 +75,7 @@ pub fn run(mut command: Command, program: &Path, req: &Requirement) -> anyhow::R
             eprintln!("metalift: --require-unlock: {reason}");
             if let Some(socket) = &req.socket {
                 for cause in daemon_health::degraded_causes(socket) {
-                    eprintln!("metalift: --require-unlock: the daemon cannot unlock: {cause}");
+                    eprintln!("metalift: --require-unlock: {cause}");
                 }
             }
             Ok(ExitCode::from(NOT_UNLOCKED))
