@@ -15,6 +15,7 @@ pub mod paths;
 mod rules;
 mod system;
 mod tcc;
+mod verified;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -103,6 +104,12 @@ pub fn checks(args: &Args) -> Vec<Check> {
     let live = daemon::live_matches(&install.policy, report.as_ref(), loaded.as_ref());
     let shim = files::shim(&install.shim);
     let shim_ok = shim.status == Status::Ok;
+    let verified = verified::profiles(
+        loaded.as_ref(),
+        &install.policy,
+        report.as_ref(),
+        args.allow_insecure_owner,
+    );
     let mut all = vec![
         daemon,
         health::daemon_health(report.as_ref()),
@@ -111,6 +118,7 @@ pub fn checks(args: &Args) -> Vec<Check> {
         audit_log(&install.audit_log, report.as_ref()),
         shim,
     ];
+    all.extend(verified);
     all.push(system::sip(&install.root));
     all.push(tcc::full_disk_access(&install.root, report.as_ref()));
     all.push(guest::metal_mmap(&install.root));

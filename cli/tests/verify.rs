@@ -348,3 +348,41 @@ fn verify_reads_the_policy_and_audit_log_from_the_environment() {
     assert!(dir.path("verifications.jsonl").exists());
     assert!(!dir.records_of("verification").is_empty());
 }
+
+/// `doctor` warns while a profile that requires verification answers stock here,
+/// and says ok once a passing verification covers this host chip and build.
+#[test]
+fn doctor_warns_while_a_required_profile_is_unverified() {
+    let dir = DaemonDir::new("verify-doctor");
+    write_policy(&dir);
+    let daemon = start(&dir, "24A335");
+    let socket = daemon.socket.display().to_string();
+    let policy = dir.policy().display().to_string();
+    let log = dir.audit_log().display().to_string();
+    let doctor = [
+        "doctor",
+        "--allow-insecure-owner",
+        "--socket",
+        &socket,
+        "--policy",
+        &policy,
+        "--log",
+        &log,
+    ];
+    let text = metalift(&doctor, "24A335");
+    let line = text
+        .lines()
+        .find(|l| l.contains("verified unlock"))
+        .unwrap_or_else(|| panic!("no verified unlock check:\n{text}"));
+    assert!(line.starts_with("warn"), "{line}");
+    assert!(line.contains("profile `apple7` answers stock"), "{line}");
+
+    let (output, _) = verify(&dir, "24A335", "normal");
+    assert!(output.status.success());
+    let text = metalift(&doctor, "24A335");
+    let line = text
+        .lines()
+        .find(|l| l.contains("verified unlock"))
+        .unwrap_or_else(|| panic!("no verified unlock check:\n{text}"));
+    assert!(line.starts_with("ok"), "{line}");
+}

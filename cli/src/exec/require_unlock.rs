@@ -259,6 +259,13 @@ fn why_not(
                     "{who}: rule {rule} would unlock, but the policy is in monitor mode (stock)"
                 ),
             )
+        } else if let Some(why) = &d.unverified {
+            (
+                1,
+                format!(
+                    "{who}: rule {rule} unlocks, but its profile requires verification: {why} (stock)"
+                ),
+            )
         } else {
             (0, format!("{who}: stock, rule {rule}"))
         });
@@ -396,6 +403,13 @@ mod tests {
         .is_err());
         let monitor = judge(decision("stock", true), None).unwrap_err();
         assert!(monitor.contains("monitor mode"), "{monitor}");
+        let mut unverified = decision("stock", false);
+        unverified.unverified = Some("none recorded for host chip Apple M2".into());
+        let unverified = judge(unverified, None).unwrap_err();
+        assert!(
+            unverified.contains("requires verification: none recorded for host chip Apple M2"),
+            "{unverified}"
+        );
         assert!(judge(decision("unlock", false), None)
             .unwrap_err()
             .contains("no outcome"));

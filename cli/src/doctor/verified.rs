@@ -1,0 +1,46 @@
+//! Verified unlock as metaliftd judges it here: a profile with
+//! `require_verified = true` and no passing verification for this host chip and
+//! macOS build answers stock (by design, until `metalift verify` passes). A
+//! warning, so that `doctor` is not all ok while the processes it covers run
+//! stock, for example after a macOS update.
+
+use std::path::Path;
+
+use metalift_daemon::live_policy::verification::Coverage;
+use metalift_daemon::service::status::StatusReport;
+use metalift_policy::Loaded;
+
+use super::check::{Check, Status};
+
+/// One check per profile that requires verification (none when no profile does).
+pub fn profiles(
+    loaded: Option<&Loaded>,
+    policy_path: &Path,
+    report: Option<&StatusReport>,
+    allow_insecure_owner: bool,
+) -> Vec<Check> {
+    let Some(loaded) = loaded else {
+        return Vec::new();
+    };
+    // The chip the daemon decides for, else this machine's.
+    let chip = report
+        .and_then(|r| r.host_chip_brand.clone())
+        .or_else(metalift_daemon::live_policy::host_chip::machine_brand);
+    let store = crate::verify::store_here(policy_path, chip, allow_insecure_owner);
+    crate::verify::coverage_here(&loaded.policy, &store)
+        .into_iter()
+        .map(|(name, coverage)| match coverage {
+            Coverage::Verified(_) => Check::new(
+                "verified unlock",
+                Status::Ok,
+                format!("profile `{name}`: verified for this host chip and macOS build"),
+            ),
+            Coverage::Unverified(why) => Check::new(
+                "verified unlock",
+                Status::Warn,
+                format!("profile `{name}` answers stock: {why}"),
+            )
+            .fix(format!("sudo metalift verify --profile {name}")),
+        })
+        .collect()
+}
