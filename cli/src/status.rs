@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use metalift_policy::{
-    policy_files, read_policy_within, sources_sha256, LoadError, Policy, DEFAULT_MAX_POLICY_BYTES,
+    policy_files, read_policy_within, sources_sha256, LoadError, DEFAULT_MAX_POLICY_BYTES,
 };
 use serde::Serialize;
 
@@ -80,8 +80,10 @@ pub struct StatusJson {
 /// can be large; the daemon's report has the rule count of what it loaded).
 #[derive(Debug)]
 enum Disk {
-    /// Read (or absent: the empty policy), with its hash.
+    /// Read, with its hash.
     Hashed(String),
+    /// `policy.toml` does not exist (the daemon keeps its live policy).
+    Missing,
     /// Larger than the daemon's limit: not read (the daemon refuses it unread too).
     TooLarge {
         /// Its files' total size.
@@ -161,7 +163,7 @@ pub fn examine(socket: &Path) -> (u8, StatusJson) {
     let problems = problems(&report, &disk);
     let disk_sha256 = match &disk {
         Disk::Hashed(sha) => Some(sha.clone()),
-        Disk::TooLarge { .. } | Disk::Unreadable(_) => None,
+        Disk::Missing | Disk::TooLarge { .. } | Disk::Unreadable(_) => None,
     };
     let degraded = report
         .health
@@ -194,16 +196,15 @@ pub fn examine(socket: &Path) -> (u8, StatusJson) {
 /// first, and a policy over it is not read at all. Ownership is not checked here:
 /// the daemon's own refusal says so if it matters.
 fn read_disk(policy: &Path, limit: u64) -> Disk {
-    let empty = || Disk::Hashed(Policy::empty().sha256_hex().to_owned());
     match policy_files(policy) {
         Ok((_, bytes)) if bytes > limit => return Disk::TooLarge { bytes, limit },
         Ok(_) => {}
-        Err(LoadError::NotFound { .. }) => return empty(),
+        Err(LoadError::NotFound { .. }) => return Disk::Missing,
         Err(other) => return Disk::Unreadable(other.to_string()),
     }
     match read_policy_within(policy, limit) {
         Ok(read) => Disk::Hashed(sources_sha256(&read.sources)),
-        Err(LoadError::NotFound { .. }) => empty(),
+        Err(LoadError::NotFound { .. }) => Disk::Missing,
         Err(LoadError::TooLarge { bytes, limit, .. }) => Disk::TooLarge { bytes, limit },
         Err(other) => Disk::Unreadable(other.to_string()),
     }
@@ -287,6 +288,14 @@ fn problems(report: &StatusReport, disk: &Disk) -> Vec<Problem> {
                 counts: true,
             });
         }
+        Disk::Missing => out.push(Problem {
+            text: format!(
+                "{} does not exist: the live policy (sha256 {}, {} rules) is on no disk; \
+                 the daemon keeps it until a policy is installed",
+                report.policy_path, report.policy_sha256, report.rule_count
+            ),
+            counts: true,
+        }),
         Disk::TooLarge { bytes, limit } => out.push(Problem {
             text: format!(
                 "the policy on disk is {bytes} bytes (policy.toml and policy.d/ together), \
@@ -329,6 +338,17 @@ mod tests {
             found[0].text
         );
         assert!(problems(&report(&live), &Disk::Hashed(live.clone())).is_empty());
+    }
+
+    #[test]
+    fn a_missing_policy_file_has_no_hash_and_counts() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let disk = read_disk(&dir.path().join("policy.toml"), DEFAULT_MAX_POLICY_BYTES);
+        assert!(matches!(disk, Disk::Missing), "{disk:?}");
+        let found = problems(&report(&"a".repeat(64)), &disk);
+        assert_eq!(found.len(), 1);
+        assert!(found[0].counts);
+        assert!(found[0].text.contains("does not exist"), "{}", found[0].text);
     }
 
     #[test]
