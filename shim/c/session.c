@@ -319,8 +319,11 @@ static void read_verdict(struct ml_plan *out, int64_t deadline)
 }
 
 #ifdef __APPLE__
-/* The XPC twin of read_verdict; what each answer means is xpc_reply.c's. */
-static void read_xpc_verdict(struct ml_plan *out, int64_t deadline)
+/* The XPC twin of read_verdict; what each answer means is xpc_reply.c's.
+ * Returns false when no decision was made that an outcome could report on
+ * (busy: the daemon declined; the socket fallback found no daemon): the
+ * session is then closed, and ml_session_report sends nothing. */
+static bool read_xpc_verdict(struct ml_plan *out, int64_t deadline)
 {
     struct ml_verdict v;
     struct ml_wire_error e = {ML_WIRE_OK, NULL, 0};
@@ -329,7 +332,7 @@ static void read_xpc_verdict(struct ml_plan *out, int64_t deadline)
     if (next == ML_XPC_USE_VERDICT) {
         ml_plan_from_verdict(&v, out);
         ml_xpc_release_reply();
-        return;
+        return true;
     }
     ml_xpc_release_reply();
     if (next == ML_XPC_USE_SOCKET) {
@@ -338,23 +341,27 @@ static void read_xpc_verdict(struct ml_plan *out, int64_t deadline)
         ml_log(ML_DEBUG, "%s from mach service %s; checking in at %s",
                r == -EPROTO ? "\"use the socket\"" : "no reply", ML_XPC_SERVICE, socket_path);
         int err = socket_check_in();
-        if (err == 0) {
-            read_verdict(out, deadline);
-        } else {
+        if (err != 0) {
             snprintf(out->reason, sizeof out->reason, "no daemon at %s: %s", socket_path,
                      errno_text(err));
+            return false;
         }
-    } else if (next == ML_XPC_STOCK_UNRESPONSIVE) {
-        timed_out(out);
-    } else {
-        describe_wire_error(out, e);
-        if (next == ML_XPC_STOCK_BUSY) {
-            /* No decision was made: nothing to report on this connection, and
-             * the daemon holds a place for it until it closes. */
-            ml_xpc_close();
-            via_xpc = false;
-        }
+        read_verdict(out, deadline);
+        return true;
     }
+    if (next == ML_XPC_STOCK_UNRESPONSIVE) {
+        timed_out(out);
+        return true;
+    }
+    describe_wire_error(out, e);
+    if (next == ML_XPC_STOCK_BUSY) {
+        /* No decision was made: nothing to report on this connection, and
+         * the daemon holds a place for it until it closes. */
+        ml_xpc_close();
+        via_xpc = false;
+        return false;
+    }
+    return true;
 }
 #endif
 
@@ -365,13 +372,14 @@ void ml_session_plan(struct ml_plan *out, bool wait)
     reset_if_forked();
     if (state == SENT) {
         int64_t deadline = ml_now_ms() + (wait ? timeout_ms : 0);
+        bool decided = true;
 #ifdef __APPLE__
         if (via_xpc)
-            read_xpc_verdict(out, deadline);
+            decided = read_xpc_verdict(out, deadline);
         else
 #endif
             read_verdict(out, deadline);
-        state = DECIDED;
+        state = decided ? DECIDED : CLOSED;
     } else if (state == UNREACHABLE) {
         set_stock(out, 0, reason_unreachable);
         state = CLOSED;
