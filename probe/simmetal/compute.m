@@ -26,7 +26,9 @@
  *              Hence the default build: the host GPU executes every kernel.
  *   EVIDENCED  No shipping Apple GPU has more than 32768 bytes of threadgroup
  *              memory (Apple's Metal feature set tables; REAL-METAL 6: the guest
- *              answers 32768, an M1 Ultra host too). SIM_HOST_THREADGROUP_MEMORY.
+ *              answers 32768; it records only Apple7/Metal4 for an M1 Ultra
+ *              host, so the host's 32768 rests on the tables alone).
+ *              SIM_HOST_THREADGROUP_MEMORY.
  *   MODELLED   How a too-large threadgroup allocation fails: here the command
  *              buffer completes with an error. On real Metal, with the API
  *              validation layer, -setThreadgroupMemoryLength: above the limit is a

@@ -99,8 +99,11 @@
  *                                        forwards every question to the real
  *                                        device, as an API-validation layer does
  *                                        (REAL-METAL 3: "a wrapper a layer asks
- *                                        for"); the wrapper class lives in an
- *                                        image of its own (libsimmetal_tools.so);
+ *                                        for"); that it forwards every question
+ *                                        is MODELLED, not evidenced; its class
+ *                                        lives in an image of its own
+ *                                        (libsimmetal_tools.so), a leftover of v3's
+ *                                        caller-image check, harmless now;
  *   SIMMETAL_STUB / SIMMETAL_DRIVER      dyld's order (`lateclasses`): the stub
  *                                        libsimmetal.so has no classes; it loads
  *                                        libsimmetal_driver.so (the classes) with
@@ -581,7 +584,11 @@ id SIM_CREATE_DEFAULT(void)
 }
 
 /* A new device on every call, created under the same lock (the two-threads
- * case: the second creation waits for the first's, as in Metal). */
+ * case: the second creation waits for the first's, as in Metal). A test API
+ * of the simulation's, not Metal's: Metal registers each device once
+ * (REAL-METAL 3) and has no call that creates another; this one exists so that
+ * the shim's "second device" path can run at all. ASSUMED, not evidenced: that
+ * a second registered device would reach -initGPUFamilySupport the same way. */
 __attribute__((visibility("default")))
 id SIM_CREATE(void)
 {
