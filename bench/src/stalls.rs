@@ -34,14 +34,21 @@ use crate::{Section, Target};
 
 /// The processes that follow the first in each unresponsive round.
 const NEXT: usize = 10;
-/// The shim's default deadline (shim/c/metalift_shim.h ML_DEFAULT_TIMEOUT_MS).
-const DEADLINE_US: f64 = 2_000_000.0;
+/// The verdict deadline every injected probe is given (`METALIFT_TIMEOUT_MS`,
+/// set explicitly so the table's deadline is the run's): the shim's default
+/// (shim/c/metalift_shim.h ML_DEFAULT_TIMEOUT_MS).
+const DEADLINE_MS: u64 = 2_000;
+const DEADLINE_US: f64 = DEADLINE_MS as f64 * 1000.0;
+/// What the first process may take beyond the deadline: its own start, Metal's
+/// load and the probe's report around the wait.
+const SLACK_US: f64 = 50_000.0;
 
 /// The probe with libmetalift asking `socket`; markers go to `markers`.
 fn injected(art: &Artifacts, socket: &Path, markers: &Path) -> Command {
     let mut cmd = clean(&art.probe);
     cmd.env("LD_PRELOAD", &art.shim)
         .env("METALIFT_SOCKET", socket)
+        .env("METALIFT_TIMEOUT_MS", DEADLINE_MS.to_string())
         .env("XDG_RUNTIME_DIR", markers);
     cmd
 }
@@ -237,7 +244,7 @@ pub fn run(art: &Artifacts, iterations: usize, rounds: usize) -> anyhow::Result<
             item: "23.4 healthy daemon: added to the first device creation".into(),
             target: "≤ 1 check-in round trip + 50 µs".into(),
             measured: format!(
-                "{:.0} µs (a round trip: {rtt_median:.0} µs; limit {healthy_limit:.0} µs)",
+                "{:.0} µs (a fresh process's check-in round trip: {rtt_median:.0} µs; limit {healthy_limit:.0} µs)",
                 healthy.median()
             ),
             met: healthy.median() <= healthy_limit,
@@ -254,7 +261,11 @@ pub fn run(art: &Artifacts, iterations: usize, rounds: usize) -> anyhow::Result<
         },
         Target {
             item: "23.4 unresponsive daemon: the first process".into(),
-            target: "≤ the deadline (2 s)".into(),
+            target: format!(
+                "≤ the deadline ({} ms) + {:.0} ms for the process around the wait",
+                DEADLINE_MS,
+                SLACK_US / 1000.0
+            ),
             measured: format!(
                 "{:.0} ms stopped, {:.0} ms silent (worst {:.0} / {:.0} ms)",
                 stopped_first.median() / 1000.0,
@@ -262,8 +273,8 @@ pub fn run(art: &Artifacts, iterations: usize, rounds: usize) -> anyhow::Result<
                 stopped_first.max() / 1000.0,
                 silent_first.max() / 1000.0
             ),
-            met: stopped_first.max() <= DEADLINE_US + 50_000.0
-                && silent_first.max() <= DEADLINE_US + 50_000.0,
+            met: stopped_first.max() <= DEADLINE_US + SLACK_US
+                && silent_first.max() <= DEADLINE_US + SLACK_US,
         },
         Target {
             item: "23.4 unresponsive daemon: each later process".into(),

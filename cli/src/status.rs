@@ -348,7 +348,11 @@ mod tests {
         let found = problems(&report(&"a".repeat(64)), &disk);
         assert_eq!(found.len(), 1);
         assert!(found[0].counts);
-        assert!(found[0].text.contains("does not exist"), "{}", found[0].text);
+        assert!(
+            found[0].text.contains("does not exist"),
+            "{}",
+            found[0].text
+        );
     }
 
     #[test]
