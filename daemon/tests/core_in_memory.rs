@@ -1,8 +1,11 @@
 //! The server core driven through an in-memory stand-in for the XPC transport, on
 //! any OS: the proof that the XPC path decides and audits nothing on its own.
 //!
-//! The stand-in does exactly what `daemon/src/checkin/transport/xpc/` does between
-//! libxpc and the core, minus libxpc: messages are dictionaries in the real
+//! The stand-in is a hand copy of what `daemon/src/checkin/transport/xpc/peer_task.rs`
+//! does between libxpc and the core, minus libxpc (a copy, so it can drift: keep
+//! the two in step; one known difference: on a check-in without its own audit
+//! token the real transport also replies `Declined(UseSocket)` before it refuses,
+//! which only the macOS build checks): messages are dictionaries in the real
 //! key layout (`metalift_xpc::dict`), the order and checks of a peer's
 //! messages are the transport's own (`metalift_xpc::exchange`) — both pure and
 //! built on every platform — the asker's
