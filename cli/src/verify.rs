@@ -41,13 +41,12 @@ pub const FAILED: u8 = 1;
 
 /// Arguments of `metalift verify`.
 #[derive(Debug, clap::Args)]
-#[command(
-    after_help = "Exit status: 0 every claimed kernel computed correctly (recorded: the \
-                        daemon may unlock the profile on this host chip and macOS build); 1 a \
-                        kernel failed to compile, to run, or computed wrongly (recorded: the \
-                        daemon answers stock for it); 2 the verification could not run (nothing \
-                        recorded)."
-)]
+#[command(after_help = "Exit status:\n  \
+    0  every claimed kernel computed correctly (recorded: the daemon may unlock\n     \
+       the profile on this host chip and macOS build)\n  \
+    1  a kernel failed to compile, to run, or computed wrongly (recorded: the\n     \
+       daemon answers stock for it)\n  \
+    2  the verification could not run (nothing recorded)")]
 pub struct Args {
     /// The profile to verify (`[profile.NAME]` in the policy).
     #[arg(long, value_name = "NAME")]

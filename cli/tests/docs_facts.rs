@@ -99,7 +99,7 @@ fn documented(command: &str, words: &str) -> i32 {
 
 #[test]
 fn every_exit_code_constant_is_documented_for_its_command() {
-    use metalift_cli::{doctor, edit, exec, explain, report, status, validate};
+    use metalift_cli::{doctor, edit, exec, explain, report, status, validate, verify};
     let doc = documented_exit_codes();
     for (code, command) in [
         (validate::VALID, "every command"),
@@ -117,6 +117,7 @@ fn every_exit_code_constant_is_documented_for_its_command() {
         (exec::NOT_UNLOCKED, "exec --require-unlock"),
         (exec::NOT_EXECUTABLE, "exec"),
         (exec::NOT_FOUND, "exec"),
+        (verify::FAILED, "verify"),
     ] {
         assert!(
             doc.iter().any(|(c, cmd)| *c == code && cmd == command),
@@ -182,7 +183,7 @@ fn each_commands_help_lists_the_codes_the_reference_gives_it() {
         .filter(|(_, c)| c == "every command")
         .map(|(code, _)| *code)
         .collect();
-    for command in ["status", "edit", "doctor", "exec", "audit"] {
+    for command in ["status", "edit", "doctor", "exec", "audit", "verify"] {
         let own: BTreeSet<u8> = doc
             .iter()
             .filter(|(_, c)| c.split_whitespace().next() == Some(command))
