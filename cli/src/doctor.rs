@@ -23,6 +23,7 @@ use std::process::ExitCode;
 
 use self::check::{Check, Status};
 use self::paths::Install;
+use crate::judgement::{Judgement, Level};
 use metalift_daemon::audit::DEFAULT_LOG_PATH;
 use metalift_daemon::service::config::DEFAULT_POLICY;
 
@@ -32,7 +33,10 @@ use metalift_daemon::service::config::DEFAULT_POLICY;
 Exit status:
   0  no check fails: it can unlock (warnings are advice and exit 0)
   1  with --strict: warnings (it works, but something will surprise you)
-  2  failures: processes will run stock, or the live policy is not the file
+  2  failures: processes will run stock (the shim, the injection, the policy file)
+  3  the daemon's state fails as `metalift status` exits: the file on disk is not live
+  4  the daemon's state fails as `metalift status` exits: degraded
+  5  the daemon's state fails as `metalift status` exits: it unlocks nothing
 
 --bake prints one line per check for a build log, `ok|warn|FAIL <check>: <message>`
 (a fix after \" -- fix: \"), and exits 0 only when no line says FAIL; with --strict
@@ -109,9 +113,23 @@ fn install(args: &Args) -> Install {
 /// Runs every check, in the order an admin fixes things.
 #[must_use]
 pub fn checks(args: &Args) -> Vec<Check> {
+    checks_judged(args).0
+}
+
+/// The checks, and the judgement of the daemon they were made with.
+#[must_use]
+pub fn checks_judged(args: &Args) -> (Vec<Check>, Judgement) {
     let install = install(args);
-    let (daemon, report) = daemon::reachable(&install.socket);
-    let (policy, loaded) = daemon::policy(&install.policy, args.allow_insecure_owner);
+    let (daemon, judged) = daemon::reachable(&install.socket);
+    let report = judged.report.clone();
+    // The limit and the host chip as the daemon has them (its status), not as
+    // this CLI was compiled.
+    let (policy, loaded) = daemon::policy(
+        &install.policy,
+        args.allow_insecure_owner,
+        judged.max_policy_bytes(),
+        report.as_ref().and_then(|r| r.host_chip_brand.clone()),
+    );
     let live = daemon::live_matches(&install.policy, report.as_ref(), loaded.as_ref());
     let shim = files::shim(&install.shim);
     let shim_ok = shim.status == Status::Ok;
@@ -123,7 +141,7 @@ pub fn checks(args: &Args) -> Vec<Check> {
     );
     let mut all = vec![
         daemon,
-        health::daemon_health(report.as_ref()),
+        health::daemon_health(&judged),
         policy,
         live,
         audit_log(&install.audit_log, report.as_ref()),
@@ -136,7 +154,7 @@ pub fn checks(args: &Args) -> Vec<Check> {
     all.extend(launchd::injection(&install));
     all.push(launchd::session(&install));
     all.extend(rules::executables(loaded.as_ref(), &install.shim, shim_ok));
-    all
+    (all, judged)
 }
 
 /// The audit log as the daemon experiences it: the file's permissions (from
@@ -175,10 +193,13 @@ pub const WARNINGS: u8 = 1;
 pub const FAILURES: u8 = 2;
 
 /// The exit status for a set of checks: 0 when none fails (warnings are advice),
-/// [`FAILURES`] when one does; with `strict`, [`WARNINGS`] when some warns and none fails.
+/// the daemon's ladder code ([`crate::judgement`]: 3, 4, 5) when its state is what
+/// fails, [`FAILURES`] when another check fails; with `strict`, [`WARNINGS`] when
+/// some warns and none fails.
 #[must_use]
-pub fn exit_status(checks: &[Check], strict: bool) -> u8 {
+pub fn exit_status(checks: &[Check], judged: &Judgement, strict: bool) -> u8 {
     match checks.iter().map(|c| c.status).max() {
+        Some(Status::Fail) if judged.level > Level::Healthy => judged.exit_code(),
         Some(Status::Fail) => FAILURES,
         Some(Status::Warn) if strict => WARNINGS,
         _ => 0,
@@ -212,8 +233,8 @@ pub fn bake_line(check: &Check, strict: bool) -> String {
 
 /// Runs `metalift doctor`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let checks = checks(&args);
-    let code = exit_status(&checks, args.strict);
+    let (checks, judged) = checks_judged(&args);
+    let code = exit_status(&checks, &judged, args.strict);
     let mut out = std::io::stdout().lock();
     if args.bake {
         for check in &checks {

@@ -25,7 +25,6 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
-use std::time::Duration;
 
 use anyhow::{bail, Context};
 
@@ -57,6 +56,9 @@ pub const NOT_FOUND: u8 = 127;
 pub const NOT_EXECUTABLE: u8 = 126;
 /// Exit status of `metalift exec --require-unlock` when the unlock is not confirmed.
 pub const NOT_UNLOCKED: u8 = 4;
+/// Exit status of `metalift exec --require-unlock` when no unlock happened and the
+/// daemon unlocks nothing (the ladder's [`crate::judgement::EXIT_UNLOCKS_NOTHING`]).
+pub const UNLOCKS_NOTHING: u8 = crate::judgement::EXIT_UNLOCKS_NOTHING;
 
 /// Arguments of `metalift exec`.
 #[derive(Debug, clap::Args)]
@@ -70,6 +72,8 @@ Exit status:
   4    --require-unlock: the command succeeded, but no process of it got an unlock
        verdict with the shim's outcome applied (and the family --expect-family
        asks), as the daemon's audit log records it (or that could not be learned)
+  5    --require-unlock: no unlock, and the daemon unlocks nothing (as `metalift
+       status` exits 5: no daemon, no policy live, an audit log that cannot write)
   126  the command is not executable
   127  the command was not found
 
@@ -130,7 +134,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     if let Some(problem) = daemon_problem(socket.as_deref()).filter(|_| !args.quiet) {
         eprintln!(
-            "metalift: warning: {problem}: {} will run stock",
+            "metalift: warning: {problem}: {} will run stock unless that clears before it checks in",
             program.display()
         );
     }
@@ -154,36 +158,24 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     Ok(exec_failure(&program, &err))
 }
 
-/// Why the shim will get no unlock, if it will not: nothing listens on the
-/// socket, or the daemon that does reports a cause that turns every unlock off
-/// (its audit log cannot hold decisions).
+/// Why the shim will get no unlock, if it will not, as every tool judges it: no
+/// socket known, or the daemon's judgement is that it unlocks nothing (no daemon
+/// answers, no policy live, an audit log that cannot hold decisions).
 fn daemon_problem(socket: Option<&Path>) -> Option<String> {
     let Some(socket) = socket else {
         return Some("no daemon socket is known (set METALIFT_SOCKET or pass --socket)".into());
     };
-    match metalift_daemon::service::status::request(socket, Duration::from_secs(1)) {
-        Ok(report) => report
-            .health
-            .causes
-            .iter()
-            .find(|cause| cause.stops_unlocks())
-            .map(|cause| {
-                format!(
-                    "metaliftd on {}: {}",
-                    socket.display(),
-                    daemon_health::describe(cause)
-                )
-            }),
-        Err(e) => Some(format!(
-            "no metalift daemon answers on {} ({})",
-            socket.display(),
-            match e {
-                metalift_daemon::service::status::StatusError::NotRunning { source, .. } =>
-                    source.to_string(),
-                other => other.to_string(),
-            }
-        )),
+    let judged = daemon_health::judged(socket);
+    if judged.level < crate::judgement::Level::UnlocksNothing {
+        return None;
     }
+    judged.cause().map(|cause| {
+        format!(
+            "metaliftd on {}: {}",
+            socket.display(),
+            daemon_health::describe(cause)
+        )
+    })
 }
 
 /// Finds the command as a shell would; on failure says why on stderr and

@@ -24,6 +24,8 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use crate::judgement::{Judgement, Level};
+
 use anyhow::Context;
 use metalift_policy::{
     load_with, Action, Capabilities, CompileOptions, HostFamily, LoadError, LoadOptions, Loaded,
@@ -131,6 +133,7 @@ struct Chosen {
 /// Runs `metalift explain`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut decision = None;
+    let mut judged = None;
     let chosen = if let Some(id) = args.decision {
         let record = match find_decision(&args.log, id) {
             Ok(Some(r)) => r,
@@ -164,12 +167,17 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         decision = Some(record);
         archived
     } else if args.live {
-        live_policy(&args)
+        let (j, chosen) = live_policy(&args);
+        judged = j;
+        chosen
     } else {
         file_policy(&args, &host_for(&args, None))
     };
     let chosen = match chosen {
         Ok(c) => c,
+        Err(_) if judged.as_ref().is_some_and(|j| j.level > Level::Healthy) => {
+            return Ok(ExitCode::from(live_ladder(judged.as_ref(), 0)));
+        }
         Err(code) => return Ok(code),
     };
 
@@ -227,7 +235,19 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             print!("{}", compare_text(record, &verdict));
         }
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(ExitCode::from(live_ladder(judged.as_ref(), 0)))
+}
+
+/// `--live`'s exit status: the judgement's ladder when the daemon is not healthy
+/// (its cause said on stderr, as `metalift status` says it first), else `code`.
+fn live_ladder(judged: Option<&Judgement>, code: u8) -> u8 {
+    let Some(judged) = judged.filter(|j| j.level > Level::Healthy) else {
+        return code;
+    };
+    if let Some(cause) = judged.cause_line() {
+        eprintln!("metalift: --live: {}: {cause}", judged.level.word());
+    }
+    judged.exit_code()
 }
 
 /// The policy file on disk (`--policy`), as metaliftd would load it.

@@ -40,11 +40,6 @@ pub const METALIFT_EXIT: &[ExitStatus] = &[
         meaning: "the policy to explain with is invalid",
     },
     ExitStatus {
-        code: status::EXIT_UNREACHABLE,
-        command: "status",
-        meaning: "no daemon answers on the socket (or it does not answer in time)",
-    },
-    ExitStatus {
         code: doctor::WARNINGS,
         command: "doctor",
         meaning: "with --strict: warnings (it works, but something will surprise you); without it warnings exit 0",
@@ -67,12 +62,22 @@ pub const METALIFT_EXIT: &[ExitStatus] = &[
     ExitStatus {
         code: doctor::FAILURES,
         command: "doctor",
-        meaning: "failures: processes will run stock, or the live policy is not the file",
+        meaning: "failures: processes will run stock (the shim, the injection, the policy file); when the daemon's state is what fails, its ladder status instead (3, 4, 5 as `status`)",
+    },
+    ExitStatus {
+        code: crate::judgement::EXIT_DISK_NOT_LIVE,
+        command: "doctor",
+        meaning: "the daemon's state fails as `status` exits 3: the file on disk is not live",
     },
     ExitStatus {
         code: status::EXIT_DISK_NOT_LIVE,
         command: "status",
-        meaning: "the daemon refused the file on disk or has not loaded it (the last good policy is live)",
+        meaning: "the daemon refused the file on disk or has not loaded it (the last good policy is live and unlocks)",
+    },
+    ExitStatus {
+        code: crate::judgement::EXIT_DISK_NOT_LIVE,
+        command: "explain --live",
+        meaning: "explained, but the daemon's state is not healthy: its ladder status as `status` (3, 4, 5), the cause on stderr",
     },
     ExitStatus {
         code: edit::NOT_LIVE,
@@ -82,7 +87,12 @@ pub const METALIFT_EXIT: &[ExitStatus] = &[
     ExitStatus {
         code: status::EXIT_DEGRADED,
         command: "status",
-        meaning: "degraded: the daemon runs but cannot unlock as its policy says (the audit log cannot take records, or policy.toml is missing), the cause printed first",
+        meaning: "degraded: it unlocks, but not all its policy says (policy.toml is missing, a require_verified profile is unverified or the verification file refused, or the daemon reports no health: unknown, never healthy), the cause printed first",
+    },
+    ExitStatus {
+        code: crate::judgement::EXIT_DEGRADED,
+        command: "doctor",
+        meaning: "the daemon's state fails as `status` exits 4: degraded",
     },
     ExitStatus {
         code: exec::NOT_UNLOCKED,
@@ -93,6 +103,21 @@ pub const METALIFT_EXIT: &[ExitStatus] = &[
         code: edit::NOT_INSTALLED,
         command: "edit",
         meaning: "not installed: the file changed during the edit (the edited copy is kept beside it)",
+    },
+    ExitStatus {
+        code: status::EXIT_UNLOCKS_NOTHING,
+        command: "status",
+        meaning: "it unlocks nothing, the cause printed first: no daemon answers on the socket (or not in time), no policy has been live since it started, or the audit log cannot take records; never milder than degraded",
+    },
+    ExitStatus {
+        code: crate::judgement::EXIT_UNLOCKS_NOTHING,
+        command: "doctor",
+        meaning: "the daemon's state fails as `status` exits 5: it unlocks nothing",
+    },
+    ExitStatus {
+        code: exec::UNLOCKS_NOTHING,
+        command: "exec --require-unlock",
+        meaning: "no unlock, and the daemon unlocks nothing (as `status` exits 5), the cause printed",
     },
     ExitStatus {
         code: exec::NOT_EXECUTABLE,

@@ -5,41 +5,52 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use metalift_policy::{
-    policy_files, read_policy_within, sources_sha256, LoadError, DEFAULT_MAX_POLICY_BYTES,
-};
 use serde::Serialize;
 
+#[cfg(test)]
+use crate::judgement::read_disk;
+use crate::judgement::{self, Disk, Level};
+#[cfg(test)]
+use metalift_policy::DEFAULT_MAX_POLICY_BYTES;
+
 use metalift_daemon::service::health::code;
-use metalift_daemon::service::status::{self, StatusReport};
+use metalift_daemon::service::status::StatusReport;
 
 /// How long to wait for the daemon's answer.
-const TIMEOUT: Duration = Duration::from_secs(5);
+const TIMEOUT: Duration = judgement::TIMEOUT;
 
 /// The daemon answers and serves the file on disk.
-pub const EXIT_HEALTHY: u8 = 0;
-/// No daemon answers on the socket (or its answer is unreadable).
-pub const EXIT_UNREACHABLE: u8 = 1;
-/// The daemon answers, but the file on disk is refused or differs from the live policy.
-pub const EXIT_DISK_NOT_LIVE: u8 = 3;
-/// The daemon answers but is degraded: it cannot unlock as its policy says (the
-/// audit log cannot take records, or the policy file is missing).
-pub const EXIT_DEGRADED: u8 = 4;
+pub const EXIT_HEALTHY: u8 = judgement::EXIT_HEALTHY;
+/// The daemon answers, but the file on disk is refused or differs from the live
+/// policy (the last good one unlocks).
+pub const EXIT_DISK_NOT_LIVE: u8 = judgement::EXIT_DISK_NOT_LIVE;
+/// The daemon answers but is degraded: it unlocks, but not all its policy says
+/// (policy.toml missing, a profile unverified, its health unknown).
+pub const EXIT_DEGRADED: u8 = judgement::EXIT_DEGRADED;
+/// It unlocks nothing: no daemon answers, no policy has been live since it
+/// started, or its audit log cannot take records.
+pub const EXIT_UNLOCKS_NOTHING: u8 = judgement::EXIT_UNLOCKS_NOTHING;
+/// No daemon answers on the socket: it unlocks nothing.
+pub const EXIT_UNREACHABLE: u8 = EXIT_UNLOCKS_NOTHING;
 
 /// Arguments of `metalift status`.
 #[derive(Debug, clap::Args)]
 #[command(after_help = "Exit status:\n  \
     0  healthy: the daemon answers and its live policy is the file on disk\n  \
-    1  no daemon answers on the socket (or it does not answer in time)\n  \
     3  the daemon answers, but it refused the file on disk or has not loaded it\n     \
-       (the live policy is the last good one; `kill -HUP` or\n     \
+       (the live policy is the last good one and unlocks; `kill -HUP` or\n     \
        `sudo launchctl kill HUP system/com.metalift.metaliftd` reloads)\n  \
-    4  degraded: the daemon runs but cannot unlock as its policy says, the cause\n     \
-       printed first: the audit log cannot take records (disk full, unwritable:\n     \
-       every decision is stock) or policy.toml is missing (the last good policy\n     \
-       stays live); 4 wins over 3\n\n\
+    4  degraded: it unlocks, but not all its policy says, the cause printed\n     \
+       first: policy.toml is missing (the last good policy stays live), a\n     \
+       require_verified profile is unverified or the verification file refused,\n     \
+       or the daemon reports no health (unknown, never healthy)\n  \
+    5  it unlocks nothing, the cause printed first: no daemon answers on the\n     \
+       socket (or not in time), no policy has been live since it started, or\n     \
+       the audit log cannot take records (every decision is stock)\n\n\
+    One ladder for every tool: a worse state never exits milder.\n\n\
     With --json the same facts are printed as one JSON object on stdout in every\n\
-    case: \"ok\" (bool), \"state\" (healthy, degraded, disk_not_live, unreachable),\n\
+    case: \"ok\" (bool), \"state\" (healthy, disk_not_live, degraded,\n\
+    unlocks_nothing, unreachable), \"cause\" ({\"code\", \"message\", \"level\"} or null),\n\
     \"error\" (string or null), \"problems\" (list, cause first), \"socket\",\n\
     \"disk_sha256\", and, when the daemon answered, its report's fields (among\n\
     them \"health\": {\"state\": \"ok\"|\"degraded\", \"causes\": [{\"code\", \"message\"}]}).")]
@@ -60,8 +71,11 @@ pub struct Args {
 pub struct StatusJson {
     /// True when the exit status is 0.
     pub ok: bool,
-    /// `healthy`, `degraded`, `disk_not_live` or `unreachable` (exit 0, 4, 3, 1).
+    /// `healthy`, `disk_not_live`, `degraded`, `unlocks_nothing` (exit 0, 3, 4,
+    /// 5), or `unreachable` (exit 5: no daemon answers).
     pub state: &'static str,
+    /// The cause to fix first, as every tool names it (`null` when healthy).
+    pub cause: Option<judgement::Finding>,
     /// Why the daemon could not be asked; `null` when it answered.
     pub error: Option<String>,
     /// Every problem, cause first; empty when healthy.
@@ -76,25 +90,6 @@ pub struct StatusJson {
     pub daemon: Option<StatusReport>,
 }
 
-/// The file on disk, as this process can see it: hashed, never parsed (a policy
-/// can be large; the daemon's report has the rule count of what it loaded).
-#[derive(Debug)]
-enum Disk {
-    /// Read, with its hash.
-    Hashed(String),
-    /// `policy.toml` does not exist (the daemon keeps its live policy).
-    Missing,
-    /// Larger than the daemon's limit: not read (the daemon refuses it unread too).
-    TooLarge {
-        /// Its files' total size.
-        bytes: u64,
-        /// The limit.
-        limit: u64,
-    },
-    /// Could not be read here (e.g. not readable by this user).
-    Unreadable(String),
-}
-
 /// Runs `metalift status` (exit codes: see [`Args`]'s help).
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let socket = match args.socket {
@@ -107,10 +102,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     } else {
         match &out.daemon {
             Some(report) => {
-                // The cause first, before the figures: a degraded daemon's first
-                // line says why it cannot unlock.
-                if let Some(first) = report.health.causes.first() {
-                    println!("DEGRADED: {} ({})", first.message, first.code);
+                // The cause first, before the figures: the judgement every tool
+                // prints (its level's word, then the cause).
+                if let Some(cause) = &out.cause {
+                    println!(
+                        "{}: {} ({})",
+                        level_heading(cause.level),
+                        cause.message,
+                        cause.code
+                    );
                 }
                 print!("{}", report.to_text());
                 if let Some(sha) = &out.disk_sha256 {
@@ -137,51 +137,49 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::from(code))
 }
 
+/// The first line's heading for a cause at `level`.
+fn level_heading(level: Level) -> &'static str {
+    match level {
+        Level::Healthy => "OK",
+        Level::DiskNotLive => "NOT THE FILE ON DISK",
+        Level::Degraded => "DEGRADED",
+        Level::UnlocksNothing => "UNLOCKS NOTHING",
+    }
+}
+
 /// Asks the daemon, compares with the disk, and returns the exit code and the report.
 #[must_use]
 pub fn examine(socket: &Path) -> (u8, StatusJson) {
-    let report = match status::request(socket, TIMEOUT) {
-        Ok(report) => report,
-        Err(err) => {
-            let error = err.to_string();
-            return (
-                EXIT_UNREACHABLE,
-                StatusJson {
-                    ok: false,
-                    state: "unreachable",
-                    problems: vec![error.clone()],
-                    error: Some(error),
-                    socket: socket.display().to_string(),
-                    disk_sha256: None,
-                    daemon: None,
-                },
-            );
-        }
+    let judged = judgement::ask(socket, TIMEOUT);
+    let code = judged.exit_code();
+    let cause = judged.cause().cloned();
+    let (Some(report), Some(disk)) = (judged.report, judged.disk) else {
+        let error = judged.error.unwrap_or_default();
+        return (
+            code,
+            StatusJson {
+                ok: false,
+                state: "unreachable",
+                cause,
+                problems: vec![error.clone()],
+                error: Some(error),
+                socket: socket.display().to_string(),
+                disk_sha256: None,
+                daemon: None,
+            },
+        );
     };
-    let limit = report.max_policy_bytes.unwrap_or(DEFAULT_MAX_POLICY_BYTES);
-    let disk = read_disk(Path::new(&report.policy_path), limit);
     let problems = problems(&report, &disk);
     let disk_sha256 = match &disk {
         Disk::Hashed(sha) => Some(sha.clone()),
         Disk::Missing | Disk::TooLarge { .. } | Disk::Unreadable(_) => None,
     };
-    let degraded = report
-        .health
-        .causes
-        .iter()
-        .any(|c| c.code != code::POLICY_REJECTED);
-    let (code, state) = if degraded {
-        (EXIT_DEGRADED, "degraded")
-    } else if problems.iter().any(|p| p.counts) {
-        (EXIT_DISK_NOT_LIVE, "disk_not_live")
-    } else {
-        (EXIT_HEALTHY, "healthy")
-    };
     (
         code,
         StatusJson {
             ok: code == EXIT_HEALTHY,
-            state,
+            state: judged.level.word(),
+            cause,
             error: None,
             problems: problems.into_iter().map(|p| p.text).collect(),
             socket: socket.display().to_string(),
@@ -191,28 +189,11 @@ pub fn examine(socket: &Path) -> (u8, StatusJson) {
     )
 }
 
-/// Hashes the policy on disk with the policy crate's function (the daemon's),
-/// without parsing it: the files' sizes are compared with the daemon's `limit`
-/// first, and a policy over it is not read at all. Ownership is not checked here:
-/// the daemon's own refusal says so if it matters.
-fn read_disk(policy: &Path, limit: u64) -> Disk {
-    match policy_files(policy) {
-        Ok((_, bytes)) if bytes > limit => return Disk::TooLarge { bytes, limit },
-        Ok(_) => {}
-        Err(LoadError::NotFound { .. }) => return Disk::Missing,
-        Err(other) => return Disk::Unreadable(other.to_string()),
-    }
-    match read_policy_within(policy, limit) {
-        Ok(read) => Disk::Hashed(sources_sha256(&read.sources)),
-        Err(LoadError::NotFound { .. }) => Disk::Missing,
-        Err(LoadError::TooLarge { bytes, limit, .. }) => Disk::TooLarge { bytes, limit },
-        Err(other) => Disk::Unreadable(other.to_string()),
-    }
-}
-
 struct Problem {
     text: String,
-    /// Whether it makes the exit status 3 (a note about this CLI's view does not).
+    /// Whether it is a problem of the daemon's state (a note about this CLI's
+    /// view is not); the judgement decides the exit status, the tests check both agree.
+    #[cfg_attr(not(test), allow(dead_code))]
     counts: bool,
 }
 
@@ -321,7 +302,8 @@ mod tests {
             "version": "0.1.0", "pid": 1, "started_at": "t", "policy_path": "/etc/metalift/policy.toml",
             "policy_sha256": sha, "policy_loaded_at": "t", "rule_count": 2, "mode": "enforce",
             "last_reload_error": null, "check_ins": 0, "unlocks": 0, "would_unlock": 0,
-            "outcomes": 0, "audit_failures": 0, "cache_entries": 0
+            "outcomes": 0, "audit_failures": 0, "cache_entries": 0,
+            "health": {"state": "ok", "causes": []}
         }))
         .expect("a report")
     }

@@ -200,7 +200,7 @@ fn a_healthy_installation_is_all_ok_and_exits_0() {
 }
 
 #[test]
-fn a_broken_installation_fails_each_broken_part_with_a_fix_and_exits_2() {
+fn a_broken_installation_without_a_daemon_fails_each_broken_part_with_a_fix_and_exits_5() {
     let root = Root::new();
     // Group/other-writable policy, a 32-bit shim, a job naming a missing library, no daemon.
     root.policy("version = 1\n", 0o666);
@@ -215,7 +215,8 @@ fn a_broken_installation_fails_each_broken_part_with_a_fix_and_exits_2() {
     .unwrap();
     let (out, report) = root.doctor();
     let checks = statuses(&report);
-    assert_eq!(out.status.code(), Some(2), "{report:#}");
+    // No daemon: it unlocks nothing, the ladder's worst (as `metalift status`).
+    assert_eq!(out.status.code(), Some(5), "{report:#}");
     assert_eq!(report["ok"], false);
     for name in ["daemon", "shim", "injection"] {
         assert_eq!(status_of(&checks, name), ["fail"], "{name}: {report:#}");
@@ -308,5 +309,9 @@ fn bake_prints_one_line_per_check_and_fails_only_on_fail_lines() {
         lines.iter().any(|l| l.starts_with("FAIL daemon: ")),
         "{lines:#?}"
     );
-    assert_eq!(code, Some(2), "{lines:#?}");
+    assert_eq!(
+        code,
+        Some(5),
+        "unlocks nothing, as status exits: {lines:#?}"
+    );
 }

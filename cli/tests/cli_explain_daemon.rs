@@ -293,7 +293,14 @@ fn explain_live_uses_the_daemons_policy_when_the_file_on_disk_is_refused() {
 
     let o = env.explain(&["--live", "--path", s(&me())]);
     let text = out(&o);
-    assert_eq!(o.status.code(), Some(0), "{text}");
+    // Explained with the live policy, and the daemon's state as `status` judges
+    // it: the file on disk is not live (3), the cause named.
+    assert_eq!(o.status.code(), Some(3), "{text}");
+    assert!(
+        String::from_utf8_lossy(&o.stderr)
+            .contains("disk_not_live: the last policy load was refused"),
+        "{text}"
+    );
     assert!(text.contains("policy   live in metaliftd (pid "), "{text}");
     assert!(
         text.contains(&format!(

@@ -171,10 +171,14 @@ fn given_the_audit_disk_full_then_status_is_degraded_cause_first_doctor_fails_an
 
     let text = status(&dir, false);
     let stdout = String::from_utf8_lossy(&text.stdout);
-    assert_eq!(text.status.code(), Some(4), "degraded is exit 4:\n{stdout}");
+    assert_eq!(
+        text.status.code(),
+        Some(5),
+        "unlocks nothing is exit 5:\n{stdout}"
+    );
     let first = stdout.lines().next().unwrap_or_default();
     assert!(
-        first.starts_with("DEGRADED: ")
+        first.starts_with("UNLOCKS NOTHING: ")
             && first.contains("the last audit write failed")
             // ENOSPC, or a short write when the last page took part of the record.
             && (first.contains("No space left on device") || first.contains("short write"))
@@ -183,7 +187,8 @@ fn given_the_audit_disk_full_then_status_is_degraded_cause_first_doctor_fails_an
     );
     let report = json(&status(&dir, true));
     assert_eq!(report["ok"], false);
-    assert_eq!(report["state"], "degraded");
+    assert_eq!(report["state"], "unlocks_nothing");
+    assert_eq!(report["cause"]["code"], "audit_write_failed", "{report}");
     assert_eq!(report["health"]["state"], "degraded", "{report}");
     let codes: Vec<&str> = report["health"]["causes"]
         .as_array()
@@ -272,7 +277,7 @@ fn given_a_daemon_that_accepts_but_never_answers_then_status_and_doctor_say_no_a
     let _hung = std::os::unix::net::UnixListener::bind(dir.socket()).expect("bind");
     let out = status(&dir, false);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(out.status.code(), Some(5), "{stderr}");
     assert!(
         stderr.contains("no answer from metaliftd within 5 s"),
         "{stderr}"

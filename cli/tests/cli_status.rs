@@ -140,10 +140,10 @@ fn metalift_status_shows_the_policy_and_counts() {
 }
 
 #[test]
-fn metalift_status_without_a_daemon_exits_1_and_names_the_socket() {
+fn metalift_status_without_a_daemon_exits_5_unlocks_nothing_and_names_the_socket() {
     let env = Env::new();
     let (code, _, stderr) = env.status(false);
-    assert_eq!(code, Some(1));
+    assert_eq!(code, Some(5));
     assert!(stderr.contains("is metaliftd running?"), "{stderr}");
     assert!(
         stderr.contains(&env.socket().display().to_string()),
@@ -209,10 +209,10 @@ fn given_a_refused_file_on_disk_then_status_exits_3_listing_every_error_cause_fi
 }
 
 #[test]
-fn given_no_daemon_then_status_exits_1_and_json_still_prints_one_object() {
+fn given_no_daemon_then_status_exits_5_and_json_still_prints_one_object() {
     let env = Env::new();
     let (code, out, err) = env.status(true);
-    assert_eq!(code, Some(1), "{out}{err}");
+    assert_eq!(code, Some(5), "{out}{err}");
     let v: Value = serde_json::from_str(&out).expect("json on failure");
     assert_eq!(v["ok"], false);
     assert!(v["error"]
@@ -221,7 +221,7 @@ fn given_no_daemon_then_status_exits_1_and_json_still_prints_one_object() {
     assert_eq!(v["socket"], env.socket().display().to_string());
 
     let (code, out, err) = env.status(false);
-    assert_eq!(code, Some(1));
+    assert_eq!(code, Some(5));
     assert!(out.is_empty(), "{out}");
     assert!(err.contains("is metaliftd running?"), "{err}");
 }

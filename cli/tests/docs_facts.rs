@@ -107,6 +107,12 @@ fn every_exit_code_constant_is_documented_for_its_command() {
         (validate::INVALID, "validate"),
         (explain::INVALID_POLICY, "explain"),
         (status::EXIT_UNREACHABLE, "status"),
+        (status::EXIT_UNLOCKS_NOTHING, "status"),
+        (exec::UNLOCKS_NOTHING, "exec --require-unlock"),
+        (
+            metalift_cli::judgement::EXIT_DISK_NOT_LIVE,
+            "explain --live",
+        ),
         (status::EXIT_DISK_NOT_LIVE, "status"),
         (status::EXIT_DEGRADED, "status"),
         (doctor::WARNINGS, "doctor"),

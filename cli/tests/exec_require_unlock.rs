@@ -296,15 +296,16 @@ fn given_a_degraded_daemon_then_require_unlock_names_its_cause() {
     let probe = probe();
     let out = require_unlock(&socket, &log, &["--", probe.to_str().expect("utf-8")]);
     let err = stderr(&out);
-    assert_eq!(out.status.code(), Some(4), "{err}");
+    // The ladder: a daemon that unlocks nothing exits 5, never milder than 4.
+    assert_eq!(out.status.code(), Some(5), "{err}");
     assert!(
-        err.contains("the daemon cannot unlock: audit_write_failed: the last audit write failed (No space left on device"),
+        err.contains("the daemon cannot unlock (unlocks_nothing): audit_write_failed: the last audit write failed (No space left on device"),
         "{err}"
     );
     // Said before the command runs too, as plain `metalift exec` says it.
     assert!(
         err.contains(&format!(
-            "metalift: warning: metaliftd on {}: the daemon cannot unlock: audit_write_failed",
+            "metalift: warning: metaliftd on {}: the daemon cannot unlock (unlocks_nothing): audit_write_failed",
             socket.display()
         )),
         "{err}"

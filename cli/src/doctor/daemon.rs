@@ -4,9 +4,10 @@
 use std::path::Path;
 use std::time::Duration;
 
-use metalift_policy::{load, LoadError, LoadOptions, Loaded};
+use metalift_policy::{load_within, CompileOptions, HostFamily, LoadError, LoadOptions, Loaded};
 
 use super::check::{Check, Status};
+use crate::judgement::Judgement;
 use metalift_daemon::service::status::{self, StatusError, StatusReport};
 
 /// How long the daemon has to answer.
@@ -20,56 +21,61 @@ fn start_fix() -> &'static str {
     }
 }
 
-/// Is a daemon answering on `socket`?
-pub fn reachable(socket: &Path) -> (Check, Option<StatusReport>) {
-    match status::request(socket, TIMEOUT) {
-        Ok(report) => (
-            Check::new(
-                "daemon",
-                Status::Ok,
-                format!(
-                    "metaliftd {} (pid {}) answers on {} (Unix socket, as the shim asks)",
-                    report.version,
-                    report.pid,
-                    socket.display()
-                ),
+/// Is a daemon answering on `socket`? With the judgement of its state every tool shares.
+pub fn reachable(socket: &Path) -> (Check, Judgement) {
+    let answer = status::request(socket, TIMEOUT);
+    let check = match &answer {
+        Ok(report) => Check::new(
+            "daemon",
+            Status::Ok,
+            format!(
+                "metaliftd {} (pid {}) answers on {} (Unix socket, as the shim asks)",
+                report.version,
+                report.pid,
+                socket.display()
             ),
-            Some(report),
         ),
-        Err(StatusError::NotRunning { source, .. }) if !socket.exists() => (
-            Check::new(
-                "daemon",
-                Status::Fail,
-                format!(
-                    "no socket at {} ({source}): every process runs stock",
-                    socket.display()
-                ),
-            )
-            .fix(start_fix()),
-            None,
-        ),
-        Err(e) => (
-            Check::new(
-                "daemon",
-                Status::Fail,
-                format!("{e}: every process runs stock"),
-            )
-            .fix(format!(
-                "a stale socket or a hung daemon: restart it; {}",
-                start_fix()
-            )),
-            None,
-        ),
-    }
+        Err(StatusError::NotRunning { source, .. }) if !socket.exists() => Check::new(
+            "daemon",
+            Status::Fail,
+            format!(
+                "no socket at {} ({source}): every process runs stock",
+                socket.display()
+            ),
+        )
+        .fix(start_fix()),
+        Err(e) => Check::new(
+            "daemon",
+            Status::Fail,
+            format!("{e}: every process runs stock"),
+        )
+        .fix(format!(
+            "a stale socket or a hung daemon: restart it; {}",
+            start_fix()
+        )),
+    };
+    (check, crate::judgement::judge(answer, socket))
 }
 
-/// Is the policy readable, secure and valid?
-pub fn policy(path: &Path, allow_insecure_owner: bool) -> (Check, Option<Loaded>) {
+/// Is the policy readable, secure and valid, within the daemon's size limit
+/// `max_bytes` and for the daemon's host chip `chip` (both from its status; this
+/// machine's chip when it reported none)?
+pub fn policy(
+    path: &Path,
+    allow_insecure_owner: bool,
+    max_bytes: u64,
+    chip: Option<String>,
+) -> (Check, Option<Loaded>) {
     let opts = LoadOptions {
         allow_insecure_owner,
     };
+    let compile = CompileOptions {
+        host: HostFamily {
+            brand: chip.or_else(metalift_daemon::live_policy::host_chip::machine_brand),
+        },
+    };
     let shown = path.display();
-    match load(path, &opts) {
+    match load_within(path, &opts, &compile, max_bytes) {
         Ok(loaded) if loaded.warnings.is_empty() => (
             Check::new(
                 "policy",

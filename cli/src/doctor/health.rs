@@ -7,45 +7,59 @@
 use std::path::Path;
 
 use super::check::{Check, Status};
+use crate::judgement::Judgement;
 use metalift_daemon::service::health::{code, LOW_SPACE_BYTES};
+#[cfg(test)]
 use metalift_daemon::service::status::StatusReport;
 
-/// The daemon's own health verdict: `fail` whenever it cannot unlock as its
-/// policy says, naming the cause first.
-pub fn daemon_health(report: Option<&StatusReport>) -> Check {
-    let Some(report) = report else {
-        return Check::new("health", Status::Warn, "cannot ask: no daemon answers");
-    };
-    let causes = &report.health.causes;
-    let Some(first) = causes.first() else {
+/// The daemon's state as every tool judges it ([`crate::judgement`]): `fail`
+/// whenever it cannot unlock as the file on disk says, naming the cause first.
+pub fn daemon_health(judged: &Judgement) -> Check {
+    if judged.report.is_none() {
+        // The daemon check says why; here the judgement's level and the same cause.
+        let cause = judged.cause_line().unwrap_or_default();
+        return Check::new("health", Status::Fail, format!("unlocks_nothing: {cause}"))
+            .fix("start metaliftd (the daemon check says how)");
+    }
+    let Some(first) = judged.cause() else {
         return Check::new(
             "health",
             Status::Ok,
             "metaliftd reports no cause that keeps it from unlocking",
         );
     };
-    let more = match causes.len() - 1 {
+    let more = match judged.findings.len() - 1 {
         0 => String::new(),
         1 => " (and 1 more cause: `metalift status` lists it)".to_owned(),
         n => format!(" (and {n} more causes: `metalift status` lists them)"),
     };
-    let message = format!("degraded: {} ({}){more}", first.message, first.code);
-    let (status, fix) = match first.code.as_str() {
-        code::AUDIT_WRITE_FAILED | code::AUDIT_DISK_FULL => (
-            Status::Fail,
+    let message = format!(
+        "{}: {} ({}){more}",
+        judged.level.word(),
+        first.message,
+        first.code
+    );
+    let fix = match first.code.as_str() {
+        code::AUDIT_WRITE_FAILED | code::AUDIT_DISK_FULL => {
             "free space on the audit log's file system (or fix its permissions); \
-             unlocks resume with the next record metaliftd can write",
-        ),
-        code::POLICY_MISSING => (
-            Status::Fail,
+             unlocks resume with the next record metaliftd can write"
+        }
+        code::POLICY_MISSING => {
             "put policy.toml back (sudo metalift edit); to turn unlocking off on purpose, \
-             install a policy with no rules",
-        ),
-        // The live-policy check says the same with the hashes; not twice a failure.
-        code::POLICY_REJECTED => (Status::Warn, "see the live policy check"),
-        _ => (Status::Fail, "metalift status shows every cause"),
+             install a policy with no rules"
+        }
+        code::NOTHING_LIVE | code::POLICY_REJECTED => {
+            "fix the policy (`metalift validate` lists every error), then reload: kill -HUP"
+        }
+        code::VERIFICATION_REFUSED => {
+            "make the verification file root-owned, not group/other-writable, and readable; \
+             or run `sudo metalift verify` again"
+        }
+        code::UNVERIFIED => "sudo metalift verify --profile <the profile named>",
+        code::HEALTH_UNKNOWN => "upgrade metaliftd to this metalift's version",
+        _ => "metalift status shows every cause",
     };
-    Check::new("health", status, message).fix(fix)
+    Check::new("health", Status::Fail, message).fix(fix)
 }
 
 /// Bytes the daemon (root) could still write where `path` lives (the nearest
@@ -92,9 +106,13 @@ mod tests {
         report
     }
 
+    fn judged(report: StatusReport) -> Judgement {
+        crate::judgement::judge(Ok(report), Path::new("/s"))
+    }
+
     #[test]
     fn a_daemon_whose_audit_writes_fail_is_a_failure_naming_the_cause() {
-        let check = daemon_health(Some(&report(vec![Cause {
+        let check = daemon_health(&judged(report(vec![Cause {
             code: code::AUDIT_WRITE_FAILED.into(),
             message: "the last audit write failed".into(),
         }])));
@@ -102,10 +120,13 @@ mod tests {
         assert!(
             check
                 .message
-                .starts_with("degraded: the last audit write failed"),
+                .starts_with("unlocks_nothing: the last audit write failed"),
             "{check:?}"
         );
-        assert_eq!(daemon_health(Some(&report(Vec::new()))).status, Status::Ok);
+        assert_eq!(
+            daemon_health(&judged(report(Vec::new()))).status,
+            Status::Ok
+        );
     }
 
     #[test]

@@ -73,12 +73,20 @@ pub fn run(mut command: Command, program: &Path, req: &Requirement) -> anyhow::R
         }
         Err(reason) => {
             eprintln!("metalift: --require-unlock: {reason}");
+            // The daemon's state as every tool judges it: its causes, and the
+            // ladder's status when it is worse than "this one process got none".
+            let mut code = NOT_UNLOCKED;
             if let Some(socket) = &req.socket {
-                for cause in daemon_health::degraded_causes(socket) {
-                    eprintln!("metalift: --require-unlock: {cause}");
+                let judged = daemon_health::judged(socket);
+                for finding in &judged.findings {
+                    eprintln!(
+                        "metalift: --require-unlock: {}",
+                        daemon_health::describe(finding)
+                    );
                 }
+                code = code.max(judged.exit_code());
             }
-            Ok(ExitCode::from(NOT_UNLOCKED))
+            Ok(ExitCode::from(code))
         }
     }
 }

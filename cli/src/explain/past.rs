@@ -9,29 +9,32 @@ use std::process::ExitCode;
 use anyhow::Context;
 use metalift_policy::{compile_sources_with, CompileOptions, Policy, Source, Subject, Verdict};
 
+use metalift_daemon::service::status::StatusReport;
+
 use super::{Args, Chosen, HashNote};
+use crate::judgement::Judgement;
 
 /// The daemon's live policy: its hash from the daemon, its text from the archive.
-pub(super) fn live_policy(args: &Args) -> Result<Chosen, ExitCode> {
+pub(super) fn live_policy(args: &Args) -> (Option<Judgement>, Result<Chosen, ExitCode>) {
     let socket = match &args.socket {
         Some(s) => s.clone(),
         None => match metalift_daemon::service::config::default_client_socket() {
             Ok(s) => s,
             Err(e) => {
                 eprintln!("metalift: error: {e}");
-                return Err(ExitCode::from(2));
+                return (None, Err(ExitCode::from(2)));
             }
         },
     };
-    let report =
-        match metalift_daemon::service::status::request(&socket, std::time::Duration::from_secs(5))
-        {
-            Ok(r) => r,
-            Err(e) => {
-                eprintln!("metalift: error: --live: {e}");
-                return Err(ExitCode::from(2));
-            }
-        };
+    // The judgement every tool renders: what is live, and whether it unlocks.
+    let judged = crate::judgement::ask(&socket, crate::judgement::TIMEOUT);
+    let Some(report) = judged.report.clone() else {
+        return (Some(judged), Err(ExitCode::from(2)));
+    };
+    (Some(judged), live_from(args, &report))
+}
+
+fn live_from(args: &Args, report: &StatusReport) -> Result<Chosen, ExitCode> {
     if report.policy_archived == Some(false) {
         // The daemon knows its archive write failed (it retries at every reload and
         // status request): say that, not "no longer archived".

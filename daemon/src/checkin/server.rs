@@ -344,7 +344,8 @@ impl Core {
         let count = |c: &AtomicU64| c.load(Ordering::Relaxed);
         let audit = crate::service::health::AuditFacts::of(&self.audit);
         StatusReport {
-            health: crate::service::health::assess(&published, &audit),
+            health: crate::service::health::assess(&published, &audit)
+                .and(self.verification.health_causes(&live.policy)),
             audit_free_bytes: audit.free_bytes,
             audit_log: Some(audit.path),
             max_policy_bytes: Some(self.policy.max_bytes()),

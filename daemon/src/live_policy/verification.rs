@@ -141,13 +141,59 @@ pub fn coverage(
         None => Coverage::Unverified(format!(
             "profile `{profile}` requires a passing verification for {}: none recorded for it{} ({hint})",
             host.describe(),
-            if records.iter().any(|r| r.profile == profile) {
-                " (there are verifications of this profile for another host chip, macOS build or capabilities)"
-            } else {
-                ""
-            }
+            nearest(records, profile, capabilities, host)
+                .map(|differs| format!(" (the nearest verification of it differs: {differs})"))
+                .unwrap_or_default()
         )),
     }
+}
+
+/// What differs between `host` (and `capabilities`) and the nearest record of
+/// `profile`: the one matching most of chip, build and capabilities (the newest
+/// among equals), each difference with both values. `None` without a record of it.
+fn nearest(
+    records: &[VerificationRecord],
+    profile: &str,
+    capabilities: &Capabilities,
+    host: &HostBuild,
+) -> Option<String> {
+    let score = |r: &VerificationRecord| {
+        u8::from(r.host_chip == host.chip)
+            + u8::from(r.os_build == host.os_build)
+            + u8::from(r.capabilities() == *capabilities)
+    };
+    let near = records
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.profile == profile)
+        .max_by_key(|(i, r)| (score(r), *i))
+        .map(|(_, r)| r)?;
+    let shown = |v: &Option<String>| {
+        v.as_deref()
+            .map_or("(unknown)".to_owned(), |c| format!("\"{c}\""))
+    };
+    let mut out = Vec::new();
+    if near.host_chip != host.chip {
+        out.push(format!(
+            "host chip {} here, {} recorded",
+            shown(&host.chip),
+            shown(&near.host_chip)
+        ));
+    }
+    if near.os_build != host.os_build {
+        out.push(format!(
+            "macOS build {} here, {} recorded",
+            shown(&host.os_build),
+            shown(&near.os_build)
+        ));
+    }
+    if near.capabilities() != *capabilities {
+        out.push(format!(
+            "capabilities {capabilities:?} in the policy, {:?} recorded",
+            near.capabilities()
+        ));
+    }
+    Some(out.join("; "))
 }
 
 /// `verdict`, answered stock with the reason when its (would-be) unlocked profile
@@ -258,6 +304,48 @@ impl VerificationStore {
                         rfc3339::format(r.time)
                     ),
                     Coverage::Unverified(why) => format!("{name}: stock: {why}"),
+                },
+            )
+            .collect()
+    }
+
+    /// The health causes verified unlock adds (`crate::service::health`): the
+    /// file refused (which file and why), else one per `require_verified`
+    /// profile of `policy` that answers stock on this host. None when no
+    /// profile requires verification.
+    pub fn health_causes(&self, policy: &Policy) -> Vec<crate::service::health::Cause> {
+        use crate::service::health::{code, Cause};
+        let wanted: Vec<(&String, &Capabilities)> = policy
+            .profiles()
+            .iter()
+            .filter(|(name, _)| policy.requires_verification(name))
+            .collect();
+        if wanted.is_empty() {
+            return Vec::new();
+        }
+        let recorded = self.recorded();
+        if let Recorded::Refused(why) = recorded.as_ref() {
+            let names: Vec<String> = wanted.iter().map(|(n, _)| format!("`{n}`")).collect();
+            return vec![Cause {
+                code: code::VERIFICATION_REFUSED.to_owned(),
+                message: format!(
+                    "the verification file is refused ({why}): profile{} {} (require_verified) \
+                     answer{} stock",
+                    if names.len() == 1 { "" } else { "s" },
+                    names.join(", "),
+                    if names.len() == 1 { "s" } else { "" }
+                ),
+            }];
+        }
+        wanted
+            .into_iter()
+            .filter_map(
+                |(name, caps)| match coverage(&recorded, name, caps, &self.host) {
+                    Coverage::Verified(_) => None,
+                    Coverage::Unverified(why) => Some(Cause {
+                        code: code::UNVERIFIED.to_owned(),
+                        message: format!("{why}; it answers stock"),
+                    }),
                 },
             )
             .collect()

@@ -17,11 +17,17 @@
 //! |----------------------|-------------------------------------------------------|----------------|
 //! | `audit_write_failed` | its last audit append failed (full, unwritable, I/O)  | none           |
 //! | `audit_disk_full`    | under [`LOW_SPACE_BYTES`] free where the log is       | none, or soon  |
+//! | `nothing_live`       | no policy was good since start (the empty fallback)   | none           |
 //! | `policy_missing`     | `policy.toml` does not exist                          | last good only |
 //! | `policy_rejected`    | the last load was refused                             | last good only |
+//! | `verification_refused` | the verification file is refused (owner, size, unreadable) | not the `require_verified` profiles |
+//! | `unverified`         | a `require_verified` profile has no pass for this host | not that profile |
 //!
-//! "Last good only" is none when no policy was good since start: the daemon
-//! then runs on the empty fallback, and the cause's message says so.
+//! `nothing_live` comes before the policy cause it explains: the daemon runs on
+//! the empty fallback and every check-in is answered stock.
+//!
+//! A report without `health` (a daemon older than this field) reads as
+//! [`State::Unknown`] with the `health_unknown` cause: never as healthy.
 //!
 //! `audit_write_failed` clears with the next record written (space came back);
 //! free space is measured when asked, on the open log file (`fstatvfs`), so it
@@ -48,6 +54,14 @@ pub mod code {
     pub const POLICY_MISSING: &str = "policy_missing";
     /// The last policy load was refused; the last good policy stays live.
     pub const POLICY_REJECTED: &str = "policy_rejected";
+    /// No policy has been live since start: every check-in is answered stock.
+    pub const NOTHING_LIVE: &str = "nothing_live";
+    /// The verification file is refused: `require_verified` profiles answer stock.
+    pub const VERIFICATION_REFUSED: &str = "verification_refused";
+    /// A `require_verified` profile has no passing verification for this host.
+    pub const UNVERIFIED: &str = "unverified";
+    /// The report has no health (an older daemon): whether it unlocks is unknown.
+    pub const HEALTH_UNKNOWN: &str = "health_unknown";
 }
 
 /// `ok` or `degraded`.
@@ -59,6 +73,8 @@ pub enum State {
     Ok,
     /// Running, but not able to unlock as the policy says: see the causes.
     Degraded,
+    /// The daemon sent no health (older than the field): nobody knows. Never `ok`.
+    Unknown,
 }
 
 /// One reason the daemon is degraded.
@@ -74,12 +90,14 @@ impl Cause {
     /// Whether this cause turns every unlock off (the audit log cannot hold decisions).
     #[must_use]
     pub fn stops_unlocks(&self) -> bool {
-        self.code == code::AUDIT_WRITE_FAILED || self.code == code::AUDIT_DISK_FULL
+        self.code == code::AUDIT_WRITE_FAILED
+            || self.code == code::AUDIT_DISK_FULL
+            || self.code == code::NOTHING_LIVE
     }
 }
 
 /// The daemon's health: its state and every cause, most severe first.
-/// An older daemon sends none: it reads as `ok` with no causes.
+/// An older daemon sends none: the status report reads it as [`Health::unknown`].
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Health {
     /// `degraded` exactly when there is a cause.
@@ -106,6 +124,21 @@ impl Health {
     #[must_use]
     pub fn is_degraded(&self) -> bool {
         self.state == State::Degraded
+    }
+
+    /// What a report without `health` means: a daemon too old to say, so unknown
+    /// (never healthy), with the `health_unknown` cause.
+    #[must_use]
+    pub fn unknown() -> Health {
+        Health {
+            state: State::Unknown,
+            causes: vec![Cause {
+                code: code::HEALTH_UNKNOWN.to_owned(),
+                message: "metaliftd sends no health report (it is older than this metalift): \
+                          whether it can unlock is unknown; upgrade it"
+                    .to_owned(),
+            }],
+        }
     }
 }
 
@@ -173,6 +206,18 @@ pub fn assess(published: &Published, audit: &AuditFacts) -> Health {
     }
     if let Some(refusal) = &published.refusal {
         let live = &published.live;
+        let nothing_live = matches!(
+            live.reason,
+            LoadReason::Missing | LoadReason::RejectedAtStart
+        );
+        if nothing_live {
+            causes.push(Cause {
+                code: code::NOTHING_LIVE.to_owned(),
+                message: "no policy has been live since metaliftd started: every check-in \
+                          is answered stock until a valid policy is installed"
+                    .to_owned(),
+            });
+        }
         let kept = match live.reason {
             // The fallback the daemon started with, not a policy that once was good.
             LoadReason::Missing | LoadReason::RejectedAtStart => {
@@ -212,6 +257,16 @@ pub fn assess(published: &Published, audit: &AuditFacts) -> Health {
         });
     }
     Health::from_causes(causes)
+}
+
+impl Health {
+    /// This health with `more` causes after its own (they are less severe).
+    #[must_use]
+    pub fn and(self, more: Vec<Cause>) -> Health {
+        let mut causes = self.causes;
+        causes.extend(more);
+        Health::from_causes(causes)
+    }
 }
 
 #[cfg(test)]

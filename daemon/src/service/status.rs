@@ -78,8 +78,9 @@ pub struct StatusReport {
     #[serde(default)]
     pub verified_unlock: Vec<String>,
     /// Whether the daemon can unlock as its policy says, cause first
-    /// (`crate::service::health`); `ok` from an older daemon that sends none.
-    #[serde(default)]
+    /// (`crate::service::health`); [`Health::unknown`] from an older daemon that
+    /// sends none (never `ok`).
+    #[serde(default = "Health::unknown")]
     pub health: Health,
     /// The audit log the daemon writes (`None` from an older daemon).
     #[serde(default)]
@@ -124,6 +125,8 @@ impl StatusReport {
         // its problems list (and the first one as its first line).
         let health = if self.health.causes.is_empty() {
             "ok".to_owned()
+        } else if self.health.state == crate::service::health::State::Unknown {
+            "UNKNOWN (the daemon reports no health)".to_owned()
         } else {
             let codes: Vec<&str> = self.health.causes.iter().map(|c| c.code.as_str()).collect();
             format!("DEGRADED: {}", codes.join(", "))
@@ -341,7 +344,7 @@ mod tests {
     }
 
     #[test]
-    fn an_older_daemons_report_without_health_reads_as_ok() {
+    fn an_older_daemons_report_without_health_reads_as_unknown_never_ok() {
         let mut json = serde_json::to_value(report()).unwrap();
         let fields = json.as_object_mut().unwrap();
         for new in [
@@ -354,7 +357,8 @@ mod tests {
             assert!(fields.remove(new).is_some(), "{new}");
         }
         let read: StatusReport = serde_json::from_value(json).unwrap();
-        assert!(!read.health.is_degraded());
+        assert_eq!(read.health.state, crate::service::health::State::Unknown);
+        assert_eq!(read.health.causes[0].code, "health_unknown");
         assert_eq!(read.policy_archived, None);
     }
 
