@@ -127,11 +127,20 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                     }
                 }
             }
-            None => {
-                if let Some(error) = &out.error {
-                    eprintln!("metalift: {error}");
+            None => match &out.cause {
+                // The judgement's words, as every tool says them.
+                Some(cause) => eprintln!(
+                    "metalift: {}: {} ({})",
+                    level_heading(cause.level),
+                    cause.message,
+                    cause.code
+                ),
+                None => {
+                    if let Some(error) = &out.error {
+                        eprintln!("metalift: {error}");
+                    }
                 }
-            }
+            },
         }
     }
     Ok(ExitCode::from(code))

@@ -68,6 +68,13 @@ pub fn run(mut command: Command, program: &Path, req: &Requirement) -> anyhow::R
         Ok(unlocked) => {
             if !req.quiet {
                 eprintln!("metalift: {unlocked}");
+                // Unlocked, and the daemon's state as every tool judges it when it
+                // is not healthy (the last good policy unlocked, say): a note.
+                if let Some(socket) = &req.socket {
+                    for finding in &daemon_health::judged(socket).findings {
+                        eprintln!("metalift: note: {}", daemon_health::describe(finding));
+                    }
+                }
             }
             Ok(ExitCode::SUCCESS)
         }
