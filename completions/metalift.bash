@@ -176,7 +176,7 @@ _metalift() {
                     return 0
                     ;;
                 --kind)
-                    COMPREPLY=($(compgen -W "decision outcome policy_loaded policy_rejected daemon_start daemon_stop refused verification" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "decision outcome policy_loaded policy_rejected daemon_start daemon_stop records_lost refused verification" -- "${cur}"))
                     return 0
                     ;;
                 --lines)

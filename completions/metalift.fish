@@ -86,6 +86,7 @@ policy_loaded\t'A policy became live'
 policy_rejected\t'A policy was refused'
 daemon_start\t'The daemon started'
 daemon_stop\t'The daemon stopped'
+records_lost\t'Records the log could not take (written when it takes records again)'
 refused\t'A check-in or outcome the daemon refused (another process\'s outcome, a wrong decision id, a malformed message, a uid changed since connect)'
 verification\t'A `metalift verify` run (verified unlock), passed or failed'"
 complete -c metalift -n "__fish_metalift_using_subcommand audit" -s n -l lines -d 'Only the last N processes (records, with --records) of the live file, like `tail -n`; with --follow, these first, then what is appended' -r

@@ -152,7 +152,7 @@ pub const METALIFTD_EXIT: &[ExitStatus] = &[
     ExitStatus {
         code: 74,
         command: "metaliftd",
-        meaning: "could not open the audit log for appending",
+        meaning: "could not open the audit log for appending, or another metaliftd writes it (holds its lock, `<log>.lock`)",
     },
     ExitStatus {
         code: 78,

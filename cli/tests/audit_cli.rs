@@ -123,6 +123,7 @@ fn fabricate(dir: &Path) -> (PathBuf, Vec<String>) {
                 reason: "SIGTERM".into(),
                 checkins: 4,
                 unlocks: 2,
+                pid: 1,
             },
         ],
     ];

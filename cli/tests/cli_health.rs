@@ -218,6 +218,44 @@ fn given_the_audit_disk_full_then_status_is_degraded_cause_first_doctor_fails_an
     let checks = doctor(&dir);
     assert_eq!(check(&checks, "health")["status"], "ok", "{checks:?}");
     assert_eq!(check(&checks, "audit log")["status"], "ok", "{checks:?}");
+
+    // The log records its own gap: the first record after recovery says how many
+    // were lost, when, and which decision ids; with the decisions written, every
+    // id from the first to the last is accounted for.
+    let lost = dir.records_of("records_lost");
+    assert_eq!(lost.len(), 1, "{lost:?}");
+    let gap = &lost[0];
+    let count = gap["count"].as_u64().expect("count");
+    assert!(count >= 1, "{gap}");
+    assert_eq!(
+        gap["pid"],
+        json(&recovered)["pid"],
+        "the daemon's pid: {gap}"
+    );
+    let (first, last) = (
+        gap["first_decision_id"].as_u64().expect("first id"),
+        gap["last_decision_id"].as_u64().expect("last id"),
+    );
+    assert!(first <= last, "{gap}");
+    let written: std::collections::BTreeSet<u64> = dir
+        .records_of("decision")
+        .iter()
+        .filter_map(|d| d["decision_id"].as_u64())
+        .collect();
+    // Ids count up from a per-run base: from the lowest seen to the highest.
+    let min = written.iter().copied().min().expect("decisions").min(first);
+    let max = written.iter().copied().max().expect("decisions").max(last);
+    assert!(max - min < 10_000, "one run's ids: {min}..{max}");
+    for id in min..=max {
+        assert!(
+            written.contains(&id) || (first..=last).contains(&id),
+            "decision {id} is neither in the log nor in the gap {gap}"
+        );
+    }
+    assert!(
+        gap["error"].as_str().is_some_and(|e| !e.is_empty()),
+        "{gap}"
+    );
 }
 
 #[test]

@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime};
 use metalift_daemon::audit::{AuditError, AuditLog, Record, Rotation};
 
 #[test]
-fn a_short_write_is_an_error_and_leaves_only_whole_lines() {
+fn a_short_write_is_an_error_leaves_only_whole_lines_and_the_next_record_says_it_was_lost() {
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join("audit.jsonl");
     let log = AuditLog::open(&path, Rotation::default()).unwrap();
@@ -15,6 +15,7 @@ fn a_short_write_is_an_error_and_leaves_only_whole_lines() {
         reason: "x".repeat(300),
         checkins: 1,
         unlocks: 0,
+        pid: 1,
     };
     let line_len = record.to_line().unwrap().len() as u64;
     let limit = line_len * 3 + line_len / 2;
@@ -62,4 +63,22 @@ fn a_short_write_is_an_error_and_leaves_only_whole_lines() {
     assert!(text
         .lines()
         .all(|l| serde_json::from_str::<Record>(l).is_ok()));
+
+    // The log takes records again: the first line says one was lost, then the record.
+    assert_eq!(log.lost(), 1);
+    log.append(&record).unwrap();
+    assert_eq!(log.lost(), 0);
+    let text = std::fs::read_to_string(&path).unwrap();
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 5, "{text}");
+    assert_eq!(lines[3]["kind"], "records_lost", "{text}");
+    assert_eq!(lines[3]["count"], 1);
+    assert_eq!(lines[3]["pid"], std::process::id());
+    assert!(lines[3]["error"]
+        .as_str()
+        .is_some_and(|e| e.contains("short write")));
+    assert_eq!(lines[4]["kind"], "daemon_stop");
 }

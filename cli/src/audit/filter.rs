@@ -66,6 +66,9 @@ pub enum KindFilter {
     /// The daemon stopped.
     #[value(name = "daemon_stop")]
     DaemonStop,
+    /// Records the log could not take (written when it takes records again).
+    #[value(name = "records_lost")]
+    RecordsLost,
     /// A check-in or outcome the daemon refused (another process's outcome, a
     /// wrong decision id, a malformed message, a uid changed since connect).
     #[value(name = "refused")]
@@ -84,6 +87,7 @@ impl KindFilter {
             KindFilter::PolicyRejected => "policy_rejected",
             KindFilter::DaemonStart => "daemon_start",
             KindFilter::DaemonStop => "daemon_stop",
+            KindFilter::RecordsLost => "records_lost",
             KindFilter::Refused => "refused",
             KindFilter::Verification => "verification",
         }

@@ -153,12 +153,36 @@ pub fn row(out: &mut dyn Write, r: &Record, rule: Option<&str>) -> io::Result<()
             reason,
             checkins,
             unlocks,
+            pid,
             ..
         } => (
-            None,
+            i32::try_from(*pid).ok().filter(|p| *p != 0),
             None,
             dash(),
             format!("reason={reason} checkins={checkins} unlocks={unlocks}"),
+        ),
+        Record::RecordsLost {
+            count,
+            first_at,
+            last_at,
+            first_decision_id,
+            last_decision_id,
+            error,
+            pid,
+            ..
+        } => (
+            i32::try_from(*pid).ok(),
+            None,
+            dash(),
+            format!(
+                "lost={count} from={} to={} decisions={} error={error}",
+                humantime::format_rfc3339_seconds(*first_at),
+                humantime::format_rfc3339_seconds(*last_at),
+                match (first_decision_id, last_decision_id) {
+                    (Some(a), Some(b)) => format!("{a}-{b}"),
+                    _ => "-".to_owned(),
+                }
+            ),
         ),
     };
     write_cells(

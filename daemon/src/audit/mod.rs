@@ -5,6 +5,7 @@
 //! - [`refused`]: a refused check-in or outcome ([`RefusedRecord`]) and the budget
 //!   that bounds how many are written.
 //! - [`writer`]: [`AuditLog`], one `write(2)` per record, size rotation under one lock.
+//! - [`log_lock`]: one daemon per log (`<log>.lock`, an exclusive `flock`).
 //! - [`rotation`]: [`Rotation`] settings and the file-name scheme of rotated files.
 //! - [`line`]: one line read back as the writer's typed [`Record`] (or a newer kind, or corrupt).
 //! - [`reader`]: reading the log back (rotated files first), and following it, for `metalift audit`.
@@ -12,6 +13,7 @@
 //! - [`tail`]: where the last N lines start, read backwards (`metalift audit -f -n N`).
 
 pub mod line;
+pub mod log_lock;
 pub mod reader;
 pub mod record;
 pub mod refused;

@@ -87,6 +87,33 @@ pub enum Record {
         checkins: u64,
         /// Unlock verdicts given since start.
         unlocks: u64,
+        /// The daemon's pid (0 in records of older daemons, which had none).
+        #[serde(default)]
+        pid: u32,
+    },
+    /// Records the log could not take: the first record written after a gap
+    /// says how many were lost, over which time and decision ids. The daemon
+    /// answered each of their decisions stock.
+    RecordsLost {
+        /// When the log took records again.
+        #[serde(with = "rfc3339")]
+        time: SystemTime,
+        /// How many records were not written.
+        count: u64,
+        /// When the first lost record failed.
+        #[serde(with = "rfc3339")]
+        first_at: SystemTime,
+        /// When the last lost record failed.
+        #[serde(with = "rfc3339")]
+        last_at: SystemTime,
+        /// The lowest decision id among the lost records (`None`: no decision lost).
+        first_decision_id: Option<u64>,
+        /// The highest decision id among them.
+        last_decision_id: Option<u64>,
+        /// The first failure's error.
+        error: String,
+        /// The daemon's pid.
+        pid: u32,
     },
 }
 
@@ -310,6 +337,7 @@ impl Record {
             Record::PolicyRejected { .. } => "policy_rejected",
             Record::DaemonStart { .. } => "daemon_start",
             Record::DaemonStop { .. } => "daemon_stop",
+            Record::RecordsLost { .. } => "records_lost",
             Record::Verification(_) => "verification",
         }
     }
@@ -325,7 +353,8 @@ impl Record {
             Record::PolicyLoaded { time, .. }
             | Record::PolicyRejected { time, .. }
             | Record::DaemonStart { time, .. }
-            | Record::DaemonStop { time, .. } => *time,
+            | Record::DaemonStop { time, .. }
+            | Record::RecordsLost { time, .. } => *time,
         }
     }
 
@@ -481,6 +510,17 @@ mod tests {
                 reason: "SIGTERM".into(),
                 checkins: 10,
                 unlocks: 2,
+                pid: 1,
+            },
+            Record::RecordsLost {
+                time: at(10),
+                count: 3,
+                first_at: at(9),
+                last_at: at(10),
+                first_decision_id: Some(4),
+                last_decision_id: Some(6),
+                error: "cannot write audit log: No space left on device (os error 28)".into(),
+                pid: 1,
             },
         ];
         for record in records {

@@ -47,6 +47,59 @@ struct LiveFile {
     /// always the result of the latest append (`metalift status` reports it: the
     /// daemon answers stock while it is a failure).
     last_failure: Option<WriteFailure>,
+    /// The records not written since the last one that was: said by a
+    /// `records_lost` record before the next record the log takes.
+    lost: Option<Lost>,
+}
+
+/// A run of records the log could not take.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Lost {
+    count: u64,
+    first_at: SystemTime,
+    last_at: SystemTime,
+    first_decision_id: Option<u64>,
+    last_decision_id: Option<u64>,
+    error: String,
+}
+
+impl Lost {
+    /// `self` (or a new run) with `record`, which failed with `error`, added.
+    fn with(run: Option<Lost>, record: &Record, error: &AuditError) -> Lost {
+        let now = SystemTime::now();
+        let id = match record {
+            Record::Decision(d) => Some(d.decision_id),
+            _ => None,
+        };
+        let mut run = run.unwrap_or_else(|| Lost {
+            count: 0,
+            first_at: now,
+            last_at: now,
+            first_decision_id: None,
+            last_decision_id: None,
+            error: error.to_string(),
+        });
+        run.count += 1;
+        run.last_at = now;
+        if let Some(id) = id {
+            run.first_decision_id = Some(run.first_decision_id.map_or(id, |f| f.min(id)));
+            run.last_decision_id = Some(run.last_decision_id.map_or(id, |l| l.max(id)));
+        }
+        run
+    }
+
+    fn record(&self) -> Record {
+        Record::RecordsLost {
+            time: SystemTime::now(),
+            count: self.count,
+            first_at: self.first_at,
+            last_at: self.last_at,
+            first_decision_id: self.first_decision_id,
+            last_decision_id: self.last_decision_id,
+            error: self.error.clone(),
+            pid: std::process::id(),
+        }
+    }
 }
 
 /// An append that did not put its record in the log, as [`AuditLog::last_failure`] reports it.
@@ -99,15 +152,39 @@ impl AuditLog {
     /// and its partial line is truncated away. A failed rotation is not an error: the
     /// record goes into the current file, since losing it would be worse than an
     /// oversize file; the failure is reported through `tracing` and retried next time.
+    ///
+    /// A record that could not be written is counted; the first append that
+    /// succeeds after such a gap writes a `records_lost` record first, saying how
+    /// many, over which time and decision ids (a gap record that cannot be written
+    /// leaves the run counting, this record in it).
     pub fn append(&self, record: &Record) -> Result<(), AuditError> {
         let line = record.to_line().map_err(AuditError::Serialize)?;
         let mut live = self.lock();
-        let result = self.append_locked(&mut live, &line);
+        let mut result = Ok(());
+        if let Some(gap) = live.lost.as_ref().map(Lost::record) {
+            let gap_line = gap.to_line().map_err(AuditError::Serialize)?;
+            result = self.append_locked(&mut live, &gap_line);
+            if result.is_ok() {
+                live.lost = None;
+            }
+        }
+        if result.is_ok() {
+            result = self.append_locked(&mut live, &line);
+        }
+        if let Err(error) = &result {
+            live.lost = Some(Lost::with(live.lost.take(), record, error));
+        }
         live.last_failure = result.as_ref().err().map(|error| WriteFailure {
             at: SystemTime::now(),
             error: error.to_string(),
         });
         result
+    }
+
+    /// How many records were lost since the log last took one (0: none).
+    #[must_use]
+    pub fn lost(&self) -> u64 {
+        self.lock().lost.as_ref().map_or(0, |l| l.count)
     }
 
     /// The last append's failure, `None` when it succeeded: what the daemon
@@ -165,10 +242,11 @@ impl AuditLog {
             source,
         };
         rotation::shift(&self.path, self.rotation.keep).map_err(rotate_err)?;
-        let last_failure = live.last_failure.take();
+        let fresh = open_live(&self.path)?;
         *live = LiveFile {
-            last_failure,
-            ..open_live(&self.path)?
+            last_failure: live.last_failure.take(),
+            lost: live.lost.take(),
+            ..fresh
         };
         Ok(())
     }
@@ -203,6 +281,7 @@ fn open_live(path: &Path) -> Result<LiveFile, AuditError> {
         file,
         size,
         last_failure: None,
+        lost: None,
     })
 }
 

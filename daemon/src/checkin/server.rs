@@ -387,6 +387,7 @@ impl Core {
             reason: reason.to_owned(),
             checkins: self.counters.check_ins.load(Ordering::Relaxed),
             unlocks: self.counters.unlocks.load(Ordering::Relaxed),
+            pid: std::process::id(),
         }
     }
 

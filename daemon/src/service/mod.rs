@@ -98,6 +98,11 @@ async fn serve(
     let audit = Arc::new(
         AuditLog::open(&config.audit_log, config.rotation).context(StartFailure::AuditLog)?,
     );
+    // One daemon per audit log (taken once its directory exists, before this
+    // daemon writes a record): held until serve returns, after daemon_stop.
+    let _log_lock = crate::audit::log_lock::acquire(&config.audit_log)
+        .map_err(anyhow::Error::new)
+        .context(StartFailure::AuditLog)?;
     audit
         .append(&Record::DaemonStart {
             time: std::time::SystemTime::now(),

@@ -1,0 +1,120 @@
+//! One daemon per audit log: metaliftd holds an exclusive `flock` on
+//! `<log>.lock` beside the log for as long as it runs, so a second daemon
+//! pointed at the same file refuses to start instead of interleaving its records.
+//!
+//! The lock is on a file beside the log, not on the log itself: rotation renames
+//! the live file and opens a new one, and a lock on the renamed file would leave
+//! the new one unguarded. The lock file holds the owner's pid (advisory, for the
+//! message); the kernel drops the lock when the daemon exits, however it exits.
+//! Other writers of the log (`metalift verify` appending its record) do not take
+//! it: they append one record under `O_APPEND` and are not daemons.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read, Seek, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use rustix::fs::{flock, FlockOperation};
+
+/// The lock file for the audit log at `log`: `<log>.lock`.
+#[must_use]
+pub fn path_for(log: &Path) -> PathBuf {
+    let mut name = log.as_os_str().to_owned();
+    name.push(".lock");
+    PathBuf::from(name)
+}
+
+/// Why the lock could not be taken.
+#[derive(Debug, thiserror::Error)]
+pub enum LockError {
+    /// Another process holds it: another metaliftd writes this log.
+    #[error(
+        "another metaliftd{} writes the audit log {} (it holds {}): one daemon per audit log; \
+         stop it, or give this one its own --audit-log",
+        pid.map_or(String::new(), |p| format!(" (pid {p})")),
+        log.display(),
+        lock.display()
+    )]
+    Held {
+        /// The log.
+        log: PathBuf,
+        /// The lock file.
+        lock: PathBuf,
+        /// The holder's pid, as it wrote it.
+        pid: Option<u32>,
+    },
+    /// The lock file could not be opened or locked.
+    #[error("cannot lock the audit log {} with {}: {source}", log.display(), lock.display())]
+    Io {
+        /// The log.
+        log: PathBuf,
+        /// The lock file.
+        lock: PathBuf,
+        /// The OS error.
+        source: io::Error,
+    },
+}
+
+/// The held lock; released when dropped (or when the process ends).
+#[derive(Debug)]
+pub struct LogLock {
+    _file: File,
+}
+
+/// Takes the lock for the log at `log`, writing this process's pid into it.
+pub fn acquire(log: &Path) -> Result<LogLock, LockError> {
+    let lock = path_for(log);
+    let io_err = |source| LockError::Io {
+        log: log.to_owned(),
+        lock: lock.clone(),
+        source,
+    };
+    let mut file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o640)
+        .open(&lock)
+        .map_err(io_err)?;
+    match flock(&file, FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => {}
+        Err(e) if e == rustix::io::Errno::WOULDBLOCK => {
+            let mut text = String::new();
+            let _ = file.read_to_string(&mut text);
+            return Err(LockError::Held {
+                log: log.to_owned(),
+                lock: lock.clone(),
+                pid: text.trim().parse().ok(),
+            });
+        }
+        Err(e) => return Err(io_err(e.into())),
+    }
+    file.set_len(0).map_err(io_err)?;
+    file.rewind().map_err(io_err)?;
+    writeln!(file, "{}", std::process::id()).map_err(io_err)?;
+    Ok(LogLock { _file: file })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_second_lock_on_the_same_log_is_refused_naming_the_holder() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("audit.jsonl");
+        let first = acquire(&log).expect("the first daemon's lock");
+        // flock locks belong to the open file description: a second open in this
+        // process conflicts as another process's would.
+        let err = acquire(&log).expect_err("a second daemon on the same log");
+        let text = err.to_string();
+        assert!(
+            text.contains(&format!("(pid {})", std::process::id())),
+            "{text}"
+        );
+        assert!(text.contains("one daemon per audit log"), "{text}");
+        drop(first);
+        acquire(&log).expect("free again once the first is gone");
+    }
+}
