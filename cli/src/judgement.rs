@@ -92,9 +92,10 @@ pub const DISK_NOT_LIVE: &str = "disk_not_live";
 #[must_use]
 pub fn level_of(cause_code: &str) -> Level {
     match cause_code {
-        code::AUDIT_WRITE_FAILED | code::AUDIT_DISK_FULL | code::NOTHING_LIVE => {
-            Level::UnlocksNothing
-        }
+        code::AUDIT_WRITE_FAILED
+        | code::AUDIT_DISK_FULL
+        | code::AUDIT_UNWRITABLE
+        | code::NOTHING_LIVE => Level::UnlocksNothing,
         code::POLICY_REJECTED => Level::DiskNotLive,
         // policy_missing, verification_refused, unverified, health_unknown, and
         // any cause a newer daemon adds: never read as milder than degraded.

@@ -115,6 +115,33 @@ impl Drop for Tmpfs {
     }
 }
 
+/// `chattr +i` on a file (root, ext4 and most file systems), undone on drop.
+struct Immutable(PathBuf);
+
+impl Immutable {
+    fn set(file: &Path) -> Immutable {
+        let out = Command::new("chattr")
+            .arg("+i")
+            .arg(file)
+            .output()
+            .expect("run chattr (e2fsprogs)");
+        assert!(
+            out.status.success(),
+            "chattr +i {}: {} (the unwritable row needs root and a file system with the \
+             immutable flag)",
+            file.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Immutable(file.to_owned())
+    }
+}
+
+impl Drop for Immutable {
+    fn drop(&mut self) {
+        let _ = Command::new("chattr").arg("-i").arg(&self.0).status();
+    }
+}
+
 /// Fills the file system holding `dir` until not one more byte fits.
 fn fill(dir: &Path) {
     let mut f = fs::File::create(dir.join("ballast")).expect("ballast");
@@ -224,6 +251,31 @@ fn check_row(dir: &DaemonDir, row: &Row) {
         }
     }
 
+    let explain = metalift(&[
+        "explain",
+        "--live",
+        "--socket",
+        s(&socket),
+        "--log",
+        s(&log),
+        "--path",
+        s(&probe()),
+    ]);
+    assert_eq!(
+        explain.status.code(),
+        Some(row.code),
+        "{name}: explain --live: {}",
+        text(&explain)
+    );
+    if let Some(cause) = row.cause {
+        let err = String::from_utf8_lossy(&explain.stderr);
+        assert!(
+            err.contains(&format!("({cause})")),
+            "{name}: explain --live names the cause: {err}"
+        );
+    }
+
+    // Last: its check-in may itself be the write that fails.
     let exec = Command::new(env!("CARGO_BIN_EXE_metalift"))
         .args(["exec", "--require-unlock", "--log", s(&log), "--shim"])
         .arg(shim())
@@ -247,30 +299,6 @@ fn check_row(dir: &DaemonDir, row: &Row) {
         assert!(
             err.contains(&format!(": {cause}: ")),
             "{name}: exec names the cause: {err}"
-        );
-    }
-
-    let explain = metalift(&[
-        "explain",
-        "--live",
-        "--socket",
-        s(&socket),
-        "--log",
-        s(&log),
-        "--path",
-        s(&probe()),
-    ]);
-    assert_eq!(
-        explain.status.code(),
-        Some(row.code),
-        "{name}: explain --live: {}",
-        text(&explain)
-    );
-    if let Some(cause) = row.cause {
-        let err = String::from_utf8_lossy(&explain.stderr);
-        assert!(
-            err.contains(&format!("({cause})")),
-            "{name}: explain --live names the cause: {err}"
         );
     }
 }
@@ -365,6 +393,22 @@ fn every_daemon_state_reads_the_same_through_status_doctor_exec_and_explain_live
             exec_code: 5,
         },
     );
+
+    // The audit log unwritable (immutable), said before any write fails.
+    let dir = DaemonDir::new("table-unwritable-");
+    write_policy(&dir, &probe_policy(false));
+    let _daemon = start(&dir);
+    let _immutable = Immutable::set(&dir.audit_log());
+    check_row(
+        &dir,
+        &Row {
+            name: "audit log unwritable",
+            code: 5,
+            cause: Some("audit_unwritable"),
+            exec_code: 5,
+        },
+    );
+    drop(_immutable);
 
     // The audit log's file system full.
     let dir = DaemonDir::new("table-full-");

@@ -17,6 +17,8 @@
 //! |----------------------|-------------------------------------------------------|----------------|
 //! | `audit_write_failed` | its last audit append failed (full, unwritable, I/O)  | none           |
 //! | `audit_disk_full`    | under [`LOW_SPACE_BYTES`] free where the log is       | none, or soon  |
+//! | `audit_unwritable`   | its log cannot be opened for appending (before a write fails) | none   |
+//! | `audit_log_removed`  | its log's path is gone: records go to a deleted file  | all, unseen    |
 //! | `nothing_live`       | no policy was good since start (the empty fallback)   | none           |
 //! | `policy_missing`     | `policy.toml` does not exist                          | last good only |
 //! | `policy_rejected`    | the last load was refused                             | last good only |
@@ -50,6 +52,11 @@ pub mod code {
     pub const AUDIT_WRITE_FAILED: &str = "audit_write_failed";
     /// The audit log's file system is (nearly) full.
     pub const AUDIT_DISK_FULL: &str = "audit_disk_full";
+    /// The audit log cannot be opened for appending (immutable, read-only file
+    /// system): the next write fails, so it is said before it does.
+    pub const AUDIT_UNWRITABLE: &str = "audit_unwritable";
+    /// The audit log's path no longer exists: records go to a deleted file.
+    pub const AUDIT_LOG_REMOVED: &str = "audit_log_removed";
     /// `policy.toml` does not exist; the last good policy stays live.
     pub const POLICY_MISSING: &str = "policy_missing";
     /// The last policy load was refused; the last good policy stays live.
@@ -92,6 +99,7 @@ impl Cause {
     pub fn stops_unlocks(&self) -> bool {
         self.code == code::AUDIT_WRITE_FAILED
             || self.code == code::AUDIT_DISK_FULL
+            || self.code == code::AUDIT_UNWRITABLE
             || self.code == code::NOTHING_LIVE
     }
 }
@@ -164,16 +172,31 @@ pub struct AuditFacts {
     pub last_failure: Option<crate::audit::writer::WriteFailure>,
     /// Free bytes on its file system.
     pub free_bytes: Option<u64>,
+    /// Why the log's path cannot be opened for appending now (`None`: it can),
+    /// `NotFound` apart: see `removed`.
+    pub unwritable: Option<String>,
+    /// The log's path does not exist (removed or renamed by someone else).
+    pub removed: bool,
 }
 
 impl AuditFacts {
     /// Reads them from the live log.
     #[must_use]
     pub fn of(audit: &AuditLog) -> AuditFacts {
+        // Opening for append writes nothing, and fails where the next write
+        // would (an immutable file, a read-only file system), before it does.
+        let reopen = std::fs::OpenOptions::new().append(true).open(audit.path());
+        let (unwritable, removed) = match reopen {
+            Ok(_) => (None, false),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => (None, true),
+            Err(e) => (Some(e.to_string()), false),
+        };
         AuditFacts {
             path: audit.path().display().to_string(),
             last_failure: audit.last_failure(),
             free_bytes: audit.with_file(free_bytes).ok(),
+            unwritable,
+            removed,
         }
     }
 }
@@ -190,6 +213,26 @@ pub fn assess(published: &Published, audit: &AuditFacts) -> Health {
                  until a record can be written",
                 crate::audit::record::rfc3339::format(failure.at),
                 failure.error
+            ),
+        });
+    }
+    if let Some(why) = &audit.unwritable {
+        causes.push(Cause {
+            code: code::AUDIT_UNWRITABLE.to_owned(),
+            message: format!(
+                "the audit log {} cannot be opened for appending ({why}): its next write \
+                 fails, and every decision it cannot record is answered stock",
+                audit.path
+            ),
+        });
+    }
+    if audit.removed {
+        causes.push(Cause {
+            code: code::AUDIT_LOG_REMOVED.to_owned(),
+            message: format!(
+                "the audit log {} no longer exists: records go to a deleted file nobody \
+                 can read; restart metaliftd to open a new one",
+                audit.path
             ),
         });
     }
@@ -304,6 +347,8 @@ mod tests {
                 error: "cannot write audit log: No space left on device (os error 28)".into(),
             }),
             free_bytes: free,
+            unwritable: None,
+            removed: false,
         }
     }
 
