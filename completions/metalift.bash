@@ -649,7 +649,7 @@ _metalift() {
             return 0
             ;;
         metalift__subcmd__verify)
-            opts="-h --profile --policy --log --audit-log --timeout-ms --json --help"
+            opts="-h --profile --policy --log --audit-log --socket --timeout-ms --json --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -668,6 +668,10 @@ _metalift() {
                     return 0
                     ;;
                 --log)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --socket)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -126,6 +126,7 @@ complete -c metalift -n "__fish_metalift_using_subcommand doctor" -s h -l help -
 complete -c metalift -n "__fish_metalift_using_subcommand verify" -l profile -d 'The profile to verify (`[profile.NAME]` in the policy)' -r
 complete -c metalift -n "__fish_metalift_using_subcommand verify" -l policy -d 'The policy file the profile is read from; the verification file (`verifications.jsonl`) is written beside it' -r -F
 complete -c metalift -n "__fish_metalift_using_subcommand verify" -l audit-log -l log -d 'The audit log the `verification` record is appended to' -r -F
+complete -c metalift -n "__fish_metalift_using_subcommand verify" -l socket -d 'The running daemon\'s socket: the host chip and macOS build are recorded as it reads them [default: as `metalift status`]' -r -F
 complete -c metalift -n "__fish_metalift_using_subcommand verify" -l timeout-ms -d 'The shim\'s verdict deadline for the probe (METALIFT_TIMEOUT_MS)' -r
 complete -c metalift -n "__fish_metalift_using_subcommand verify" -l json -d 'Print the record as one JSON object'
 complete -c metalift -n "__fish_metalift_using_subcommand verify" -s h -l help -d 'Print help'

@@ -185,6 +185,52 @@ impl Judgement {
     }
 }
 
+/// The host chip and macOS build as the daemon on `socket` reads them (its
+/// status), so a verification records what the daemon will compare; with no
+/// daemon answering (or an older one), this process's reading, and a note saying so.
+#[must_use]
+pub fn daemon_host_build(
+    socket: Option<&Path>,
+) -> (
+    metalift_daemon::live_policy::verification::HostBuild,
+    Option<String>,
+) {
+    use metalift_daemon::live_policy::{host_chip, host_os, verification::HostBuild};
+    let own = || HostBuild {
+        chip: host_chip::daemon_host().brand.clone(),
+        os_build: host_os::os_build(),
+    };
+    let Some(socket) = socket else {
+        return (
+            own(),
+            Some("no daemon socket known: recorded this process's host chip and build".into()),
+        );
+    };
+    match status::request(socket, TIMEOUT) {
+        Ok(report) if report.host_chip_brand.is_some() || report.host_os_build.is_some() => (
+            HostBuild {
+                chip: report.host_chip_brand,
+                os_build: report.host_os_build,
+            },
+            None,
+        ),
+        Ok(_) => (
+            own(),
+            Some(format!(
+                "metaliftd on {} does not report its host chip and build (older): recorded \
+                 this process's",
+                socket.display()
+            )),
+        ),
+        Err(e) => (
+            own(),
+            Some(format!(
+                "{e}: recorded this process's host chip and build (the daemon's may differ)"
+            )),
+        ),
+    }
+}
+
 /// How long to wait for the daemon's answer.
 pub const TIMEOUT: Duration = Duration::from_secs(5);
 

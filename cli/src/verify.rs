@@ -69,6 +69,10 @@ pub struct Args {
         visible_alias = "log"
     )]
     pub audit_log: PathBuf,
+    /// The running daemon's socket: the host chip and macOS build are recorded as it
+    /// reads them [default: as `metalift status`].
+    #[arg(long, value_name = "PATH", env = "METALIFT_SOCKET")]
+    pub socket: Option<PathBuf>,
     /// The shim's verdict deadline for the probe (METALIFT_TIMEOUT_MS).
     #[arg(long, value_name = "MS")]
     pub timeout_ms: Option<u64>,
@@ -109,6 +113,16 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     daemon.stop();
     let report = probe?;
     check_unlocked(&report, &capabilities)?;
+    // The chip and build exactly as the running daemon reads them (what it will
+    // compare this record with), not as this process would.
+    let socket = args
+        .socket
+        .clone()
+        .or_else(|| metalift_daemon::service::config::default_client_socket().ok());
+    let (host, note) = crate::judgement::daemon_host_build(socket.as_deref());
+    if let Some(note) = note {
+        eprintln!("metalift: verify: note: {note}");
+    }
 
     let record = VerificationRecord {
         time: SystemTime::now(),
@@ -116,8 +130,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         apple_family_max: capabilities.apple_family_max,
         max_threadgroup_memory: capabilities.max_threadgroup_memory,
         recommended_working_set: capabilities.recommended_working_set,
-        host_chip: host_chip::daemon_host().brand.clone(),
-        os_build: host_os::os_build(),
+        host_chip: host.chip,
+        os_build: host.os_build,
         metalift_version: env!("CARGO_PKG_VERSION").to_owned(),
         passed: report["verification"]["passed"].as_bool() == Some(true),
         kernels: kernels(&report)?,

@@ -352,7 +352,7 @@ fn verify_reads_the_policy_and_audit_log_from_the_environment() {
 /// `doctor` warns while a profile that requires verification answers stock here,
 /// and says ok once a passing verification covers this host chip and build.
 #[test]
-fn doctor_warns_while_a_required_profile_is_unverified() {
+fn doctor_fails_while_a_required_profile_is_unverified() {
     let dir = DaemonDir::new("verify-doctor");
     write_policy(&dir);
     let daemon = start(&dir, "24A335");
@@ -374,7 +374,7 @@ fn doctor_warns_while_a_required_profile_is_unverified() {
         .lines()
         .find(|l| l.contains("verified unlock"))
         .unwrap_or_else(|| panic!("no verified unlock check:\n{text}"));
-    assert!(line.starts_with("warn"), "{line}");
+    assert!(line.starts_with("fail"), "it cannot unlock: {line}");
     assert!(line.contains("profile `apple7` answers stock"), "{line}");
 
     let (output, _) = verify(&dir, "24A335", "normal");
@@ -385,4 +385,69 @@ fn doctor_warns_while_a_required_profile_is_unverified() {
         .find(|l| l.contains("verified unlock"))
         .unwrap_or_else(|| panic!("no verified unlock check:\n{text}"));
     assert!(line.starts_with("ok"), "{line}");
+}
+
+#[test]
+fn verify_records_the_chip_and_build_as_the_daemon_reads_them_and_they_do_not_cover_another_chip() {
+    let dir = DaemonDir::new("verify-daemon-host");
+    write_policy(&dir);
+    let daemon = start(&dir, "24A335");
+    // verify's own environment names another chip and no build: what the daemon
+    // reads is what it will compare, so that is what is recorded.
+    let output = Command::new(env!("CARGO_BIN_EXE_metalift"))
+        .args(["verify", "--profile", "apple7", "--json", "--policy"])
+        .arg(dir.policy())
+        .arg("--audit-log")
+        .arg(dir.audit_log())
+        .arg("--socket")
+        .arg(&daemon.socket)
+        .env("METALIFT_HOST_CHIP_BRAND", "Apple M1 (Virtual)")
+        .env_remove("METALIFT_HOST_OS_BUILD")
+        .env("LD_LIBRARY_PATH", simmetal("normal"))
+        .env("METALIFT_TIMEOUT_MS", "10000")
+        .env_remove("LD_PRELOAD")
+        .env_remove("METALIFT_DISABLE")
+        .output()
+        .expect("run metalift verify");
+    let record: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+        panic!("{e}: {}", String::from_utf8_lossy(&output.stderr));
+    });
+    assert!(output.status.success(), "{record}");
+    assert_eq!(record["host_chip"], CHIP, "{record}");
+    assert_eq!(record["os_build"], "24A335", "{record}");
+    let (action, decision) = decide(&dir, &daemon.socket);
+    assert_eq!(action, WireAction::Unlock, "the daemon agrees: {decision}");
+    drop(daemon);
+
+    // A clone of the image on another host chip: the record does not cover it, and
+    // the reason names what differs, with both values.
+    let other = dir.start(
+        &[],
+        &[
+            ("METALIFT_HOST_CHIP_BRAND", "Apple M3 (Virtual)"),
+            ("METALIFT_HOST_OS_BUILD", "24A335"),
+        ],
+    );
+    let (action, decision) = decide(&dir, &other.socket);
+    assert_eq!(action, WireAction::Stock, "{decision}");
+    let why = reason(&decision);
+    assert!(
+        why.contains(&format!(
+            "host chip \"Apple M3 (Virtual)\" here, \"{CHIP}\" recorded"
+        )),
+        "{why}"
+    );
+    let differs = why.split("differs: ").nth(1).unwrap_or_default();
+    assert!(
+        !differs.contains("macOS build") && !differs.contains("capabilities"),
+        "only the chip differs: {why}"
+    );
+    let status =
+        metalift_daemon::service::status::request(&other.socket, std::time::Duration::from_secs(5))
+            .expect("status");
+    assert!(
+        status.health.causes.iter().any(|c| c.code == "unverified"),
+        "{:?}",
+        status.health
+    );
 }

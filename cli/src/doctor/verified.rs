@@ -1,8 +1,8 @@
 //! Verified unlock as metaliftd judges it here: a profile with
 //! `require_verified = true` and no passing verification for this host chip and
 //! macOS build answers stock (by design, until `metalift verify` passes). A
-//! warning, so that `doctor` is not all ok while the processes it covers run
-//! stock, for example after a macOS update.
+//! failure, as the daemon's own `unverified` health cause: the processes it
+//! covers run stock (for example after a macOS update), so `doctor --bake` fails.
 
 use std::path::Path;
 
@@ -37,7 +37,7 @@ pub fn profiles(
             ),
             Coverage::Unverified(why) => Check::new(
                 "verified unlock",
-                Status::Warn,
+                Status::Fail,
                 format!("profile `{name}` answers stock: {why}"),
             )
             .fix(format!("sudo metalift verify --profile {name}")),

@@ -376,6 +376,7 @@ impl Core {
             full_disk_access: self.full_disk_access,
             verified_unlock: self.verification.status_lines(&live.policy),
             host_chip_brand: crate::live_policy::host_chip::daemon_host().brand.clone(),
+            host_os_build: crate::live_policy::host_os::daemon_os_build().map(str::to_owned),
         }
     }
 

@@ -101,6 +101,11 @@ pub struct StatusReport {
     /// explains on the daemon's chip; `None` when unreadable, or an older daemon.
     #[serde(default)]
     pub host_chip_brand: Option<String>,
+    /// The macOS build the daemon compares verifications with
+    /// (`crate::live_policy::host_os::daemon_os_build`), so `metalift verify`
+    /// records the build as the daemon reads it; `None` when unknown, or an older daemon.
+    #[serde(default)]
+    pub host_os_build: Option<String>,
 }
 
 impl StatusReport {
@@ -321,6 +326,7 @@ mod tests {
             max_policy_bytes: None,
             policy_archived: None,
             host_chip_brand: None,
+            host_os_build: None,
         }
     }
 
