@@ -227,7 +227,7 @@ _metalift() {
             return 0
             ;;
         metalift__subcmd__doctor)
-            opts="-h --socket --policy --audit-log --log --shim --root --allow-insecure-owner --json --help"
+            opts="-h --socket --policy --audit-log --log --shim --root --allow-insecure-owner --json --strict --bake --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

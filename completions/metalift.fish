@@ -119,6 +119,8 @@ complete -c metalift -n "__fish_metalift_using_subcommand doctor" -l shim -d 'Th
 complete -c metalift -n "__fish_metalift_using_subcommand doctor" -l root -d 'Look at an installation under DIR instead of / (tests, mounted images)' -r -F
 complete -c metalift -n "__fish_metalift_using_subcommand doctor" -l allow-insecure-owner -d 'Accept a policy not owned by root (development, as metaliftd\'s flag)'
 complete -c metalift -n "__fish_metalift_using_subcommand doctor" -l json -d 'Print one JSON object'
+complete -c metalift -n "__fish_metalift_using_subcommand doctor" -l strict -d 'Warnings fail too (exit 1 when some check warns and none fails)'
+complete -c metalift -n "__fish_metalift_using_subcommand doctor" -l bake -d 'For image bakes (Packer, CI): one line per check, `ok|warn|FAIL <check>: <message>`; exit 0 only when no line says FAIL'
 complete -c metalift -n "__fish_metalift_using_subcommand doctor" -s h -l help -d 'Print help'
 complete -c metalift -n "__fish_metalift_using_subcommand verify" -l profile -d 'The profile to verify (`[profile.NAME]` in the policy)' -r
 complete -c metalift -n "__fish_metalift_using_subcommand verify" -l policy -d 'The policy file the profile is read from; the verification file (`verifications.jsonl`) is written beside it' -r -F

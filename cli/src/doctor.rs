@@ -30,9 +30,13 @@ use metalift_daemon::service::config::DEFAULT_POLICY;
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
 Exit status:
-  0  every check ok (or n/a)
-  1  warnings: it works, but something will surprise you
-  2  failures: processes will run stock, or the live policy is not the file")]
+  0  no check fails: it can unlock (warnings are advice and exit 0)
+  1  with --strict: warnings (it works, but something will surprise you)
+  2  failures: processes will run stock, or the live policy is not the file
+
+--bake prints one line per check for a build log, `ok|warn|FAIL <check>: <message>`
+(a fix after \" -- fix: \"), and exits 0 only when no line says FAIL; with --strict
+a warning is printed and counted as FAIL.")]
 pub struct Args {
     /// The daemon's socket [default: as `metalift status`; under --root, the system socket there].
     #[arg(long, value_name = "PATH", env = "METALIFT_SOCKET")]
@@ -58,8 +62,15 @@ pub struct Args {
     #[arg(long)]
     pub allow_insecure_owner: bool,
     /// Print one JSON object.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "bake")]
     pub json: bool,
+    /// Warnings fail too (exit 1 when some check warns and none fails).
+    #[arg(long)]
+    pub strict: bool,
+    /// For image bakes (Packer, CI): one line per check, `ok|warn|FAIL <check>: <message>`;
+    /// exit 0 only when no line says FAIL.
+    #[arg(long)]
+    pub bake: bool,
 }
 
 fn install(args: &Args) -> Install {
@@ -163,22 +174,52 @@ pub const WARNINGS: u8 = 1;
 /// Exit status: some check fails.
 pub const FAILURES: u8 = 2;
 
-/// The exit status for a set of checks: 0 ok, [`WARNINGS`], [`FAILURES`].
+/// The exit status for a set of checks: 0 when none fails (warnings are advice),
+/// [`FAILURES`] when one does; with `strict`, [`WARNINGS`] when some warns and none fails.
 #[must_use]
-pub fn exit_status(checks: &[Check]) -> u8 {
+pub fn exit_status(checks: &[Check], strict: bool) -> u8 {
     match checks.iter().map(|c| c.status).max() {
         Some(Status::Fail) => FAILURES,
-        Some(Status::Warn) => WARNINGS,
+        Some(Status::Warn) if strict => WARNINGS,
         _ => 0,
     }
+}
+
+/// One `--bake` line: `ok|warn|FAIL <check>: <message>[ -- fix: <fix>]`; a
+/// warning under `strict` is a `FAIL`, and `n/a` is `ok` (it says n/a after the colon).
+#[must_use]
+pub fn bake_line(check: &Check, strict: bool) -> String {
+    let word = match check.status {
+        Status::Fail => "FAIL",
+        Status::Warn if strict => "FAIL",
+        Status::Warn => "warn",
+        Status::Ok | Status::NotApplicable => "ok",
+    };
+    let na = if check.status == Status::NotApplicable {
+        "n/a: "
+    } else {
+        ""
+    };
+    // One line each, whatever the message holds.
+    let message = check.message.replace('\n', " ");
+    let mut line = format!("{word} {}: {na}{message}", check.name);
+    if !check.fix.is_empty() {
+        line.push_str(" -- fix: ");
+        line.push_str(&check.fix.replace('\n', " "));
+    }
+    line
 }
 
 /// Runs `metalift doctor`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let checks = checks(&args);
-    let code = exit_status(&checks);
+    let code = exit_status(&checks, args.strict);
     let mut out = std::io::stdout().lock();
-    if args.json {
+    if args.bake {
+        for check in &checks {
+            writeln!(out, "{}", bake_line(check, args.strict))?;
+        }
+    } else if args.json {
         let worst = checks.iter().map(|c| c.status).max().unwrap_or(Status::Ok);
         serde_json::to_writer(
             &mut out,

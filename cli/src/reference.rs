@@ -47,7 +47,7 @@ pub const METALIFT_EXIT: &[ExitStatus] = &[
     ExitStatus {
         code: doctor::WARNINGS,
         command: "doctor",
-        meaning: "warnings: it works, but something will surprise you",
+        meaning: "with --strict: warnings (it works, but something will surprise you); without it warnings exit 0",
     },
     ExitStatus {
         code: edit::DISCARDED,

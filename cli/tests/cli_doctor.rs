@@ -57,6 +57,23 @@ impl Root {
         self.dir.path().join(p)
     }
 
+    /// `metalift doctor --bake` (and `extra`): its exit status and its lines.
+    fn bake(&self, extra: &[&str]) -> (Option<i32>, Vec<String>) {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_metalift"));
+        cmd.args(["doctor", "--bake", "--root"])
+            .arg(self.dir.path())
+            .args(extra);
+        if !rustix::process::geteuid().is_root() {
+            cmd.arg("--allow-insecure-owner");
+        }
+        let out = cmd.output().unwrap();
+        let lines = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_owned)
+            .collect();
+        (out.status.code(), lines)
+    }
+
     fn policy(&self, text: &str, mode: u32) {
         fs::write(self.path("etc/metalift/policy.toml"), text).unwrap();
         fs::set_permissions(
@@ -67,9 +84,14 @@ impl Root {
     }
 
     fn doctor(&self) -> (Output, Value) {
+        self.doctor_with(&[])
+    }
+
+    fn doctor_with(&self, extra: &[&str]) -> (Output, Value) {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_metalift"));
         cmd.args(["doctor", "--json", "--root"])
-            .arg(self.dir.path());
+            .arg(self.dir.path())
+            .args(extra);
         if !rustix::process::geteuid().is_root() {
             cmd.arg("--allow-insecure-owner");
         }
@@ -223,7 +245,7 @@ fn a_broken_installation_fails_each_broken_part_with_a_fix_and_exits_2() {
 }
 
 #[test]
-fn warnings_alone_exit_1() {
+fn warnings_alone_exit_0_and_1_with_strict() {
     let root = healthy();
     root.policy(
         "version = 1\n[profile.apple7]\napple_family_max = 7\n\n[[rule]]\nid = \"gone\"\npath = \"/opt/not-installed/llama-server\"\nunlock = \"apple7\"\n",
@@ -233,5 +255,58 @@ fn warnings_alone_exit_1() {
     let (out, report) = root.doctor();
     let checks = statuses(&report);
     assert_eq!(status_of(&checks, "rules"), ["warn"], "{report:#}");
-    assert_eq!(out.status.code(), Some(1), "{report:#}");
+    assert_eq!(out.status.code(), Some(0), "advice exits 0: {report:#}");
+    assert_eq!(report["ok"], true, "{report:#}");
+    let (strict, report) = root.doctor_with(&["--strict"]);
+    assert_eq!(strict.status.code(), Some(1), "--strict: {report:#}");
+    assert_eq!(report["ok"], false, "{report:#}");
+}
+
+/// The format `metalift doctor --bake` promises a Packer build log: one line per
+/// check, `ok|warn|FAIL <check>: <message>`, exit 0 only without a FAIL line.
+fn assert_bake_lines(lines: &[String]) {
+    assert!(!lines.is_empty());
+    for line in lines {
+        let (word, rest) = line.split_once(' ').unwrap_or_else(|| panic!("{line}"));
+        assert!(["ok", "warn", "FAIL"].contains(&word), "{line}");
+        let (name, message) = rest.split_once(": ").unwrap_or_else(|| panic!("{line}"));
+        assert!(!name.is_empty() && !message.is_empty(), "{line}");
+    }
+}
+
+#[test]
+fn bake_prints_one_line_per_check_and_fails_only_on_fail_lines() {
+    let root = healthy();
+    root.policy(
+        "version = 1\n[profile.apple7]\napple_family_max = 7\n\n[[rule]]\nid = \"gone\"\npath = \"/opt/not-installed/llama-server\"\nunlock = \"apple7\"\n",
+        0o644,
+    );
+    let daemon = start_daemon(&root);
+    let (_, report) = root.doctor();
+    let count = report["checks"].as_array().unwrap().len();
+    let (code, lines) = root.bake(&[]);
+    assert_bake_lines(&lines);
+    assert_eq!(lines.len(), count, "one line per check: {lines:#?}");
+    assert!(
+        lines.iter().any(|l| l.starts_with("warn rules: ")),
+        "{lines:#?}"
+    );
+    assert!(!lines.iter().any(|l| l.starts_with("FAIL ")), "{lines:#?}");
+    assert_eq!(code, Some(0), "warnings only: {lines:#?}");
+    let (strict, lines) = root.bake(&["--strict"]);
+    assert_bake_lines(&lines);
+    assert!(
+        lines.iter().any(|l| l.starts_with("FAIL rules: ")),
+        "--strict: a warning fails: {lines:#?}"
+    );
+    assert_ne!(strict, Some(0), "{lines:#?}");
+    drop(daemon);
+    // No daemon: it cannot unlock, so the bake fails on the daemon line.
+    let (code, lines) = root.bake(&[]);
+    assert_bake_lines(&lines);
+    assert!(
+        lines.iter().any(|l| l.starts_with("FAIL daemon: ")),
+        "{lines:#?}"
+    );
+    assert_eq!(code, Some(2), "{lines:#?}");
 }
