@@ -8,12 +8,14 @@
 #   ruby                      `ruby -c` on the Homebrew cask template
 #                             (pkg/homebrew/, cli/tests/release_files.rs);
 #   libplist-utils            plistutil, a second reader of the MDM profiles
-#                             (profiles/, cli/tests/release_files.rs).
+#                             (profiles/, cli/tests/release_files.rs);
+#   nodejs, npm               scripts/check-packer.sh runs packer fmt's formatter
+#                             (hclwrite.Format, npm @cdktf/hcl-tools) on node.
 # Already installed packages are left alone; nothing else is changed.
 set -euo pipefail
 
 missing=()
-for pkg in gobjc-12 libobjc-12-dev shellcheck mandoc ruby libplist-utils; do
+for pkg in gobjc-12 libobjc-12-dev shellcheck mandoc ruby libplist-utils nodejs npm; do
   dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
 done
 [ ${#missing[@]} -eq 0 ] && exit 0

@@ -239,16 +239,21 @@ fn the_filled_cask_is_valid_ruby_with_pkg_uninstall_and_zap() {
 
 fn profile(name: &str) -> plist::Dictionary {
     let path = repo().join("profiles").join(name);
-    // Debian's plistutil (libplist) reads it too, not only the plist crate.
-    let other = Command::new("plistutil")
-        .arg("-i")
-        .arg(&path)
-        .arg("-o")
-        .arg("/dev/null")
-        .output()
-        .unwrap_or_else(|e| {
-            panic!("cannot run plistutil ({e}): install libplist-utils (scripts/setup.sh)")
-        });
+    // A second reader besides the plist crate: Debian's plistutil (libplist), or
+    // on a Mac Apple's own plutil.
+    let other = if cfg!(target_os = "macos") {
+        Command::new("plutil").arg("-lint").arg(&path).output()
+    } else {
+        Command::new("plistutil")
+            .arg("-i")
+            .arg(&path)
+            .arg("-o")
+            .arg("/dev/null")
+            .output()
+    }
+    .unwrap_or_else(|e| {
+        panic!("cannot run plistutil ({e}): install libplist-utils (scripts/setup.sh)")
+    });
     assert!(other.status.success(), "plistutil: {}", text(&other));
     Value::from_file(&path)
         .unwrap_or_else(|e| panic!("{name}: {e}"))
