@@ -167,11 +167,16 @@ bash pkg/stage.sh "$root" --bin-dir target/aarch64-apple-darwin/release \
 
 step "codesign (${sign_identity:-ad hoc})"
 bin="$root/usr/local/metalift/bin"
+# Every signature's identifier is com.metalift.NAME (codesign --prefix prefixes
+# an implicit identifier without a dot: metaliftd -> com.metalift.metaliftd,
+# libmetalift.dylib -> com.metalift.libmetalift), stable across releases, so a
+# PPPC code requirement or a policy's signing_id can name it. The release
+# workflow checks each one (codesign -dv).
 sign() { # sign [codesign options...] PATH
   if [ -n "$sign_identity" ]; then
-    codesign --force --timestamp --sign "$sign_identity" "$@"
+    codesign --force --timestamp --prefix com.metalift. --sign "$sign_identity" "$@"
   else
-    codesign --force --sign - "$@"
+    codesign --force --prefix com.metalift. --sign - "$@"
   fi
 }
 # The daemon and the CLI get the Hardened Runtime. metalift-probe must not:

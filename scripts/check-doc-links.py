@@ -8,6 +8,13 @@ hyphens, punctuation other than '-' and '_' dropped, a repeated heading gets -1,
 -2, ...). Every chapter under docs/src/ must be listed in docs/src/SUMMARY.md.
 Links with a scheme (https:, mailto:) are not followed: no network.
 
+A chapter is checked as mdBook renders it: its {{#include FILE}},
+{{#include FILE:ANCHOR}} and {{#include FILE:START:END}} directives are expanded
+first, and the links of an included file are read relative to the chapter. A
+link from a chapter must stay inside docs/src: the book holds only that
+directory, so a link to ../../CONTRIBUTING.md works on GitHub and is broken in
+the built guide (include the file in a chapter, or link to a chapter).
+
 Usage: python3 scripts/check-doc-links.py   (from anywhere; exit 1 on a broken link)
 """
 
@@ -21,6 +28,58 @@ HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 FENCE = re.compile(r"^\s*(```|~~~)")
 INLINE_CODE = re.compile(r"(`+)(.+?)\1")
 SCHEME = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:")
+INCLUDE = re.compile(r"\{\{#include\s+([^}\s]+)\s*\}\}")
+BOOK = ROOT / "docs" / "src"
+
+
+def in_book(path):
+    """Whether a file is a chapter (or other file) of the guide's source."""
+    try:
+        path.resolve().relative_to(BOOK)
+        return True
+    except ValueError:
+        return False
+
+
+def included(chapter, spec, problems):
+    """The text an {{#include SPEC}} directive puts into a chapter, as mdBook does."""
+    file_part, _, selector = spec.partition(":")
+    source = (chapter.parent / file_part).resolve()
+    if not source.is_file():
+        problems.append(f"{chapter.relative_to(ROOT)}: {{{{#include {spec}}}}}: no such file")
+        return ""
+    lines = source.read_text(encoding="utf-8").splitlines()
+    if not selector:
+        return "\n".join(lines)
+    start, colon, end = selector.partition(":")
+    if start.isdigit() or (colon and (start == "" or start.isdigit())):
+        first = int(start) - 1 if start else 0
+        last = int(end) if end else len(lines)
+        return "\n".join(lines[first:last])
+    marker = re.compile(rf"ANCHOR(_END)?:\s*{re.escape(selector)}\b")
+    picked, inside, found = [], False, False
+    for line in lines:
+        m = marker.search(line)
+        if m:
+            found = True
+            inside = m.group(1) is None
+            continue
+        if inside and "ANCHOR" not in line:
+            picked.append(line)
+    if not found:
+        problems.append(
+            f"{chapter.relative_to(ROOT)}: {{{{#include {spec}}}}}: no ANCHOR {selector} in {source.relative_to(ROOT)}"
+        )
+    return "\n".join(picked)
+
+
+def text_of(path, problems=None):
+    """A file's Markdown as rendered: a chapter's include directives expanded."""
+    text = path.read_text(encoding="utf-8")
+    if not in_book(path):
+        return text
+    sink = [] if problems is None else problems
+    return INCLUDE.sub(lambda m: included(path, m.group(1), sink), text)
 
 
 def prose_lines(text):
@@ -53,7 +112,7 @@ def anchors(path, cache={}):
     if path not in cache:
         seen = {}
         ids = set()
-        for _, line in prose_lines(path.read_text(encoding="utf-8")):
+        for _, line in prose_lines(text_of(path)):
             m = HEADING.match(line)
             if not m:
                 continue
@@ -65,9 +124,10 @@ def anchors(path, cache={}):
     return cache[path]
 
 
-def links(path):
-    """(line, target) for every link in a Markdown file's prose."""
-    for number, line in prose_lines(path.read_text(encoding="utf-8")):
+def links(path, problems=None):
+    """(line, target) for every link in a Markdown file's prose (a chapter's
+    line numbers count the lines its includes put in)."""
+    for number, line in prose_lines(text_of(path, problems)):
         line = INLINE_CODE.sub("", line)
         for m in LINK.finditer(line):
             yield number, m.group(1)
@@ -76,7 +136,7 @@ def links(path):
 def check(path):
     """The broken links of one file, as messages."""
     problems = []
-    for number, target in links(path):
+    for number, target in links(path, problems):
         where = f"{path.relative_to(ROOT)}:{number}"
         if SCHEME.match(target):
             continue
@@ -89,6 +149,12 @@ def check(path):
             dest.relative_to(ROOT)
         except ValueError:
             problems.append(f"{where}: {target}: outside the repository")
+            continue
+        if in_book(path) and not in_book(dest):
+            problems.append(
+                f"{where}: {target}: leaves docs/src, so it is broken in the built guide "
+                "(include the file in a chapter with {{#include}}, or link to a chapter)"
+            )
             continue
         if anchor:
             if dest.suffix != ".md" or dest.is_dir():

@@ -46,6 +46,6 @@ echo "ci-macos: linked in $(( $(date +%s) - start )) s"
 step "ci-macos: check them (scripts/macos-check.sh)"
 bash scripts/macos-check.sh target/macos-out
 
-step "ci-macos: actionlint .github/workflows/macos.yml"
-actionlint -no-color .github/workflows/macos.yml
+step "ci-macos: actionlint .github/workflows/*.yml (the macOS tests, the release)"
+actionlint -no-color .github/workflows/*.yml
 echo "ci-macos: passed"

@@ -2,12 +2,20 @@
 # Installs the Debian packages metalift's Linux build and tests need:
 #   gobjc-12, libobjc-12-dev  the GCC Objective-C compiler and runtime behind the
 #                             simulated Metal device (probe/simmetal/);
-#   and the shell linter that CI runs over every script (package shellcheck).
+#   (package) shellcheck      the shell linter that CI runs over every script;
+#   mandoc                    `mandoc -T lint`, which every man page in man/ passes
+#                             (cli/tests/cli_docs.rs, scripts/test.sh);
+#   ruby                      `ruby -c` on the Homebrew cask template
+#                             (pkg/homebrew/, cli/tests/release_files.rs);
+#   libplist-utils            plistutil, a second reader of the MDM profiles
+#                             (profiles/, cli/tests/release_files.rs);
+#   nodejs, npm               scripts/check-packer.sh runs packer fmt's formatter
+#                             (hclwrite.Format, npm @cdktf/hcl-tools) on node.
 # Already installed packages are left alone; nothing else is changed.
 set -euo pipefail
 
 missing=()
-for pkg in gobjc-12 libobjc-12-dev shellcheck; do
+for pkg in gobjc-12 libobjc-12-dev shellcheck mandoc ruby libplist-utils nodejs npm; do
   dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
 done
 [ ${#missing[@]} -eq 0 ] && exit 0

@@ -17,4 +17,7 @@ for page in exit-codes.md cli.md; do
   diff -u "docs/src/reference/$page" "$docs/docs/src/reference/$page"
 done
 cargo run -q -p metalift-cli --bin metalift -- schema | diff -u schema/metalift-policy.schema.json -
+# Every page well-formed: nothing at mandoc's warning level or above (STYLE notes,
+# long lines of clap's help text, are below it). cli/tests/cli_docs.rs too.
+mandoc -T lint -W warning man/*
 cargo test --workspace --all-targets "$@"

@@ -1,7 +1,8 @@
 //! The man pages, shell completions and the guide's generated reference pages:
 //! the committed copies are what the CLI generates now, the hand-written
 //! metalift-policy(5) names every policy key, and `metalift completions` prints
-//! each shell's script.
+//! each shell's script; every page has a full `.TH` line with the fixed date
+//! and `mandoc -T lint` finds nothing at warning level or above.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -83,7 +84,7 @@ fn there_is_a_page_per_subcommand_and_one_for_the_daemon() {
         "metalift(1) documents exit codes"
     );
     let daemon = std::fs::read_to_string(man.join("metaliftd.8")).unwrap();
-    assert!(daemon.contains(".TH metaliftd 8"), "{}", &daemon[..200]);
+    assert!(daemon.contains(".TH METALIFTD 8 "), "{}", &daemon[..200]);
     assert!(daemon.contains("Exit status") && daemon.contains("NO_COLOR"));
 }
 
@@ -128,4 +129,84 @@ fn completions_are_printed_for_bash_zsh_and_fish() {
             "{shell}"
         );
     }
+}
+
+/// The arguments of a `.TH` line: words, or "quoted strings" (no escapes in ours).
+fn th_args(line: &str) -> Vec<String> {
+    let mut args = Vec::new();
+    let mut rest = line.trim_start_matches(".TH").trim();
+    while !rest.is_empty() {
+        if let Some(quoted) = rest.strip_prefix('"') {
+            let end = quoted.find('"').expect("a closed quote in .TH");
+            args.push(quoted[..end].to_owned());
+            rest = quoted[end + 1..].trim_start();
+        } else {
+            let end = rest.find(' ').unwrap_or(rest.len());
+            args.push(rest[..end].to_owned());
+            rest = rest[end..].trim_start();
+        }
+    }
+    args
+}
+
+#[test]
+fn every_page_has_title_section_fixed_date_source_and_manual() {
+    let man = repo().join("man");
+    let source = format!("metalift {}", env!("CARGO_PKG_VERSION"));
+    for name in files(&man) {
+        let text = std::fs::read_to_string(man.join(&name)).unwrap();
+        let th = text
+            .lines()
+            .find(|l| l.starts_with(".TH "))
+            .unwrap_or_else(|| panic!("{name}: no .TH line"));
+        let (stem, section) = name.rsplit_once('.').unwrap();
+        let args = th_args(th);
+        assert_eq!(
+            args,
+            [
+                stem.to_uppercase(),
+                section.to_owned(),
+                metalift_cli::docs::MAN_DATE.to_owned(),
+                source.clone(),
+                args.get(4).cloned().unwrap_or_default(),
+            ],
+            "{name}: {th}"
+        );
+        assert!(args[4].ends_with("Manual"), "{name}: no manual name: {th}");
+    }
+}
+
+#[test]
+fn the_daemon_page_name_line_says_metaliftd_once() {
+    let page = std::fs::read_to_string(repo().join("man/metaliftd.8")).unwrap();
+    let name_line = page
+        .lines()
+        .skip_while(|l| *l != ".SH NAME")
+        .nth(1)
+        .expect("a NAME section");
+    assert!(name_line.starts_with("metaliftd \\- "), "{name_line}");
+    assert_eq!(name_line.matches("metaliftd").count(), 1, "{name_line}");
+}
+
+/// `mandoc -T lint -W warning`: Debian's mandoc (scripts/setup.sh installs it).
+/// STYLE notes (lines longer than 80 bytes in clap's help text) are below the
+/// warning level and not counted.
+#[test]
+fn mandoc_lint_reports_no_warning_on_any_page() {
+    let man = repo().join("man");
+    let pages: Vec<PathBuf> = files(&man).iter().map(|n| man.join(n)).collect();
+    let out = Command::new("mandoc")
+        .args(["-T", "lint", "-W", "warning"])
+        .args(&pages)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run mandoc ({e}): install it (scripts/setup.sh)"));
+    let report = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && report.trim().is_empty(),
+        "mandoc -T lint:\n{report}"
+    );
 }
