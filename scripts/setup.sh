@@ -15,9 +15,12 @@
 set -euo pipefail
 
 missing=()
-for pkg in gobjc-12 libobjc-12-dev shellcheck mandoc ruby libplist-utils nodejs npm; do
+for pkg in gobjc-12 libobjc-12-dev shellcheck mandoc ruby libplist-utils; do
   dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
 done
+# node and npm by command, not by package: a machine's nodejs may come from
+# elsewhere with npm inside it (Debian's npm package would conflict with it).
+{ command -v node && command -v npm; } >/dev/null 2>&1 || missing+=(nodejs npm)
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 sudo=()
