@@ -116,7 +116,7 @@ complete -c metalift -n "__fish_metalift_using_subcommand edit" -s h -l help -d 
 complete -c metalift -n "__fish_metalift_using_subcommand doctor" -l socket -d 'The daemon\'s socket [default: as `metalift status`; under --root, the system socket there]' -r -F
 complete -c metalift -n "__fish_metalift_using_subcommand doctor" -l policy -d 'The main policy file [default: /etc/metalift/policy.toml under --root]' -r -F
 complete -c metalift -n "__fish_metalift_using_subcommand doctor" -l log -l audit-log -d 'The audit log [default: /var/log/metalift/audit.jsonl under --root]' -r -F
-complete -c metalift -n "__fish_metalift_using_subcommand doctor" -l shim -d 'The shim [default: /usr/local/metalift/lib/libmetalift.dylib (.so) under --root]' -r -F
+complete -c metalift -n "__fish_metalift_using_subcommand doctor" -l shim -d 'The shim [default: $METALIFT_SHIM, as `metalift exec` finds it; else /usr/local/metalift/lib/libmetalift.dylib (.so) under --root]' -r -F
 complete -c metalift -n "__fish_metalift_using_subcommand doctor" -l root -d 'Look at an installation under DIR instead of / (tests, mounted images)' -r -F
 complete -c metalift -n "__fish_metalift_using_subcommand doctor" -l allow-insecure-owner -d 'Accept a policy not owned by root (development, as metaliftd\'s flag)'
 complete -c metalift -n "__fish_metalift_using_subcommand doctor" -l json -d 'Print one JSON object'

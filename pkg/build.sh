@@ -96,6 +96,7 @@ universal_dylib() {
   local -a slices=()
   for arch in $dylib_arches; do
     xcrun clang -target "$arch-apple-macos13.0" -dynamiclib -O2 -Wall -Wextra -Werror -fno-jump-tables -fblocks \
+      "-DML_SHIM_VERSION=\"$version\"" \
       -install_name "$install_name" ${export_flags[@]+"${export_flags[@]}"} \
       -o "$out/slices/$name-$arch.dylib" "$@"
     slices+=("$out/slices/$name-$arch.dylib")

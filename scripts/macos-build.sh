@@ -43,6 +43,8 @@
 # Env: SHIM_C_DIR (default shim/c), LD64_LLD (default ld64.lld-22), LIPO
 # (default llvm-lipo-22).
 set -euo pipefail
+# The shim's version define: the workspace version, as shim/build.rs passes it.
+shim_version=$(sed -n 's/^version = "\(.*\)"$/\1/p' "$(dirname "$0")/../Cargo.toml" | head -n 1)
 
 usage() { echo "usage: $0 OUTDIR [--release]" >&2; exit 64; }
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -114,6 +116,7 @@ c_dylib() {
     mkdir -p "$objdir/$arch"
     for src in "$@"; do
       python3 -m ziglang cc -target "${slice##*:}-macos.13.0" -c -fPIC -O2 -Wall -fno-jump-tables -fblocks \
+        "-DML_SHIM_VERSION=\"$shim_version\"" \
         -o "$objdir/$arch/$(basename "$src" .c).o" "$src"
       objects+=("$objdir/$arch/$(basename "$src" .c).o")
     done

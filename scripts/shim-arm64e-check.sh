@@ -33,7 +33,9 @@ INCLUDES=(-nostdinc -isystem "$("$CLANG" -print-resource-dir)/include")
 # The flags every arm64e build of the shim must use (shim/build.rs and
 # pkg/build.sh too). -fno-jump-tables: a switch (or a loop LLVM turns into one)
 # otherwise becomes a jump table, whose `br` is an indirect branch no key covers.
-SHIM_CFLAGS=(-O2 -std=c11 -Wall -Wextra -Werror -fvisibility=hidden -fno-jump-tables -fblocks)
+# The shim's version define, from the workspace version as shim/build.rs passes it.
+shim_version=$(sed -n 's/^version = "\(.*\)"$/\1/p' "$(dirname "$0")/../Cargo.toml" | head -n 1)
+SHIM_CFLAGS=(-O2 -std=c11 -Wall -Wextra -Werror -fvisibility=hidden -fno-jump-tables -fblocks "-DML_SHIM_VERSION=\"$shim_version\"")
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

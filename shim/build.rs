@@ -62,6 +62,16 @@ const FLAGS: [&str; 8] = [
     "-Werror",
 ];
 
+/// `-DML_SHIM_VERSION="…"`: the shim reports the workspace's version (the one
+/// `Cargo.toml` sets for every crate), from this one place, like the CLI and the
+/// daemon; pkg/build.sh passes the same define from the same line.
+fn version_define() -> String {
+    format!(
+        "-DML_SHIM_VERSION=\"{}\"",
+        std::env::var("CARGO_PKG_VERSION").expect("cargo sets CARGO_PKG_VERSION")
+    )
+}
+
 fn main() {
     println!("cargo:rerun-if-changed=c");
     println!("cargo:rerun-if-changed=build.rs");
@@ -118,6 +128,7 @@ fn build_linux(out: &Path) -> PathBuf {
     let library = out.join("libmetalift.so");
     let mut cmd = Command::new(compiler("cc"));
     cmd.args(FLAGS)
+        .arg(version_define())
         .args(["-shared", "-Wl,--as-needed", "-Wl,-z,relro"])
         .arg("-Wl,-soname,libmetalift.so")
         .arg(format!("-Wl,--version-script={}", map.display()))
@@ -146,6 +157,7 @@ fn build_macos(out: &Path) -> PathBuf {
     let library = out.join("libmetalift.dylib");
     let mut cmd = Command::new(compiler("clang"));
     cmd.args(FLAGS)
+        .arg(version_define())
         .arg("-fblocks")
         .args(["-arch", arch, "-dynamiclib", "-mmacosx-version-min=13.0"])
         .arg("-Wl,-install_name,/usr/local/metalift/lib/libmetalift.dylib")
@@ -173,6 +185,7 @@ fn build_test_helpers(out: &Path) {
         ));
         let mut cmd = Command::new(&cc);
         cmd.args(FLAGS)
+            .arg(version_define())
             .args(extra)
             .arg("-DML_XPC_FAKE")
             .arg("-c")

@@ -56,8 +56,9 @@ pub struct Args {
         env = "METALIFT_AUDIT_LOG"
     )]
     pub log: Option<PathBuf>,
-    /// The shim [default: /usr/local/metalift/lib/libmetalift.dylib (.so) under --root].
-    #[arg(long, value_name = "PATH")]
+    /// The shim [default: $METALIFT_SHIM, as `metalift exec` finds it; else
+    /// /usr/local/metalift/lib/libmetalift.dylib (.so) under --root].
+    #[arg(long, value_name = "PATH", env = "METALIFT_SHIM")]
     pub shim: Option<PathBuf>,
     /// Look at an installation under DIR instead of / (tests, mounted images).
     #[arg(long, value_name = "DIR", default_value = "/")]
@@ -100,10 +101,15 @@ fn install(args: &Args) -> Install {
             .log
             .clone()
             .unwrap_or_else(|| at_root(DEFAULT_LOG_PATH)),
-        shim: args
-            .shim
-            .clone()
-            .unwrap_or_else(|| Install::default_shim(&root)),
+        // The shim `metalift exec` would inject ($METALIFT_SHIM reaches here as
+        // --shim), found the same way on this system; under --root, the installed one.
+        shim: args.shim.clone().unwrap_or_else(|| {
+            if root == std::path::Path::new("/") {
+                crate::exec::find_shim(None, None).unwrap_or_else(|_| Install::default_shim(&root))
+            } else {
+                Install::default_shim(&root)
+            }
+        }),
         socket,
         socket_given,
         root,

@@ -169,6 +169,14 @@ fn daemon_problem(socket: Option<&Path>) -> Option<String> {
     if judged.level < crate::judgement::Level::UnlocksNothing {
         return None;
     }
+    if judged.report.is_none() {
+        return Some(format!(
+            "no metalift daemon answers on {} ({}; {})",
+            socket.display(),
+            judged.error.as_deref().unwrap_or("no answer"),
+            crate::judgement::DAEMON_UNREACHABLE
+        ));
+    }
     judged.cause().map(|cause| {
         format!(
             "metaliftd on {}: {}",

@@ -315,3 +315,37 @@ fn bake_prints_one_line_per_check_and_fails_only_on_fail_lines() {
         "unlocks nothing, as status exits: {lines:#?}"
     );
 }
+
+#[test]
+fn the_shim_check_honours_metalift_shim_as_exec_does() {
+    let root = healthy();
+    let _daemon = start_daemon(&root);
+    // A 32-bit shim named by METALIFT_SHIM: doctor checks that one, as exec would inject it.
+    let mut header = b"\x7fELF\x01\x01\x01".to_vec();
+    header.resize(20, 0);
+    header[18] = 0x28;
+    let bad = root.path("elsewhere-libmetalift.so");
+    fs::write(&bad, header).unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_metalift"));
+    cmd.args(["doctor", "--json", "--root"])
+        .arg(root.dir.path())
+        .env("METALIFT_SHIM", &bad);
+    if !rustix::process::geteuid().is_root() {
+        cmd.arg("--allow-insecure-owner");
+    }
+    let out = cmd.output().unwrap();
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let shim = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "shim")
+        .unwrap();
+    assert_eq!(shim["status"], "fail", "{shim}");
+    assert!(
+        shim["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("elsewhere-libmetalift.so")),
+        "{shim}"
+    );
+}

@@ -253,7 +253,7 @@ fn the_documented_paths_and_modes_are_the_codes_and_the_installers() {
     )));
     let postinstall = read("pkg/scripts/postinstall");
     for (doc, script) in [
-        ("root:admin", r#"chown -R root:admin "$log_dir""#),
+        ("root:admin", r#"chown root:admin "$log_dir""#),
         ("0750", r#"chmod 0750 "$log_dir""#),
     ] {
         assert!(dir[2].contains(doc), "paths.md: {dir:?}");

@@ -461,7 +461,7 @@ fn require_unlock_exits_4_when_the_verdict_was_stock() {
 }
 
 #[test]
-fn require_unlock_exits_4_when_no_daemon_decided_for_the_command() {
+fn require_unlock_exits_5_when_no_daemon_decided_for_the_command() {
     // The daemon writes the log, but the shim is pointed at a socket nobody serves:
     // no decision for the child's pid is ever written.
     let daemon = Daemon::start(&unlock_policy());
@@ -478,7 +478,8 @@ fn require_unlock_exits_4_when_no_daemon_decided_for_the_command() {
             probe.to_str().unwrap(),
         ],
     );
-    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    // No daemon: it unlocks nothing, the ladder's 5 (never milder than 4).
+    assert_eq!(out.status.code(), Some(5), "{}", stderr(&out));
     assert!(
         stderr(&out).contains("no decision for pid"),
         "{}",

@@ -311,3 +311,29 @@ fn given_a_degraded_daemon_then_require_unlock_names_its_cause() {
         "{err}"
     );
 }
+
+#[test]
+fn the_shim_reports_the_workspace_version_as_the_cli_and_the_daemon_do() {
+    let (dir, daemon) = daemon(&probe_policy("7"), "Apple M1 (Virtual)");
+    let out = require_unlock(
+        &daemon.socket,
+        &dir.audit_log(),
+        &["--", probe().to_str().expect("utf-8")],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let decisions = dir.records_of("decision");
+    let version = env!("CARGO_PKG_VERSION");
+    assert!(!decisions.is_empty());
+    for d in &decisions {
+        assert_eq!(
+            d["advisory"]["shim_version"], version,
+            "one version for all: {d}"
+        );
+    }
+    let status = metalift_daemon::service::status::request(
+        &daemon.socket,
+        std::time::Duration::from_secs(5),
+    )
+    .expect("status");
+    assert_eq!(status.version, version);
+}

@@ -662,7 +662,7 @@ fn fresh_install_puts_the_default_policy_in_place_and_starts_the_daemon() {
     for expected in [
         format!("chown root:wheel {}.metalift-new", policy.display()),
         format!(
-            "chown -R root:admin {}",
+            "chown root:admin {}",
             machine.at("/var/log/metalift").display()
         ),
         format!("launchctl bootstrap system {}", daemon_plist.display()),
@@ -674,6 +674,63 @@ fn fresh_install_puts_the_default_policy_in_place_and_starts_the_daemon() {
             .iter()
             .any(|c| c.starts_with("launchctl bootstrap user/")),
         "{calls:#?}"
+    );
+}
+
+#[test]
+fn an_upgrade_keeps_the_group_and_mode_the_admin_gave_the_log_directory() {
+    let machine = Machine::new();
+    machine.install();
+    let log_dir = machine.at("/var/log/metalift");
+    // The CI cookbook: `chgrp staff` (a stub here: the call is what is checked)
+    // and a group-writable directory of the admin's choice.
+    fs::set_permissions(&log_dir, fs::Permissions::from_mode(0o770)).unwrap();
+    machine.clear_calls();
+    let out = machine.install();
+    assert_eq!(mode(&log_dir), 0o770, "the admin's mode is kept");
+    let calls = machine.calls();
+    assert!(
+        !calls.iter().any(|c| c.starts_with("chown")
+            && c.contains(":admin")
+            && c.contains("var/log/metalift")),
+        "the log's group is not reset: {calls:#?}"
+    );
+    assert!(
+        calls.contains(&format!("chown -R root {}", log_dir.display())),
+        "the owner is still root's (records an old agent wrote): {calls:#?}"
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("keeping the group and mode of"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+#[test]
+fn an_upgrade_over_a_policy_the_new_version_refuses_says_so_and_what_the_daemon_will_do() {
+    let machine = Machine::new();
+    fs::create_dir_all(machine.at("/etc/metalift/policy.d")).unwrap();
+    let policy = machine.at("/etc/metalift/policy.toml");
+    fs::write(&policy, "version = 1\nmode = \"loud\"\n").unwrap();
+    fs::set_permissions(&policy, fs::Permissions::from_mode(0o644)).unwrap();
+    let out = machine.install();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("this version refuses the kept policy"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("mode"), "the error itself: {stdout}");
+    assert!(
+        stdout.contains("every check-in is answered stock"),
+        "what the daemon will do: {stdout}"
+    );
+    // A valid kept policy is said to be valid.
+    fs::write(&policy, "version = 1\n").unwrap();
+    let out = machine.install();
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("the kept policy is valid for this version"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
     );
 }
 

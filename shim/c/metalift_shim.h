@@ -245,8 +245,11 @@ extern bool os_log_type_enabled(os_log_t oslog, uint8_t type);
 #define ML_HIDDEN __attribute__((visibility("hidden")))
 #define ML_EXPORT __attribute__((visibility("default")))
 
-/* The shim's version, sent in the check-in (advisory). */
-#define ML_SHIM_VERSION "0.2.0-c"
+/* The shim's version, sent in the check-in (advisory): the workspace version,
+ * passed by shim/build.rs and pkg/build.sh as -DML_SHIM_VERSION="x.y.z". */
+#ifndef ML_SHIM_VERSION
+#error "ML_SHIM_VERSION is the workspace version: build with shim/build.rs or pkg/build.sh"
+#endif
 
 /* ---------------------------------------------------------------- wire.c -- */
 
