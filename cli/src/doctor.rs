@@ -11,6 +11,7 @@ mod files;
 mod guest;
 mod health;
 mod launchd;
+pub mod marker;
 pub mod paths;
 mod rules;
 mod system;
@@ -113,6 +114,7 @@ pub fn checks(args: &Args) -> Vec<Check> {
     let mut all = vec![
         daemon,
         health::daemon_health(report.as_ref()),
+        marker::for_this_user(&install.socket).check(),
         policy,
         live,
         audit_log(&install.audit_log, report.as_ref()),

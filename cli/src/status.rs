@@ -10,6 +10,7 @@ use metalift_policy::{
 };
 use serde::Serialize;
 
+use crate::doctor::marker;
 use metalift_daemon::service::health::code;
 use metalift_daemon::service::status::{self, StatusReport};
 
@@ -71,6 +72,9 @@ pub struct StatusJson {
     /// The policy hash of the file on disk (same function as the daemon's), when
     /// it could be read.
     pub disk_sha256: Option<String>,
+    /// This user's unresponsive marker for the socket, when one is in force
+    /// (the shim probes or skips the daemon: `doctor/marker.rs`).
+    pub unresponsive_marker: Option<String>,
     /// The daemon's report, its fields at the top level; absent when unreachable.
     #[serde(flatten)]
     pub daemon: Option<StatusReport>,
@@ -105,6 +109,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.json {
         println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
+        if let Some(marker) = &out.unresponsive_marker {
+            println!("shim marker: {marker}");
+        }
         match &out.daemon {
             Some(report) => {
                 // The cause first, before the figures: a degraded daemon's first
@@ -153,6 +160,7 @@ pub fn examine(socket: &Path) -> (u8, StatusJson) {
                     error: Some(error),
                     socket: socket.display().to_string(),
                     disk_sha256: None,
+                    unresponsive_marker: marker::for_this_user(socket).in_force(),
                     daemon: None,
                 },
             );
@@ -186,6 +194,7 @@ pub fn examine(socket: &Path) -> (u8, StatusJson) {
             problems: problems.into_iter().map(|p| p.text).collect(),
             socket: socket.display().to_string(),
             disk_sha256,
+            unresponsive_marker: marker::for_this_user(socket).in_force(),
             daemon: Some(report),
         },
     )

@@ -133,8 +133,9 @@ typedef struct _opaque_pthread_t *pthread_t;
 #define POLLOUT 0x4
 #define CLOCK_MONOTONIC 6
 #define CLOCK_REALTIME 0
+#define O_RDONLY 0x0
 #define O_WRONLY 0x1
-#define O_TRUNC 0x400
+#define O_RDWR 0x2
 #define O_CREAT 0x200
 #define O_NOFOLLOW 0x100
 #define O_CLOEXEC 0x1000000
@@ -197,6 +198,8 @@ extern int pthread_mutex_lock(pthread_mutex_t *m);
 extern int pthread_mutex_unlock(pthread_mutex_t *m);
 extern int pthread_once(pthread_once_t *once, void (*init)(void));
 extern pthread_t pthread_self(void);
+extern ssize_t pread(int fd, void *buf, size_t len, int64_t offset);
+extern ssize_t pwrite(int fd, const void *buf, size_t len, int64_t offset);
 extern ssize_t recv(int fd, void *buf, size_t len, int flags);
 extern ssize_t send(int fd, const void *buf, size_t len, int flags);
 extern ssize_t sendto(int fd, const void *buf, size_t len, int flags,
@@ -210,6 +213,7 @@ extern size_t strlen(const char *s);
 extern char *strrchr(const char *s, int c);
 extern int vsnprintf(char *buf, size_t cap, const char *fmt, va_list ap)
     __attribute__((format(printf, 3, 0)));
+extern int unlink(const char *path);
 extern ssize_t write(int fd, const void *buf, size_t len);
 /* dyld and the unified log. */
 struct mach_header;
@@ -486,8 +490,13 @@ ML_HIDDEN int ml_config_parse_timeout(const char *raw);
 ML_HIDDEN bool ml_config_socket_path(char *buf, size_t cap, const char *metalift_socket,
                                      bool system_exists, const char *private_dir);
 
-/* The user's private directory: $XDG_RUNTIME_DIR on Linux, on macOS
- * confstr(_CS_DARWIN_USER_TEMP_DIR) written into buf. NULL when there is none. */
+/* macOS: asks confstr(_CS_DARWIN_USER_TEMP_DIR) once, when Metal arrives and
+ * only for a per-user daemon, so that no device creation ever waits on it
+ * (its first call is an opendirectoryd request). Linux: nothing. */
+ML_HIDDEN void ml_config_note_private_dir(void);
+/* The user's private directory: $XDG_RUNTIME_DIR on Linux, on macOS the
+ * DARWIN_USER_TEMP_DIR ml_config_note_private_dir noted, copied into buf.
+ * NULL when there is none. */
 ML_HIDDEN const char *ml_config_private_dir(char *buf, size_t cap);
 
 /* Whether a per-user agent's socket directory may be trusted: owned by the
@@ -498,21 +507,50 @@ ML_HIDDEN bool ml_config_agent_dir_trustworthy(unsigned dir_uid, unsigned dir_mo
 
 /* -------------------------------------------------------- unresponsive.c -- */
 
-/* How long a daemon found not answering is skipped by later processes of the
- * same user: short, so a recovered daemon is asked again within this. */
+/* How long a marker stays in force after its skip (see unresponsive.c); a
+ * recovered daemon is asked with the full deadline again after this. */
 #define ML_UNRESPONSIVE_MS 10000
-/* Where the marker for the daemon at `socket` lives (see unresponsive.c). */
+/* The longest skip, however many timeouts in a row. */
+#define ML_UNRESPONSIVE_MAX_SKIP_MS 60000
+/* The deadline of a probe: a check-in while a marker is in force. */
+#define ML_PROBE_MS 50
+
+/* What a check-in does given the marker. */
+enum ml_marker_step {
+    ML_MARKER_NONE,  /* no marker in force: the full deadline */
+    ML_MARKER_PROBE, /* a check-in with a deadline of ML_PROBE_MS */
+    ML_MARKER_SKIP,  /* no check-in: stock, the reason in the debug log */
+};
+
+/* One look at the marker of the daemon at one socket. */
+struct ml_marker {
+    bool path_ok;          /* the private directory is usable: a marker may exist */
+    char path[1200];
+    unsigned count;        /* timeouts in a row it records (0: none in force) */
+    int64_t age_ms;        /* since the last of them */
+    enum ml_marker_step step;
+};
+
+/* Whether `st` (lstat) may hold markers for `uid`: a directory of that user's
+ * that nobody else may write. Pure, for the tests. */
+ML_HIDDEN bool ml_unresponsive_dir_usable(const struct stat *st, unsigned uid);
+/* Whether `st` (fstat of the open marker) may be read or written for `uid`: a
+ * regular file of that user's, writable by nobody else, with one link. */
+ML_HIDDEN bool ml_unresponsive_file_usable(const struct stat *st, unsigned uid);
+/* How long check-ins are skipped after `count` timeouts in a row. */
+ML_HIDDEN int64_t ml_unresponsive_skip_ms(unsigned count);
+/* What a marker of `count` timeouts, `age_ms` old, asks of a check-in. Pure. */
+ML_HIDDEN enum ml_marker_step ml_unresponsive_step(unsigned count, int64_t age_ms);
+/* Where the marker for the daemon at `socket` lives; false when the private
+ * directory is missing or not usable (then there is no marker at all). */
 ML_HIDDEN bool ml_unresponsive_marker_path(char *buf, size_t cap, const char *socket);
-/* Whether the marker `st` (lstat) counts at `now_ms` (wall clock) for `uid`:
- * a regular file of that user's, writable by nobody else, younger than
- * ML_UNRESPONSIVE_MS; its age in *age_ms. Pure, for the tests. */
-ML_HIDDEN bool ml_unresponsive_marker_fresh(const struct stat *st, unsigned uid, int64_t now_ms,
-                                            int64_t *age_ms);
-/* One lstat: the daemon at `socket` was found not answering less than
- * ML_UNRESPONSIVE_MS ago (by this user); its age in *age_ms. */
-ML_HIDDEN bool ml_unresponsive_recent(const char *socket, int64_t *age_ms);
-/* Notes that the daemon at `socket` did not answer within the deadline. */
-ML_HIDDEN void ml_unresponsive_note(const char *socket);
+/* Reads the marker (getenv, lstat, open, fstat, pread: no IPC) into *m and
+ * returns what the check-in should do. */
+ML_HIDDEN enum ml_marker_step ml_unresponsive_look(const char *socket, struct ml_marker *m);
+/* The check-in `m` was looked up for timed out: one more in a row. */
+ML_HIDDEN void ml_unresponsive_note(const struct ml_marker *m);
+/* The daemon answered: the marker `m` found in force is removed. */
+ML_HIDDEN void ml_unresponsive_clear(const struct ml_marker *m);
 
 /* -------------------------------------------------------------- socket.c -- */
 
