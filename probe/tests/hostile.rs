@@ -340,3 +340,25 @@ fn the_hostile_programs_run_as_expected_without_the_shim() {
         "before the device\nfamily 5\nafter the device: still open\n"
     );
 }
+
+#[test]
+fn a_debug_line_to_a_stderr_nobody_reads_raises_no_sigpipe_in_the_host() {
+    use std::os::unix::process::ExitStatusExt;
+    let daemon = FakeDaemon::start(unlock(APPLE7));
+    // A C program keeps SIGPIPE's default action (Rust programs ignore it).
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let mut cmd = injected(hostile("metalift-hostile"), &daemon.socket);
+    cmd.arg("dlerror")
+        .env("METALIFT_DEBUG", "1")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(writer);
+    let output = cmd.output().unwrap();
+    assert_eq!(output.status.signal(), None, "killed: {output:?}");
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    assert!(
+        String::from_utf8_lossy(&output.stdout).contains("device:"),
+        "{output:?}"
+    );
+}

@@ -160,6 +160,17 @@ typedef struct _opaque_pthread_t *pthread_t;
 #define EPROTO 100
 extern int *__error(void);
 #define errno (*__error())
+/* <signal.h>: a sigset_t is a 32-bit mask, bit (signal - 1). */
+typedef uint32_t sigset_t;
+#define SIGPIPE 13
+#define SIG_BLOCK 1
+#define SIG_SETMASK 3
+#define sigemptyset(set) (*(set) = 0, 0)
+#define sigaddset(set, sig) (*(set) |= 1u << ((sig) - 1), 0)
+#define sigismember(set, sig) ((*(set) & (1u << ((sig) - 1))) != 0)
+extern int pthread_sigmask(int how, const sigset_t *set, sigset_t *old);
+extern int sigpending(sigset_t *set);
+extern int sigwait(const sigset_t *set, int *sig);
 extern int access(const char *path, int mode);
 extern int clock_gettime(int clock, struct timespec *ts);
 extern int close(int fd);
@@ -235,6 +246,7 @@ extern bool os_log_type_enabled(os_log_t oslog, uint8_t type);
 #include <link.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
