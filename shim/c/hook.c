@@ -512,17 +512,26 @@ bool ml_hook_try(void *scope)
     return true;
 }
 
+/* Whether the prepare handler got device_lock (the forking thread's). */
+static bool device_lock_held_at_fork;
+
 void ml_hook_atfork_prepare(void)
 {
-    pthread_mutex_lock(&device_lock);
+    /* Never waits: another thread's first device may hold the lock for its
+     * verdict, and the forking thread (holding dyld's and the atfork lock)
+     * must not wait for it (issue v5, item 5). */
+    device_lock_held_at_fork = pthread_mutex_trylock(&device_lock) == 0;
 }
 
 void ml_hook_atfork_parent(void)
 {
-    pthread_mutex_unlock(&device_lock);
+    if (device_lock_held_at_fork)
+        pthread_mutex_unlock(&device_lock);
 }
 
 void ml_hook_atfork_child(void)
 {
-    pthread_mutex_unlock(&device_lock);
+    /* The child's only thread holds nothing: a fresh lock, whoever held the
+     * parent's. The child's first device is its own (first_device_pid). */
+    device_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
 }

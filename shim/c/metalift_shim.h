@@ -206,6 +206,7 @@ extern int poll(struct pollfd *fds, unsigned int nfds, int timeout);
 extern int pthread_atfork(void (*prepare)(void), void (*parent)(void), void (*child)(void));
 extern int pthread_equal(pthread_t a, pthread_t b);
 extern int pthread_mutex_lock(pthread_mutex_t *m);
+extern int pthread_mutex_trylock(pthread_mutex_t *m);
 extern int pthread_mutex_unlock(pthread_mutex_t *m);
 extern int pthread_once(pthread_once_t *once, void (*init)(void));
 extern pthread_t pthread_self(void);

@@ -458,19 +458,25 @@ void ml_session_report(const struct ml_outcome *o)
     pthread_mutex_unlock(&session_lock);
 }
 
+/* Whether the prepare handler got session_lock. */
+static bool session_lock_held_at_fork;
+
 void ml_session_atfork_prepare(void)
 {
-    pthread_mutex_lock(&session_lock);
+    /* Never waits for the verdict another thread may be awaiting under it. */
+    session_lock_held_at_fork = pthread_mutex_trylock(&session_lock) == 0;
 }
 
 void ml_session_atfork_parent(void)
 {
-    pthread_mutex_unlock(&session_lock);
+    if (session_lock_held_at_fork)
+        pthread_mutex_unlock(&session_lock);
 }
 
 void ml_session_atfork_child(void)
 {
-    /* The child's copy of a lock the parent held at fork is released here; the
-     * state itself is reset lazily (reset_if_forked, by pid). */
-    pthread_mutex_unlock(&session_lock);
+    /* A fresh lock in the child, whoever held the parent's; the state itself
+     * is reset lazily (reset_if_forked, by pid), never using the parent's
+     * connection. */
+    session_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
 }
