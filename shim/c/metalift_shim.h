@@ -153,6 +153,7 @@ typedef struct _opaque_pthread_t *pthread_t;
 #define EAGAIN 35
 #define EWOULDBLOCK EAGAIN
 #define ECONNRESET 54
+#define ENOTCONN 57
 #define ETIMEDOUT 60
 #define ECONNREFUSED 61
 #define ENAMETOOLONG 63
@@ -383,6 +384,8 @@ enum ml_xpc_next {
     ML_XPC_STOCK_BUSY = 2,         /* declined: no place free; stock now */
     ML_XPC_STOCK_UNRESPONSIVE = 3, /* no reply by the deadline; note it, stock */
     ML_XPC_STOCK_MALFORMED = 4,    /* a reply that is no verdict; stock */
+    ML_XPC_SEND_AGAIN = 5,         /* XPC_ERROR_CONNECTION_INTERRUPTED: send again over
+                                    * XPC, once, same deadline (then the socket) */
 };
 /* `read_result` is ml_xpc_read_verdict's (0, -ETIMEDOUT, -EPROTO with `e`, or
  * another negative errno for an XPC error before a reply). */
@@ -452,10 +455,15 @@ ML_HIDDEN int ml_xpc_check_in(const char *shim_version, const char *arch);
  * decoded (its strings live until ml_xpc_release_reply); -ETIMEDOUT: no reply
  * (a reply arriving later is dropped by the handler, never read);
  * -ECONNREFUSED: XPC_ERROR_CONNECTION_INVALID (no such service);
- * -ECONNRESET: another XPC error before a reply; -EPROTO with *error set: the
+ * -EAGAIN: XPC_ERROR_CONNECTION_INTERRUPTED (the daemon exited; launchd
+ * relaunches it); -ECONNRESET: another XPC error before a reply; -EPROTO with *error set: the
  * reply is no verdict (ML_WIRE_DECLINED: the daemon's refusal). */
 ML_HIDDEN int ml_xpc_read_verdict(int64_t deadline_ms, struct ml_verdict *out,
                                   struct ml_wire_error *error);
+/* Sends the check-in again on the same connection (after
+ * XPC_ERROR_CONNECTION_INTERRUPTED: libxpc's contract is to send again; the
+ * connection looks the service up anew). 0, or an errno value. */
+ML_HIDDEN int ml_xpc_send_again(const char *shim_version, const char *arch);
 /* Releases the reply ml_xpc_read_verdict handed over (idempotent). */
 ML_HIDDEN void ml_xpc_release_reply(void);
 /* Sends the outcome on the same connection (same process: the daemon checks

@@ -371,6 +371,21 @@ static bool read_xpc_verdict(struct ml_plan *out, int64_t deadline)
     struct ml_wire_error e = {ML_WIRE_OK, NULL, 0};
     int r = ml_xpc_read_verdict(deadline, &v, &e);
     enum ml_xpc_next next = ml_xpc_next_step(r, e);
+    if (next == ML_XPC_SEND_AGAIN) {
+        /* The daemon exited mid-request (launchd relaunches it): send again
+         * over XPC, once, within the same deadline; a second interruption,
+         * or a failed send, goes to the socket (xpc_reply.c). */
+        ml_xpc_release_reply();
+        ml_log(ML_DEBUG, "XPC connection interrupted; sending the check-in again");
+        next = ML_XPC_USE_SOCKET;
+        if (ml_xpc_send_again(ML_SHIM_VERSION, arch_name()) == 0) {
+            e = (struct ml_wire_error){ML_WIRE_OK, NULL, 0};
+            r = ml_xpc_read_verdict(deadline, &v, &e);
+            next = ml_xpc_next_step(r, e);
+            if (next == ML_XPC_SEND_AGAIN)
+                next = ML_XPC_USE_SOCKET;
+        }
+    }
     if (next == ML_XPC_USE_VERDICT) {
         ml_plan_from_verdict(&v, out);
         ml_xpc_release_reply();

@@ -106,6 +106,8 @@ bool ml_xpc_usable(void)
     return image_start_pid != 0 && image_start_pid == getpid();
 }
 
+static int send_check_in(xpc_object_t message, const char *shim_version, const char *arch);
+
 int ml_xpc_check_in(const char *shim_version, const char *arch)
 {
     if (reply_ready == NULL)
@@ -129,6 +131,27 @@ int ml_xpc_check_in(const char *shim_version, const char *arch)
         ml_xpc_close();
         return ENOMEM;
     }
+    int e = send_check_in(message, shim_version, arch);
+    xpc_release(message);
+    return e;
+}
+
+int ml_xpc_send_again(const char *shim_version, const char *arch)
+{
+    if (connection == NULL)
+        return ENOTCONN;
+    xpc_object_t message = xpc_dictionary_create(NULL, NULL, 0);
+    if (message == NULL)
+        return ENOMEM;
+    int e = send_check_in(message, shim_version, arch);
+    xpc_release(message);
+    return e;
+}
+
+/* Encodes the check-in into `message` and sends it on `connection`, the reply
+ * to be stored for ml_xpc_read_verdict. */
+static int send_check_in(xpc_object_t message, const char *shim_version, const char *arch)
+{
     ml_xpc_encode_check_in(message, shim_version, arch);
     pthread_mutex_lock(&reply_lock);
     waiting = true;
@@ -144,7 +167,6 @@ int ml_xpc_check_in(const char *shim_version, const char *arch)
                                                if (wanted)
                                                    dispatch_semaphore_signal(reply_ready);
                                            });
-    xpc_release(message);
     return 0;
 }
 
@@ -167,6 +189,8 @@ int ml_xpc_read_verdict(int64_t deadline_ms, struct ml_verdict *out, struct ml_w
         return -ETIMEDOUT;
     if (taken == (xpc_object_t)&_xpc_error_connection_invalid)
         return -ECONNREFUSED;
+    if (taken == (xpc_object_t)&_xpc_error_connection_interrupted)
+        return -EAGAIN;
     if (xpc_get_type(taken) == &_xpc_type_error)
         return -ECONNRESET;
     *error = ml_xpc_decode_verdict(taken, out);
