@@ -16,9 +16,12 @@
 //! - **silent**: a socket that accepts and never answers (this process).
 //!
 //! For the last two, the first process of a round pays the deadline (the
-//! shim's default, 2 s) and the next ten should skip the wait (the shim's
-//! unresponsive marker, `shim/c/unresponsive.c`); each round starts with no
-//! marker. Last, `--threads 2`: how long the second thread's device creation
+//! shim's default, 2 s), the second probes the daemon (a check-in with a 50 ms
+//! deadline: one timeout is never a silent skip) and the next ten skip the
+//! check-in (two timeouts in a row; the shim's unresponsive marker,
+//! `shim/c/unresponsive.c`); each round starts with no marker. And the healthy
+//! daemon with a fresh marker left by an earlier timeout: what the probe adds
+//! when the daemon answers. Last, `--threads 2`: how long the second thread's device creation
 //! waits while the first waits for its verdict (Metal's registration lock).
 #![forbid(unsafe_code)]
 
@@ -42,6 +45,9 @@ const DEADLINE_US: f64 = DEADLINE_MS as f64 * 1000.0;
 /// What the first process may take beyond the deadline: its own start, Metal's
 /// load and the probe's report around the wait.
 const SLACK_US: f64 = 50_000.0;
+/// The deadline of a probe, a check-in while a marker of one timeout is in
+/// force (shim/c/metalift_shim.h ML_PROBE_MS).
+const PROBE_US: f64 = 50_000.0;
 
 /// The probe with libmetalift asking `socket`; markers go to `markers`.
 fn injected(art: &Artifacts, socket: &Path, markers: &Path) -> Command {
@@ -90,23 +96,41 @@ fn clear_markers(dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `rounds` rounds of one first process and [`NEXT`] later ones against an
-/// unresponsive `socket`.
+/// `rounds` rounds of one first process, one probe and [`NEXT`] later ones
+/// against an unresponsive `socket`.
 fn unresponsive(
     art: &Artifacts,
     socket: &Path,
     markers: &Path,
     rounds: usize,
-) -> anyhow::Result<(Samples, Samples)> {
-    let (mut first, mut next) = (Samples::default(), Samples::default());
+) -> anyhow::Result<(Samples, Samples, Samples)> {
+    let (mut first, mut probe, mut next) =
+        (Samples::default(), Samples::default(), Samples::default());
     for _ in 0..rounds {
         clear_markers(markers)?;
         first.push(added(art, injected(art, socket, markers))?);
+        probe.push(added(art, injected(art, socket, markers))?);
         for _ in 0..NEXT {
             next.push(added(art, injected(art, socket, markers))?);
         }
     }
-    Ok((first, next))
+    Ok((first, probe, next))
+}
+
+/// Leaves a fresh marker of one timeout for `socket` in `markers`, named as
+/// the shim names it (uid, FNV-1a of the socket path).
+fn fresh_marker(markers: &Path, socket: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in socket.as_os_str().as_encoded_bytes() {
+        hash ^= u64::from(*byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    let uid = std::fs::metadata(markers)?.uid();
+    let path = markers.join(format!("metalift-unresponsive-{uid}-{hash:016x}"));
+    std::fs::write(&path, "001\n")?;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+    Ok(())
 }
 
 fn signal(pid: u32, sig: &str) -> anyhow::Result<()> {
@@ -142,11 +166,14 @@ pub fn run(art: &Artifacts, iterations: usize, rounds: usize) -> anyhow::Result<
         (Samples::default(), Samples::default(), Samples::default());
     let (mut absent, mut refused) = (Samples::default(), Samples::default());
     let (mut second_healthy, mut first_healthy) = (Samples::default(), Samples::default());
+    let mut with_marker = Samples::default();
     let gone = dir.path().join("absent.sock");
     let dead = dir.path().join("dead.sock");
     drop(UnixListener::bind(&dead)?); // the file stays, nobody listens
     for _ in 0..iterations {
         healthy.push(added(art, injected(art, &daemon.socket, &markers))?);
+        fresh_marker(&markers, &daemon.socket)?;
+        with_marker.push(added(art, injected(art, &daemon.socket, &markers))?);
         rtt.push_micros(crate::big_exe::child_check_in(&art.bench, &daemon.socket)?.1);
         let t = std::time::Instant::now();
         harness::check_in_with(&daemon.socket, &frame)?;
@@ -181,7 +208,8 @@ pub fn run(art: &Artifacts, iterations: usize, rounds: usize) -> anyhow::Result<
             }
         }
     });
-    let (mut silent_first, mut silent_next) = unresponsive(art, &silent_socket, &markers, rounds)?;
+    let (mut silent_first, mut silent_probe, mut silent_next) =
+        unresponsive(art, &silent_socket, &markers, rounds)?;
 
     signal(daemon.pid(), "-STOP")?;
     let stopped = unresponsive(art, &daemon.socket, &markers, rounds);
@@ -190,7 +218,7 @@ pub fn run(art: &Artifacts, iterations: usize, rounds: usize) -> anyhow::Result<
     let stopped_threads = clear_markers(&markers)
         .and_then(|()| report(injected(art, &daemon.socket, &markers), &["--threads", "2"]));
     signal(daemon.pid(), "-CONT")?;
-    let (mut stopped_first, mut stopped_next) = stopped?;
+    let (mut stopped_first, mut stopped_probe, mut stopped_next) = stopped?;
     if let Some(times) = stopped_threads?["concurrent_creations_us"].as_array() {
         if let Some(b) = times.get(1).and_then(serde_json::Value::as_f64) {
             second_stopped.push(b);
@@ -200,7 +228,7 @@ pub fn run(art: &Artifacts, iterations: usize, rounds: usize) -> anyhow::Result<
 
     let rtt_median = rtt.median();
     let mut body = format!(
-        "{iterations} paired iterations (healthy, not running) and {rounds} rounds of 1 + {NEXT} \
+        "{iterations} paired iterations (healthy, not running) and {rounds} rounds of 1 + 1 + {NEXT} \
          processes per unresponsive case; the shim's default deadline ({:.0} ms). Each figure is the \
          probe's own first `MTLCreateSystemDefaultDevice`, injected minus uninjected. Markers \
          (`shim/c/unresponsive.c`) are cleared at the start of each round.\n\n\
@@ -209,6 +237,10 @@ pub fn run(art: &Artifacts, iterations: usize, rounds: usize) -> anyhow::Result<
     );
     for (name, s) in [
         ("healthy metaliftd, unlocked", &mut healthy),
+        (
+            "healthy metaliftd, unlocked, with a fresh marker (the probe answered)",
+            &mut with_marker,
+        ),
         (
             "one check-in round trip to it, from a fresh process (`check-in-once`)",
             &mut rtt,
@@ -220,8 +252,10 @@ pub fn run(art: &Artifacts, iterations: usize, rounds: usize) -> anyhow::Result<
         ("not running: no socket file", &mut absent),
         ("not running: a socket file nobody listens on", &mut refused),
         ("stopped (SIGSTOP): the first process of a round", &mut stopped_first),
+        ("stopped (SIGSTOP): the second, a probe", &mut stopped_probe),
         ("stopped (SIGSTOP): each of the next ten", &mut stopped_next),
         ("accepts, never answers: the first process", &mut silent_first),
+        ("accepts, never answers: the second, a probe", &mut silent_probe),
         ("accepts, never answers: each of the next ten", &mut silent_next),
         (
             "`--threads 2`, healthy: the thread that creates first (absolute)",
@@ -239,7 +273,35 @@ pub fn run(art: &Artifacts, iterations: usize, rounds: usize) -> anyhow::Result<
         body.push_str(&format!("| {name} | {} |\n", s.summary(0)));
     }
     let healthy_limit = rtt_median + 50.0;
+    let probe_limit = PROBE_US + SLACK_US;
     let targets = vec![
+        Target {
+            item: "23.4 a fresh marker, the daemon answering: added to the first device creation"
+                .into(),
+            target: "published (next to the healthy figure)".into(),
+            measured: format!(
+                "{:.0} µs (without a marker: {:.0} µs)",
+                with_marker.median(),
+                healthy.median()
+            ),
+            met: true,
+        },
+        Target {
+            item: "23.4 unresponsive daemon: the probe after one timeout".into(),
+            target: format!(
+                "≤ the probe's deadline ({:.0} ms) + {:.0} ms",
+                PROBE_US / 1000.0,
+                SLACK_US / 1000.0
+            ),
+            measured: format!(
+                "{:.0} ms stopped, {:.0} ms silent (worst {:.0} / {:.0} ms)",
+                stopped_probe.median() / 1000.0,
+                silent_probe.median() / 1000.0,
+                stopped_probe.max() / 1000.0,
+                silent_probe.max() / 1000.0
+            ),
+            met: stopped_probe.max() <= probe_limit && silent_probe.max() <= probe_limit,
+        },
         Target {
             item: "23.4 healthy daemon: added to the first device creation".into(),
             target: "≤ 1 check-in round trip + 50 µs".into(),

@@ -11,6 +11,7 @@ mod files;
 mod guest;
 mod health;
 mod launchd;
+pub mod marker;
 pub mod paths;
 mod rules;
 mod system;
@@ -148,6 +149,7 @@ pub fn checks_judged(args: &Args) -> (Vec<Check>, Judgement) {
     let mut all = vec![
         daemon,
         health::daemon_health(&judged),
+        marker::for_this_user(&install.socket).check(),
         policy,
         live,
         audit_log(&install.audit_log, report.as_ref()),

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::doctor::marker;
 #[cfg(test)]
 use crate::judgement::read_disk;
 use crate::judgement::{self, Disk, Level};
@@ -85,6 +86,9 @@ pub struct StatusJson {
     /// The policy hash of the file on disk (same function as the daemon's), when
     /// it could be read.
     pub disk_sha256: Option<String>,
+    /// This user's unresponsive marker for the socket, when one is in force
+    /// (the shim probes or skips the daemon: `doctor/marker.rs`).
+    pub unresponsive_marker: Option<String>,
     /// The daemon's report, its fields at the top level; absent when unreachable.
     #[serde(flatten)]
     pub daemon: Option<StatusReport>,
@@ -100,6 +104,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.json {
         println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
+        if let Some(marker) = &out.unresponsive_marker {
+            println!("shim marker: {marker}");
+        }
         match &out.daemon {
             Some(report) => {
                 // The cause first, before the figures: the judgement every tool
@@ -174,6 +181,7 @@ pub fn examine(socket: &Path) -> (u8, StatusJson) {
                 error: Some(error),
                 socket: socket.display().to_string(),
                 disk_sha256: None,
+                unresponsive_marker: marker::for_this_user(socket).in_force(),
                 daemon: None,
             },
         );
@@ -193,6 +201,7 @@ pub fn examine(socket: &Path) -> (u8, StatusJson) {
             problems: problems.into_iter().map(|p| p.text).collect(),
             socket: socket.display().to_string(),
             disk_sha256,
+            unresponsive_marker: marker::for_this_user(socket).in_force(),
             daemon: Some(report),
         },
     )

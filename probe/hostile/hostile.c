@@ -22,7 +22,8 @@
  *                    to answer; meanwhile the main thread forks; the child
  *                    creates a device of its own (SIGALRM after 15 s: a child
  *                    that inherited a held lock would hang), then the parent
- *                    joins: "child <pid> family <N>", "parent <pid> family <N>".
+ *                    joins: "child <pid> family <N>", "parent <pid> family <N>",
+ *                    "fork took <ms> ms" (how long fork() held the main thread).
  *   exec             exec `sh -c 'ls /proc/self/fd'` without creating a device.
  *   devexec          create a device (asking it nothing: the shim's outcome
  *                    went out during the creation), then exec as `exec` does.
@@ -44,6 +45,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 typedef void *(*create_fn)(void);
@@ -271,9 +273,13 @@ static int fork_while_waiting(void)
         return 60;
     usleep(300 * 1000); /* the thread is now inside its device init, waiting */
     fflush(NULL);
+    struct timespec before, after;
+    clock_gettime(CLOCK_MONOTONIC, &before);
     pid_t child = fork();
     if (child < 0)
         return 61;
+    if (child > 0)
+        clock_gettime(CLOCK_MONOTONIC, &after);
     if (child == 0) {
         alarm(15);
         printf("child %ld family %d\n", (long)getpid(), new_device_family());
@@ -284,6 +290,8 @@ static int fork_while_waiting(void)
     waitpid(child, &status, 0);
     pthread_join(t, NULL);
     printf("parent %ld family %d\n", (long)getpid(), thread_family);
+    printf("fork took %ld ms\n", (long)((after.tv_sec - before.tv_sec) * 1000 +
+                                        (after.tv_nsec - before.tv_nsec) / 1000000));
     return WIFEXITED(status) ? WEXITSTATUS(status) : 62;
 }
 

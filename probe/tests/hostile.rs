@@ -244,11 +244,13 @@ fn a_child_forked_before_the_check_in_checks_in_itself_and_reports_its_own_outco
 }
 
 #[test]
-fn a_fork_while_the_first_device_waits_for_its_verdict_waits_for_it_and_the_child_checks_in_itself()
+fn a_fork_while_the_first_device_waits_for_its_verdict_is_not_held_and_the_child_checks_in_itself()
 {
-    // The daemon answers after 1 s: the fork lands while the first device's
-    // thread holds the shim's locks. Without the atfork handlers the child
-    // inherits them held and hangs (its alarm then kills it: exit 62).
+    // The daemon answers after 1 s: the fork lands (300 ms in) while the first
+    // device's thread holds the shim's locks. The fork is not held for the
+    // verdict (the prepare handler only tries the locks), and the child starts
+    // with fresh ones: one that inherited them held would hang (its alarm
+    // then kills it: exit 62).
     let daemon = FakeDaemon::start_delayed(unlock(APPLE7), std::time::Duration::from_secs(1));
     let mut cmd = injected(hostile("metalift-hostile"), &daemon.socket);
     cmd.arg("forkwait");
@@ -264,6 +266,15 @@ fn a_fork_while_the_first_device_waits_for_its_verdict_waits_for_it_and_the_chil
         "{stdout}"
     );
     assert_eq!(daemon.check_ins(), 2, "parent and child each checked in");
+    let fork_ms: u64 = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("fork took "))
+        .and_then(|l| l.trim_end_matches(" ms").parse().ok())
+        .unwrap_or_else(|| panic!("no fork time: {stdout}"));
+    assert!(
+        fork_ms < 300,
+        "fork() was held {fork_ms} ms for the verdict"
+    );
 }
 
 #[test]
@@ -338,5 +349,27 @@ fn the_hostile_programs_run_as_expected_without_the_shim() {
     assert_eq!(
         std::fs::read_to_string(out.path()).unwrap(),
         "before the device\nfamily 5\nafter the device: still open\n"
+    );
+}
+
+#[test]
+fn a_debug_line_to_a_stderr_nobody_reads_raises_no_sigpipe_in_the_host() {
+    use std::os::unix::process::ExitStatusExt;
+    let daemon = FakeDaemon::start(unlock(APPLE7));
+    // A C program keeps SIGPIPE's default action (Rust programs ignore it).
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let mut cmd = injected(hostile("metalift-hostile"), &daemon.socket);
+    cmd.arg("dlerror")
+        .env("METALIFT_DEBUG", "1")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(writer);
+    let output = cmd.output().unwrap();
+    assert_eq!(output.status.signal(), None, "killed: {output:?}");
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    assert!(
+        String::from_utf8_lossy(&output.stdout).contains("device:"),
+        "{output:?}"
     );
 }

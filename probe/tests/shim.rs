@@ -168,98 +168,6 @@ fn given_a_daemon_that_never_answers_then_stock_after_the_deadline_and_the_proce
 }
 
 #[test]
-fn given_a_daemon_that_accepts_and_never_answers_then_only_the_first_process_waits_the_deadline() {
-    let daemon = FakeDaemon::start(Behaviour::Silent);
-    let timed = |debug: bool| {
-        let mut cmd = injected(probe(), &daemon.socket);
-        cmd.env("METALIFT_TIMEOUT_MS", "1500");
-        if debug {
-            cmd.env("METALIFT_DEBUG", "1");
-        }
-        cmd.arg("--json");
-        let start = std::time::Instant::now();
-        let output = run(cmd, b"");
-        let took = start.elapsed();
-        assert!(output.status.success(), "{output:?}");
-        assert_stock(&serde_json::from_slice(&output.stdout).unwrap());
-        (took, String::from_utf8_lossy(&output.stderr).into_owned())
-    };
-    let (first, _) = timed(false);
-    assert!(
-        first >= std::time::Duration::from_millis(1500),
-        "took {first:?}"
-    );
-    assert_eq!(daemon.check_ins(), 1);
-    // The next processes skip the wait after one look at the marker: no
-    // connection, stock, the reason in the debug log.
-    for _ in 0..3 {
-        let (took, stderr) = timed(true);
-        assert!(
-            took < std::time::Duration::from_millis(1000),
-            "took {took:?}"
-        );
-        assert!(stderr.contains("did not answer a check-in"), "{stderr}");
-    }
-    assert_eq!(
-        daemon.connections(),
-        1,
-        "skipped processes make no connection"
-    );
-    // Once the finding is older than the window, the daemon is asked again.
-    let dir = daemon.socket.parent().unwrap();
-    let markers: Vec<_> = std::fs::read_dir(dir)
-        .unwrap()
-        .filter_map(Result::ok)
-        .filter(|e| {
-            e.file_name()
-                .to_string_lossy()
-                .starts_with("metalift-unresponsive-")
-        })
-        .collect();
-    assert_eq!(markers.len(), 1, "{markers:?}");
-    let old = std::time::SystemTime::now() - std::time::Duration::from_secs(11);
-    std::fs::File::options()
-        .write(true)
-        .open(markers[0].path())
-        .unwrap()
-        .set_modified(old)
-        .unwrap();
-    let (again, _) = timed(false);
-    assert!(
-        again >= std::time::Duration::from_millis(1500),
-        "took {again:?}"
-    );
-    assert_eq!(daemon.check_ins(), 2);
-}
-
-#[test]
-fn given_a_marker_others_can_write_then_it_is_not_believed() {
-    use std::os::unix::fs::PermissionsExt;
-    let daemon = FakeDaemon::start(Behaviour::Silent);
-    let run_probe = || {
-        let mut cmd = injected(probe(), &daemon.socket);
-        cmd.env("METALIFT_TIMEOUT_MS", "300");
-        assert_stock(&probe_json(cmd));
-    };
-    run_probe();
-    assert_eq!(daemon.check_ins(), 1);
-    let marker = std::fs::read_dir(daemon.socket.parent().unwrap())
-        .unwrap()
-        .filter_map(Result::ok)
-        .find(|e| {
-            e.file_name()
-                .to_string_lossy()
-                .starts_with("metalift-unresponsive-")
-        })
-        .expect("a marker")
-        .path();
-    // A marker anyone could have written says nothing: the daemon is asked.
-    std::fs::set_permissions(&marker, std::fs::Permissions::from_mode(0o666)).unwrap();
-    run_probe();
-    assert_eq!(daemon.check_ins(), 2);
-}
-
-#[test]
 fn given_the_daemon_declines_as_busy_then_stock_at_once_with_the_reason() {
     let frame = wire::encode_frame(&wire::Message::Declined(wire::Declined {
         reason: wire::DeclineReason::Busy,
@@ -321,13 +229,16 @@ fn given_metal_without_init_gpu_family_support_then_failed_and_nothing_is_hooked
         "{}",
         outcome.reason
     );
-    // Reported once the device exists, with its true answers.
-    assert_eq!(
-        outcome.stock.families,
-        paravirtual_families(),
-        "{outcome:?}"
+    // Reported once the device exists, asking it nothing (on this Metal the
+    // real supportsFamily: may read a vector that is not there): no answers.
+    assert!(
+        outcome.reason.contains("the device was asked nothing"),
+        "{}",
+        outcome.reason
     );
-    assert_eq!(outcome.stock.threadgroup_memory, 32768, "{outcome:?}");
+    assert_eq!(outcome.stock.families, 0, "{outcome:?}");
+    assert_eq!(outcome.effective.families, 0, "{outcome:?}");
+    assert_eq!(outcome.stock.threadgroup_memory, 0, "{outcome:?}");
 }
 
 #[test]

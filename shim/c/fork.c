@@ -1,9 +1,14 @@
 /*
  * fork.c — the shim's pthread_atfork handlers, registered once Metal is in the
- * process. A fork while the first device waits for its verdict is delayed until
- * the verdict (the prepare handler takes the locks that wait holds, at most the
- * deadline), and the child starts with every lock released; its state is reset
- * lazily, by pid (session.c, hook.c).
+ * process. They never hold the forking thread: the prepare handler only tries
+ * the shim's locks (a thread waiting for its verdict holds them, and the
+ * forking thread holds dyld's API lock and the atfork lock meanwhile), the
+ * parent releases what it got, and the child starts with fresh locks; its
+ * state is reset lazily, by pid (session.c, hook.c), so a child forked in the
+ * middle of the parent's check-in checks in for itself and never touches the
+ * parent's connection. (What else a forked child inherits — Metal's own
+ * registration lock, held for the rest of MTLAddDevice — is Metal's: see
+ * shim/c/README.md.)
  *
  * The one place that knows both hook.c's and session.c's locks, and their
  * order: device_lock (hook.c), then session_lock (session.c),

@@ -45,7 +45,8 @@
  * A Metal without -initGPUFamilySupport (a macOS update): the hook goes on
  * -initWorkarounds (else -initFeatureQueries), which MTLAddDevice calls after the
  * vector exists; at the first device, after that original returns, the shim
- * checks in and reports `failed` with the device's answers. Nothing waits in
+ * checks in and reports `failed`, asking the device nothing (its answers in
+ * the outcome are zero: not read). Nothing waits in
  * the loader's callback, and only processes that create a device report.
  *
  * Linux only: GCC's libobjc copies IMPs into a dispatch table per class, and its
@@ -426,17 +427,23 @@ static void after_first_init(ml_id device)
 }
 
 /* A Metal without -initGPUFamilySupport: after the later MTLAddDevice step
- * the shim hooked instead, report that this Metal cannot be unlocked. */
+ * the shim hooked instead, report that this Metal cannot be unlocked, with
+ * what is known (the device's class, the verdict). The device is asked
+ * nothing: this is exactly the Metal whose layout has changed, and the real
+ * supportsFamily: reads the family vector unchecked (REAL-METAL.md item 3), so
+ * no answer can be known safe here; the peers stay inert too. The answers in
+ * the outcome are zero: not read. */
 static void first_init_without_families(ml_id device)
 {
     check_in_and_plan(device);
-    char reason[sizeof plan.reason + 120];
+    char reason[sizeof plan.reason + 256];
     snprintf(reason, sizeof reason,
              "selector -[_MTLDevice initGPUFamilySupport] is missing: this Metal is not "
-             "supported; nothing was installed (%s)",
-             plan.unlock ? "verdict: unlock" : plan.reason);
-    struct ml_answers now = read_live(device);
-    report(plan.decision_id, ML_RESULT_FAILED, reason, now, now);
+             "supported; nothing was installed and the device was asked nothing (hooked "
+             "-[_MTLDevice %s] instead; %s)",
+             hooked_selector, plan.unlock ? "verdict: unlock" : plan.reason);
+    struct ml_answers unknown = {0, 0, 0};
+    report(plan.decision_id, ML_RESULT_FAILED, reason, unknown, unknown);
 }
 
 /* Replaces -[_MTLDevice initGPUFamilySupport] (or, without it, the later
@@ -505,17 +512,26 @@ bool ml_hook_try(void *scope)
     return true;
 }
 
+/* Whether the prepare handler got device_lock (the forking thread's). */
+static bool device_lock_held_at_fork;
+
 void ml_hook_atfork_prepare(void)
 {
-    pthread_mutex_lock(&device_lock);
+    /* Never waits: another thread's first device may hold the lock for its
+     * verdict, and the forking thread (holding dyld's and the atfork lock)
+     * must not wait for it (issue v5, item 5). */
+    device_lock_held_at_fork = pthread_mutex_trylock(&device_lock) == 0;
 }
 
 void ml_hook_atfork_parent(void)
 {
-    pthread_mutex_unlock(&device_lock);
+    if (device_lock_held_at_fork)
+        pthread_mutex_unlock(&device_lock);
 }
 
 void ml_hook_atfork_child(void)
 {
-    pthread_mutex_unlock(&device_lock);
+    /* The child's only thread holds nothing: a fresh lock, whoever held the
+     * parent's. The child's first device is its own (first_device_pid). */
+    device_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
 }

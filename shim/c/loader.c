@@ -61,6 +61,7 @@ void ml_metal_arrived(void *scope)
     pthread_mutex_lock(&loader_lock);
     metal_seen = true;
     ml_fork_register();
+    ml_config_note_private_dir(); /* outside any device creation (config.c) */
     if (!hook_done) {
         hook_done = ml_hook_try(scope);
         if (!hook_done)

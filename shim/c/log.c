@@ -15,7 +15,8 @@
  * them in `log show` instead of <private>; failures use the error type.
  *
  * stderr: only with METALIFT_DEBUG=1, and only when fd 2 is open and is not the
- * shim's own socket (a program may have put it there with dup2).
+ * shim's own socket (a program may have put it there with dup2); never a
+ * SIGPIPE, whatever fd 2 is (to_stderr).
  */
 #include "metalift_shim.h"
 
@@ -46,19 +47,24 @@ const char *ml_program_name(void)
 }
 #endif
 
-static void to_stderr(const char *text, size_t len)
+/* SIGPIPE is blocked on this thread around the write, and one that the write
+ * raised (EPIPE: fd 2 is a pipe or socket nobody reads) is taken back off the
+ * pending set before the mask is restored, unless one was pending already: a
+ * debug line never kills or signals the host (issue v5, item 10). */
+static void pipe_signal_set(sigset_t *set)
 {
-    if (fcntl(2, F_GETFD) < 0 || ml_sock_is_shims(2))
-        return;
-    struct stat st;
-    if (fstat(2, &st) == 0 && S_ISSOCK(st.st_mode)) {
-#ifdef __APPLE__
-        (void)write(2, text, len); /* a socket on fd 2 that is not ours: as the host would */
-#else
-        (void)send(2, text, len, MSG_NOSIGNAL | MSG_DONTWAIT);
-#endif
-        return;
-    }
+    sigemptyset(set);
+    sigaddset(set, SIGPIPE);
+}
+
+static bool pipe_signal_pending(void)
+{
+    sigset_t pending;
+    return sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 1;
+}
+
+static void write_all(const char *text, size_t len)
+{
     while (len > 0) {
         ssize_t n = write(2, text, len);
         if (n < 0 && errno == EINTR)
@@ -68,6 +74,31 @@ static void to_stderr(const char *text, size_t len)
         text += n;
         len -= (size_t)n;
     }
+}
+
+static void to_stderr(const char *text, size_t len)
+{
+    if (fcntl(2, F_GETFD) < 0 || ml_sock_is_shims(2))
+        return;
+    sigset_t pipe_only, old;
+    pipe_signal_set(&pipe_only);
+    bool was_pending = pipe_signal_pending();
+    if (pthread_sigmask(SIG_BLOCK, &pipe_only, &old) != 0)
+        return; /* cannot keep SIGPIPE from the host: say nothing */
+#ifdef __APPLE__
+    write_all(text, len);
+#else
+    struct stat st;
+    if (fstat(2, &st) == 0 && S_ISSOCK(st.st_mode))
+        (void)send(2, text, len, MSG_NOSIGNAL | MSG_DONTWAIT); /* not ours: never wait on it */
+    else
+        write_all(text, len);
+#endif
+    if (!was_pending && pipe_signal_pending()) {
+        int taken;
+        (void)sigwait(&pipe_only, &taken); /* pending: returns at once */
+    }
+    (void)pthread_sigmask(SIG_SETMASK, &old, NULL);
 }
 
 #ifdef __APPLE__

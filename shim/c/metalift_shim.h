@@ -133,8 +133,9 @@ typedef struct _opaque_pthread_t *pthread_t;
 #define POLLOUT 0x4
 #define CLOCK_MONOTONIC 6
 #define CLOCK_REALTIME 0
+#define O_RDONLY 0x0
 #define O_WRONLY 0x1
-#define O_TRUNC 0x400
+#define O_RDWR 0x2
 #define O_CREAT 0x200
 #define O_NOFOLLOW 0x100
 #define O_CLOEXEC 0x1000000
@@ -152,6 +153,7 @@ typedef struct _opaque_pthread_t *pthread_t;
 #define EAGAIN 35
 #define EWOULDBLOCK EAGAIN
 #define ECONNRESET 54
+#define ENOTCONN 57
 #define ETIMEDOUT 60
 #define ECONNREFUSED 61
 #define ENAMETOOLONG 63
@@ -159,6 +161,17 @@ typedef struct _opaque_pthread_t *pthread_t;
 #define EPROTO 100
 extern int *__error(void);
 #define errno (*__error())
+/* <signal.h>: a sigset_t is a 32-bit mask, bit (signal - 1). */
+typedef uint32_t sigset_t;
+#define SIGPIPE 13
+#define SIG_BLOCK 1
+#define SIG_SETMASK 3
+#define sigemptyset(set) (*(set) = 0, 0)
+#define sigaddset(set, sig) (*(set) |= 1u << ((sig) - 1), 0)
+#define sigismember(set, sig) ((*(set) & (1u << ((sig) - 1))) != 0)
+extern int pthread_sigmask(int how, const sigset_t *set, sigset_t *old);
+extern int sigpending(sigset_t *set);
+extern int sigwait(const sigset_t *set, int *sig);
 extern int access(const char *path, int mode);
 extern int clock_gettime(int clock, struct timespec *ts);
 extern int close(int fd);
@@ -194,9 +207,12 @@ extern int poll(struct pollfd *fds, unsigned int nfds, int timeout);
 extern int pthread_atfork(void (*prepare)(void), void (*parent)(void), void (*child)(void));
 extern int pthread_equal(pthread_t a, pthread_t b);
 extern int pthread_mutex_lock(pthread_mutex_t *m);
+extern int pthread_mutex_trylock(pthread_mutex_t *m);
 extern int pthread_mutex_unlock(pthread_mutex_t *m);
 extern int pthread_once(pthread_once_t *once, void (*init)(void));
 extern pthread_t pthread_self(void);
+extern ssize_t pread(int fd, void *buf, size_t len, int64_t offset);
+extern ssize_t pwrite(int fd, const void *buf, size_t len, int64_t offset);
 extern ssize_t recv(int fd, void *buf, size_t len, int flags);
 extern ssize_t send(int fd, const void *buf, size_t len, int flags);
 extern ssize_t sendto(int fd, const void *buf, size_t len, int flags,
@@ -210,6 +226,7 @@ extern size_t strlen(const char *s);
 extern char *strrchr(const char *s, int c);
 extern int vsnprintf(char *buf, size_t cap, const char *fmt, va_list ap)
     __attribute__((format(printf, 3, 0)));
+extern int unlink(const char *path);
 extern ssize_t write(int fd, const void *buf, size_t len);
 /* dyld and the unified log. */
 struct mach_header;
@@ -231,6 +248,7 @@ extern bool os_log_type_enabled(os_log_t oslog, uint8_t type);
 #include <link.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -369,6 +387,8 @@ enum ml_xpc_next {
     ML_XPC_STOCK_BUSY = 2,         /* declined: no place free; stock now */
     ML_XPC_STOCK_UNRESPONSIVE = 3, /* no reply by the deadline; note it, stock */
     ML_XPC_STOCK_MALFORMED = 4,    /* a reply that is no verdict; stock */
+    ML_XPC_SEND_AGAIN = 5,         /* XPC_ERROR_CONNECTION_INTERRUPTED: send again over
+                                    * XPC, once, same deadline (then the socket) */
 };
 /* `read_result` is ml_xpc_read_verdict's (0, -ETIMEDOUT, -EPROTO with `e`, or
  * another negative errno for an XPC error before a reply). */
@@ -438,10 +458,15 @@ ML_HIDDEN int ml_xpc_check_in(const char *shim_version, const char *arch);
  * decoded (its strings live until ml_xpc_release_reply); -ETIMEDOUT: no reply
  * (a reply arriving later is dropped by the handler, never read);
  * -ECONNREFUSED: XPC_ERROR_CONNECTION_INVALID (no such service);
- * -ECONNRESET: another XPC error before a reply; -EPROTO with *error set: the
+ * -EAGAIN: XPC_ERROR_CONNECTION_INTERRUPTED (the daemon exited; launchd
+ * relaunches it); -ECONNRESET: another XPC error before a reply; -EPROTO with *error set: the
  * reply is no verdict (ML_WIRE_DECLINED: the daemon's refusal). */
 ML_HIDDEN int ml_xpc_read_verdict(int64_t deadline_ms, struct ml_verdict *out,
                                   struct ml_wire_error *error);
+/* Sends the check-in again on the same connection (after
+ * XPC_ERROR_CONNECTION_INTERRUPTED: libxpc's contract is to send again; the
+ * connection looks the service up anew). 0, or an errno value. */
+ML_HIDDEN int ml_xpc_send_again(const char *shim_version, const char *arch);
 /* Releases the reply ml_xpc_read_verdict handed over (idempotent). */
 ML_HIDDEN void ml_xpc_release_reply(void);
 /* Sends the outcome on the same connection (same process: the daemon checks
@@ -489,8 +514,13 @@ ML_HIDDEN int ml_config_parse_timeout(const char *raw);
 ML_HIDDEN bool ml_config_socket_path(char *buf, size_t cap, const char *metalift_socket,
                                      bool system_exists, const char *private_dir);
 
-/* The user's private directory: $XDG_RUNTIME_DIR on Linux, on macOS
- * confstr(_CS_DARWIN_USER_TEMP_DIR) written into buf. NULL when there is none. */
+/* macOS: asks confstr(_CS_DARWIN_USER_TEMP_DIR) once, when Metal arrives and
+ * only for a per-user daemon, so that no device creation ever waits on it
+ * (its first call is an opendirectoryd request). Linux: nothing. */
+ML_HIDDEN void ml_config_note_private_dir(void);
+/* The user's private directory: $XDG_RUNTIME_DIR on Linux, on macOS the
+ * DARWIN_USER_TEMP_DIR ml_config_note_private_dir noted, copied into buf.
+ * NULL when there is none. */
 ML_HIDDEN const char *ml_config_private_dir(char *buf, size_t cap);
 
 /* Whether a per-user agent's socket directory may be trusted: owned by the
@@ -501,21 +531,50 @@ ML_HIDDEN bool ml_config_agent_dir_trustworthy(unsigned dir_uid, unsigned dir_mo
 
 /* -------------------------------------------------------- unresponsive.c -- */
 
-/* How long a daemon found not answering is skipped by later processes of the
- * same user: short, so a recovered daemon is asked again within this. */
+/* How long a marker stays in force after its skip (see unresponsive.c); a
+ * recovered daemon is asked with the full deadline again after this. */
 #define ML_UNRESPONSIVE_MS 10000
-/* Where the marker for the daemon at `socket` lives (see unresponsive.c). */
+/* The longest skip, however many timeouts in a row. */
+#define ML_UNRESPONSIVE_MAX_SKIP_MS 60000
+/* The deadline of a probe: a check-in while a marker is in force. */
+#define ML_PROBE_MS 50
+
+/* What a check-in does given the marker. */
+enum ml_marker_step {
+    ML_MARKER_NONE,  /* no marker in force: the full deadline */
+    ML_MARKER_PROBE, /* a check-in with a deadline of ML_PROBE_MS */
+    ML_MARKER_SKIP,  /* no check-in: stock, the reason in the debug log */
+};
+
+/* One look at the marker of the daemon at one socket. */
+struct ml_marker {
+    bool path_ok;          /* the private directory is usable: a marker may exist */
+    char path[1200];
+    unsigned count;        /* timeouts in a row it records (0: none in force) */
+    int64_t age_ms;        /* since the last of them */
+    enum ml_marker_step step;
+};
+
+/* Whether `st` (lstat) may hold markers for `uid`: a directory of that user's
+ * that nobody else may write. Pure, for the tests. */
+ML_HIDDEN bool ml_unresponsive_dir_usable(const struct stat *st, unsigned uid);
+/* Whether `st` (fstat of the open marker) may be read or written for `uid`: a
+ * regular file of that user's, writable by nobody else, with one link. */
+ML_HIDDEN bool ml_unresponsive_file_usable(const struct stat *st, unsigned uid);
+/* How long check-ins are skipped after `count` timeouts in a row. */
+ML_HIDDEN int64_t ml_unresponsive_skip_ms(unsigned count);
+/* What a marker of `count` timeouts, `age_ms` old, asks of a check-in. Pure. */
+ML_HIDDEN enum ml_marker_step ml_unresponsive_step(unsigned count, int64_t age_ms);
+/* Where the marker for the daemon at `socket` lives; false when the private
+ * directory is missing or not usable (then there is no marker at all). */
 ML_HIDDEN bool ml_unresponsive_marker_path(char *buf, size_t cap, const char *socket);
-/* Whether the marker `st` (lstat) counts at `now_ms` (wall clock) for `uid`:
- * a regular file of that user's, writable by nobody else, younger than
- * ML_UNRESPONSIVE_MS; its age in *age_ms. Pure, for the tests. */
-ML_HIDDEN bool ml_unresponsive_marker_fresh(const struct stat *st, unsigned uid, int64_t now_ms,
-                                            int64_t *age_ms);
-/* One lstat: the daemon at `socket` was found not answering less than
- * ML_UNRESPONSIVE_MS ago (by this user); its age in *age_ms. */
-ML_HIDDEN bool ml_unresponsive_recent(const char *socket, int64_t *age_ms);
-/* Notes that the daemon at `socket` did not answer within the deadline. */
-ML_HIDDEN void ml_unresponsive_note(const char *socket);
+/* Reads the marker (getenv, lstat, open, fstat, pread: no IPC) into *m and
+ * returns what the check-in should do. */
+ML_HIDDEN enum ml_marker_step ml_unresponsive_look(const char *socket, struct ml_marker *m);
+/* The check-in `m` was looked up for timed out: one more in a row. */
+ML_HIDDEN void ml_unresponsive_note(const struct ml_marker *m);
+/* The daemon answered: the marker `m` found in force is removed. */
+ML_HIDDEN void ml_unresponsive_clear(const struct ml_marker *m);
 
 /* -------------------------------------------------------------- socket.c -- */
 

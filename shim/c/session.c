@@ -17,9 +17,13 @@
  * socket within the same deadline (xpc_reply.c).
  *
  * Never long when the daemon cannot answer: this wait holds Metal's
- * registration lock (REAL-METAL.md item 3). A daemon that let a check-in run
- * into the deadline is noted (unresponsive.c), and for a short while later
- * check-ins of this user to that daemon are skipped after one lstat.
+ * registration lock (REAL-METAL.md item 3). The deadline is taken first, so
+ * it covers everything here (the environment, the marker, the connection),
+ * and nothing here can block without bound (no IPC: the per-user socket's
+ * directory was found when Metal arrived, config.c). A daemon that let a
+ * check-in run into the deadline is noted (unresponsive.c): later check-ins
+ * of this user to that daemon are short probes, and skipped only after
+ * timeouts in a row.
  *
  * The verdict becomes a plan here and only here (ml_plan_from_verdict): an
  * unlock needs an enforce-mode verdict that says unlock and carries
@@ -46,6 +50,12 @@ static struct ml_sock sock = {-1, 0, 0};
 static bool via_xpc;               /* this check-in went out over XPC (macOS) */
 static char socket_path[104];      /* where the socket check-in goes (or went) */
 static int timeout_ms = ML_DEFAULT_TIMEOUT_MS;
+/* The verdict deadline: taken first thing in ml_session_check_in, so it covers
+ * everything the shim does inside the device creation (issue v5, item 1). */
+static int64_t deadline_ms;
+static int wait_ms;                /* deadline_ms minus the start: the full one, or a probe's */
+static struct ml_marker marker;    /* the unresponsive marker as this check-in found it */
+static bool marker_timed_out;      /* this check-in ran into its deadline */
 static char reason_unreachable[256];
 /* Bytes of the verdict frame read so far (a frame is at most this long). */
 static uint8_t rx[ML_WIRE_MAX_FRAME + ML_WIRE_PREFIX];
@@ -130,8 +140,36 @@ static int socket_check_in(void)
     return e;
 }
 
+/* Skip, probe or ask with the full deadline, as the marker says (unresponsive.c):
+ * false when the check-in is skipped (reason_unreachable set). */
+static bool consult_marker(const char *socket, int64_t start)
+{
+    enum ml_marker_step step = ml_unresponsive_look(socket, &marker);
+    marker_timed_out = false;
+    wait_ms = timeout_ms;
+    if (step == ML_MARKER_SKIP) {
+        snprintf(reason_unreachable, sizeof reason_unreachable,
+                 "the daemon at %s did not answer %u check-ins in a row, the last %lld ms ago; "
+                 "skipped for %lld s",
+                 socket, marker.count, (long long)marker.age_ms,
+                 (long long)(ml_unresponsive_skip_ms(marker.count) / 1000));
+        ml_log(ML_DEBUG, "%s", reason_unreachable);
+        return false;
+    }
+    if (step == ML_MARKER_PROBE) {
+        if (wait_ms > ML_PROBE_MS)
+            wait_ms = ML_PROBE_MS;
+        ml_log(ML_DEBUG,
+               "the daemon at %s did not answer a check-in %lld ms ago; probing it (%d ms)",
+               socket, (long long)marker.age_ms, wait_ms);
+    }
+    deadline_ms = start + wait_ms;
+    return true;
+}
+
 void ml_session_check_in(void)
 {
+    int64_t start = ml_now_ms(); /* first: the deadline covers everything below */
     pthread_mutex_lock(&session_lock);
     reset_if_forked();
     if (state != IDLE) {
@@ -139,12 +177,13 @@ void ml_session_check_in(void)
         return;
     }
     struct ml_config config;
-    int64_t unresponsive_age_ms = 0;
     ml_config_load(&config);
     ml_log_set_debug(config.debug);
     if (config.warning)
         ml_log(ML_WARN, "%s", config.warning);
     timeout_ms = config.timeout_ms;
+    deadline_ms = start + timeout_ms;
+    memset(&marker, 0, sizeof marker);
     if (config.socket_too_long) {
         snprintf(reason_unreachable, sizeof reason_unreachable,
                  "no daemon: the socket path is too long for a Unix socket");
@@ -156,11 +195,7 @@ void ml_session_check_in(void)
                  config.socket);
         ml_log(ML_WARN, "%s", reason_unreachable);
         state = UNREACHABLE;
-    } else if (ml_unresponsive_recent(config.socket, &unresponsive_age_ms)) {
-        snprintf(reason_unreachable, sizeof reason_unreachable,
-                 "the daemon at %s did not answer a check-in %lld ms ago; skipped for %d s",
-                 config.socket, (long long)unresponsive_age_ms, ML_UNRESPONSIVE_MS / 1000);
-        ml_log(ML_DEBUG, "%s", reason_unreachable);
+    } else if (!consult_marker(config.socket, start)) {
         state = UNREACHABLE;
     } else {
         snprintf(socket_path, sizeof socket_path, "%s", config.socket);
@@ -267,12 +302,19 @@ static void describe_wire_error(struct ml_plan *out, struct ml_wire_error e)
 }
 
 /* No verdict by the deadline: stock, and the daemon is noted unresponsive so
- * that this user's next processes do not wait for it too. */
+ * that this user's next processes probe it (or skip it) rather than wait. */
 static void timed_out(struct ml_plan *out)
 {
-    snprintf(out->reason, sizeof out->reason, "no verdict before the deadline (%d ms)",
-             timeout_ms);
-    ml_unresponsive_note(socket_path);
+    if (marker.step == ML_MARKER_PROBE)
+        snprintf(out->reason, sizeof out->reason,
+                 "no verdict before the probe's deadline (%d ms; the daemon did not answer "
+                 "a check-in %lld ms before)",
+                 wait_ms, (long long)marker.age_ms);
+    else
+        snprintf(out->reason, sizeof out->reason, "no verdict before the deadline (%d ms)",
+                 wait_ms);
+    marker_timed_out = true;
+    ml_unresponsive_note(&marker);
 }
 
 /* Reads one frame into rx until the deadline; with the lock held, state SENT. */
@@ -329,6 +371,21 @@ static bool read_xpc_verdict(struct ml_plan *out, int64_t deadline)
     struct ml_wire_error e = {ML_WIRE_OK, NULL, 0};
     int r = ml_xpc_read_verdict(deadline, &v, &e);
     enum ml_xpc_next next = ml_xpc_next_step(r, e);
+    if (next == ML_XPC_SEND_AGAIN) {
+        /* The daemon exited mid-request (launchd relaunches it): send again
+         * over XPC, once, within the same deadline; a second interruption,
+         * or a failed send, goes to the socket (xpc_reply.c). */
+        ml_xpc_release_reply();
+        ml_log(ML_DEBUG, "XPC connection interrupted; sending the check-in again");
+        next = ML_XPC_USE_SOCKET;
+        if (ml_xpc_send_again(ML_SHIM_VERSION, arch_name()) == 0) {
+            e = (struct ml_wire_error){ML_WIRE_OK, NULL, 0};
+            r = ml_xpc_read_verdict(deadline, &v, &e);
+            next = ml_xpc_next_step(r, e);
+            if (next == ML_XPC_SEND_AGAIN)
+                next = ML_XPC_USE_SOCKET;
+        }
+    }
     if (next == ML_XPC_USE_VERDICT) {
         ml_plan_from_verdict(&v, out);
         ml_xpc_release_reply();
@@ -371,7 +428,7 @@ void ml_session_plan(struct ml_plan *out, bool wait)
     pthread_mutex_lock(&session_lock);
     reset_if_forked();
     if (state == SENT) {
-        int64_t deadline = ml_now_ms() + (wait ? timeout_ms : 0);
+        int64_t deadline = wait ? deadline_ms : ml_now_ms();
         bool decided = true;
 #ifdef __APPLE__
         if (via_xpc)
@@ -379,6 +436,8 @@ void ml_session_plan(struct ml_plan *out, bool wait)
         else
 #endif
             read_verdict(out, deadline);
+        if (!marker_timed_out)
+            ml_unresponsive_clear(&marker); /* it answered (or hung up): not unresponsive */
         state = decided ? DECIDED : CLOSED;
     } else if (state == UNREACHABLE) {
         set_stock(out, 0, reason_unreachable);
@@ -414,19 +473,25 @@ void ml_session_report(const struct ml_outcome *o)
     pthread_mutex_unlock(&session_lock);
 }
 
+/* Whether the prepare handler got session_lock. */
+static bool session_lock_held_at_fork;
+
 void ml_session_atfork_prepare(void)
 {
-    pthread_mutex_lock(&session_lock);
+    /* Never waits for the verdict another thread may be awaiting under it. */
+    session_lock_held_at_fork = pthread_mutex_trylock(&session_lock) == 0;
 }
 
 void ml_session_atfork_parent(void)
 {
-    pthread_mutex_unlock(&session_lock);
+    if (session_lock_held_at_fork)
+        pthread_mutex_unlock(&session_lock);
 }
 
 void ml_session_atfork_child(void)
 {
-    /* The child's copy of a lock the parent held at fork is released here; the
-     * state itself is reset lazily (reset_if_forked, by pid). */
-    pthread_mutex_unlock(&session_lock);
+    /* A fresh lock in the child, whoever held the parent's; the state itself
+     * is reset lazily (reset_if_forked, by pid), never using the parent's
+     * connection. */
+    session_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
 }

@@ -15,7 +15,8 @@
  * domain (XPC_CONNECTION_MACH_SERVICE_PRIVILEGED: a job of the same name in a
  * user's own launchd domain cannot answer instead), the check-in sent with
  * xpc_connection_send_message_with_reply, the reply awaited on a dispatch
- * semaphore until the session's deadline, the outcome sent on the same
+ * semaphore until the session's deadline (the reply handler runs on the
+ * shim's own serial queue), the outcome sent on the same
  * connection and the connection cancelled behind a barrier once it is out.
  *
  * Why not xpc_connection_send_message_with_reply_sync, which libxpc's header
@@ -59,7 +60,8 @@ typedef void (^dispatch_block_t)(void);
 typedef void (^xpc_handler_t)(xpc_object_t object);
 typedef xpc_object_t xpc_connection_t;
 
-extern dispatch_queue_t dispatch_get_global_queue(intptr_t identifier, uintptr_t flags);
+/* libdispatch queue.h: a NULL attribute is DISPATCH_QUEUE_SERIAL. */
+extern dispatch_queue_t dispatch_queue_create(const char *label, void *attr);
 extern dispatch_semaphore_t dispatch_semaphore_create(intptr_t value);
 extern intptr_t dispatch_semaphore_wait(dispatch_semaphore_t sema, dispatch_time_t timeout);
 extern intptr_t dispatch_semaphore_signal(dispatch_semaphore_t sema);
@@ -85,6 +87,10 @@ extern const struct _xpc_dictionary_s _xpc_error_connection_interrupted;
 static pid_t image_start_pid; /* the pid the constructor ran in */
 static xpc_connection_t connection;
 static dispatch_semaphore_t reply_ready; /* signalled when `reply` is stored */
+/* The shim's own serial queue for the reply handler: never the shared global
+ * queue, where the host's work (or a burst of it) can delay a reply into a
+ * timeout (issue v5, item 7). Made once, with the semaphore. */
+static dispatch_queue_t reply_queue;
 static pthread_mutex_t reply_lock = PTHREAD_MUTEX_INITIALIZER;
 static xpc_object_t reply;  /* under reply_lock: stored by the handler, taken by the reader */
 static bool waiting;        /* under reply_lock: the reader still wants this check-in's reply */
@@ -100,11 +106,17 @@ bool ml_xpc_usable(void)
     return image_start_pid != 0 && image_start_pid == getpid();
 }
 
+static int send_check_in(xpc_object_t message, const char *shim_version, const char *arch);
+
 int ml_xpc_check_in(const char *shim_version, const char *arch)
 {
     if (reply_ready == NULL)
         reply_ready = dispatch_semaphore_create(0);
     if (reply_ready == NULL)
+        return ENOMEM;
+    if (reply_queue == NULL)
+        reply_queue = dispatch_queue_create("com.metalift.shim.reply", NULL);
+    if (reply_queue == NULL)
         return ENOMEM;
     connection = xpc_connection_create_mach_service(ML_XPC_SERVICE, NULL, ML_XPC_PRIVILEGED);
     if (connection == NULL)
@@ -119,12 +131,33 @@ int ml_xpc_check_in(const char *shim_version, const char *arch)
         ml_xpc_close();
         return ENOMEM;
     }
+    int e = send_check_in(message, shim_version, arch);
+    xpc_release(message);
+    return e;
+}
+
+int ml_xpc_send_again(const char *shim_version, const char *arch)
+{
+    if (connection == NULL)
+        return ENOTCONN;
+    xpc_object_t message = xpc_dictionary_create(NULL, NULL, 0);
+    if (message == NULL)
+        return ENOMEM;
+    int e = send_check_in(message, shim_version, arch);
+    xpc_release(message);
+    return e;
+}
+
+/* Encodes the check-in into `message` and sends it on `connection`, the reply
+ * to be stored for ml_xpc_read_verdict. */
+static int send_check_in(xpc_object_t message, const char *shim_version, const char *arch)
+{
     ml_xpc_encode_check_in(message, shim_version, arch);
     pthread_mutex_lock(&reply_lock);
     waiting = true;
     reply = NULL;
     pthread_mutex_unlock(&reply_lock);
-    xpc_connection_send_message_with_reply(connection, message, dispatch_get_global_queue(0, 0),
+    xpc_connection_send_message_with_reply(connection, message, reply_queue,
                                            ^(xpc_object_t answer) {
                                                pthread_mutex_lock(&reply_lock);
                                                bool wanted = waiting && reply == NULL;
@@ -134,7 +167,6 @@ int ml_xpc_check_in(const char *shim_version, const char *arch)
                                                if (wanted)
                                                    dispatch_semaphore_signal(reply_ready);
                                            });
-    xpc_release(message);
     return 0;
 }
 
@@ -157,6 +189,8 @@ int ml_xpc_read_verdict(int64_t deadline_ms, struct ml_verdict *out, struct ml_w
         return -ETIMEDOUT;
     if (taken == (xpc_object_t)&_xpc_error_connection_invalid)
         return -ECONNREFUSED;
+    if (taken == (xpc_object_t)&_xpc_error_connection_interrupted)
+        return -EAGAIN;
     if (xpc_get_type(taken) == &_xpc_type_error)
         return -ECONNRESET;
     *error = ml_xpc_decode_verdict(taken, out);
@@ -208,6 +242,7 @@ void ml_xpc_forget(void)
     taken = NULL;
     waiting = false;
     reply_ready = NULL;
+    reply_queue = NULL;
     reply_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
 }
 

@@ -370,6 +370,8 @@ pub enum XpcNext {
     StockUnresponsive,
     /// `ML_XPC_STOCK_MALFORMED`.
     StockMalformed,
+    /// `ML_XPC_SEND_AGAIN`: XPC_ERROR_CONNECTION_INTERRUPTED, send again over XPC once.
+    SendAgain,
 }
 
 /// How `ml_xpc_read_verdict` ended, as `ml_xpc_next_step` is told.
@@ -380,7 +382,8 @@ pub enum XpcRead {
     /// No reply by the deadline (-ETIMEDOUT).
     Timeout,
     /// An XPC error before a reply, as a negative errno (-ECONNREFUSED for
-    /// XPC_ERROR_CONNECTION_INVALID, -ECONNRESET for another).
+    /// XPC_ERROR_CONNECTION_INVALID, -EAGAIN for _INTERRUPTED, -ECONNRESET for
+    /// another).
     Error(i32),
 }
 
@@ -415,6 +418,7 @@ pub fn xpc_next_step(read: &XpcRead) -> XpcNext {
         1 => XpcNext::UseSocket,
         2 => XpcNext::StockBusy,
         3 => XpcNext::StockUnresponsive,
+        5 => XpcNext::SendAgain,
         _ => XpcNext::StockMalformed,
     }
 }

@@ -319,7 +319,8 @@ fn a_declined_check_in_is_understood_with_its_reason() {
 }
 
 #[test]
-fn an_xpc_check_in_falls_back_to_the_socket_on_use_the_socket_and_on_every_error_before_a_reply() {
+fn an_xpc_check_in_falls_back_to_the_socket_on_use_the_socket_and_errors_and_sends_again_once_when_interrupted(
+) {
     use metalift_shim::c::{xpc_next_step, XpcNext, XpcRead};
     let declined = |reason| {
         XpcRead::Reply(c_decode(&encoded(&Message::Declined(Declined {
@@ -341,6 +342,11 @@ fn an_xpc_check_in_falls_back_to_the_socket_on_use_the_socket_and_on_every_error
     assert_eq!(
         xpc_next_step(&XpcRead::Error(-libc::ECONNRESET)),
         XpcNext::UseSocket
+    );
+    // XPC_ERROR_CONNECTION_INTERRUPTED: libxpc's contract is "send again".
+    assert_eq!(
+        xpc_next_step(&XpcRead::Error(-libc::EAGAIN)),
+        XpcNext::SendAgain
     );
     assert_eq!(
         xpc_next_step(&declined(DeclineReason::Busy)),

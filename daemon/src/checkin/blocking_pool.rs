@@ -9,11 +9,18 @@
 //! [`BlockingPool::run`]: it runs on tokio's blocking threads, at most
 //! [`IDENTITY_WORKERS`] at a time over all transports, and a check-in that finds
 //! them all busy waits asynchronously, holding no thread.
+//!
+//! Per user as well ([`BlockingPool::run_for`]): one uid holds at most
+//! [`user_share`] of the workers (2 of 8), so a uid whose check-ins keep the
+//! workers busy — a large executable re-touched between launches under a
+//! `sha256` rule, a slow `SecCode` — leaves the rest to every other user.
 
 use std::sync::Arc;
 
 use tokio::sync::Semaphore;
 use tokio::task::JoinError;
+
+use crate::checkin::per_user::{user_share, UserLimit};
 
 /// Identity computations running at once, over every transport. Enough to
 /// overlap a few slow `SecCode` checks or hashes; few enough that a flood of
@@ -26,6 +33,8 @@ pub const IDENTITY_WORKERS: usize = 8;
 pub struct BlockingPool {
     /// One permit per computation running now; waiting for one holds no thread.
     permits: Arc<Semaphore>,
+    /// Each uid's share of them, taken before a global one.
+    per_user: UserLimit,
 }
 
 impl BlockingPool {
@@ -34,6 +43,7 @@ impl BlockingPool {
     pub fn new(workers: usize) -> Self {
         BlockingPool {
             permits: Arc::new(Semaphore::new(workers.max(1))),
+            per_user: UserLimit::new(user_share(workers.max(1))),
         }
     }
 
@@ -51,6 +61,17 @@ impl BlockingPool {
             work()
         })
         .await
+    }
+
+    /// [`BlockingPool::run`] on behalf of `uid`: it first waits for one of that
+    /// uid's places, so one user's work never takes more than its share.
+    pub async fn run_for<T, F>(&self, uid: u32, work: F) -> Result<T, JoinError>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        let _user = self.per_user.acquire(uid).await;
+        self.run(work).await
     }
 
     /// Places free now (for tests and status).

@@ -33,6 +33,13 @@ use crate::checkin::peer::ExeFile;
 /// Entries kept by default: far more distinct executables than a VM runs.
 pub const DEFAULT_CAPACITY: usize = 4096;
 
+/// The most bytes hashed for one executable (512 MiB): hashing is the one
+/// identity step whose cost the asker chooses (a large file, re-touched between
+/// launches so the cache never holds it). Larger, the subject has no sha256 and
+/// the decision says why ([`HashError::TooLarge`]); exact-path, cdhash and
+/// signature rules still apply. docs/src/limits.md.
+pub const MAX_HASHED_BYTES: u64 = 512 * 1024 * 1024;
+
 /// Identifies one version of one file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct FileKey {
@@ -67,6 +74,12 @@ pub enum HashError {
     /// The file changed while it was being hashed; the result would describe no version.
     #[error("the executable changed while it was being hashed")]
     Changed,
+    /// Larger than [`MAX_HASHED_BYTES`]: not hashed, so no `sha256` rule matches it.
+    #[error("the executable is {size} bytes, over the {MAX_HASHED_BYTES}-byte cap on what is hashed for a sha256 rule")]
+    TooLarge {
+        /// Its size.
+        size: u64,
+    },
     /// The blocking task did not complete (runtime shutting down).
     #[error("the hashing task was cancelled")]
     Cancelled,
@@ -118,14 +131,23 @@ impl IdentityCache {
         self.len() == 0
     }
 
-    /// The sha256 of `exe`'s contents, from the cache or computed on `pool`.
-    pub async fn sha256(&self, exe: &ExeFile, pool: &BlockingPool) -> Result<[u8; 32], HashError> {
+    /// The sha256 of `exe`'s contents, from the cache or computed on `pool`
+    /// (within `uid`'s share of it: [`BlockingPool::run_for`]).
+    pub async fn sha256(
+        &self,
+        exe: &ExeFile,
+        pool: &BlockingPool,
+        uid: u32,
+    ) -> Result<[u8; 32], HashError> {
         let key = FileKey::of(exe.file())?;
+        if key.size > MAX_HASHED_BYTES {
+            return Err(HashError::TooLarge { size: key.size });
+        }
         let cell = self.slot(key);
         let exe = exe.clone();
         let hash = cell
             .get_or_try_init(|| async move {
-                pool.run(move || hash_file(exe.file(), key))
+                pool.run_for(uid, move || hash_file(exe.file(), key))
                     .await
                     .map_err(|_| HashError::Cancelled)?
             })
@@ -184,6 +206,9 @@ fn hash_file(file: &File, key: FileKey) -> Result<[u8; 32], HashError> {
         };
         hasher.update(&buf[..n]);
         offset += n as u64;
+        if offset > key.size {
+            return Err(HashError::Changed); // growing: never read past what was judged
+        }
     }
     if FileKey::of(file)? != key || offset != key.size {
         return Err(HashError::Changed);
@@ -195,6 +220,23 @@ fn hash_file(file: &File, key: FileKey) -> Result<[u8; 32], HashError> {
 mod tests {
     use super::*;
     use std::io::Write;
+
+    #[tokio::test]
+    async fn an_executable_over_the_cap_is_not_hashed_and_says_why() {
+        let (file, exe) = exe_with(b"x");
+        file.as_file().set_len(MAX_HASHED_BYTES + 1).unwrap(); // sparse: nothing to read
+        let cache = IdentityCache::new(4);
+        let error = cache
+            .sha256(&exe, &BlockingPool::default(), 0)
+            .await
+            .unwrap_err();
+        assert!(matches!(error, HashError::TooLarge { .. }), "{error}");
+        assert!(
+            error.to_string().contains("cap on what is hashed"),
+            "{error}"
+        );
+        assert!(cache.is_empty(), "nothing was hashed or kept");
+    }
 
     fn exe_with(contents: &[u8]) -> (tempfile::NamedTempFile, ExeFile) {
         let mut f = tempfile::NamedTempFile::new().expect("temp file");
@@ -213,11 +255,17 @@ mod tests {
         let cache = IdentityCache::new(8);
         let (tmp, exe) = exe_with(b"version one");
         assert_eq!(
-            cache.sha256(&exe, &BlockingPool::default()).await.unwrap(),
+            cache
+                .sha256(&exe, &BlockingPool::default(), 0)
+                .await
+                .unwrap(),
             sha(b"version one")
         );
         assert_eq!(
-            cache.sha256(&exe, &BlockingPool::default()).await.unwrap(),
+            cache
+                .sha256(&exe, &BlockingPool::default(), 0)
+                .await
+                .unwrap(),
             sha(b"version one")
         );
         assert_eq!(cache.len(), 1);
@@ -226,7 +274,10 @@ mod tests {
         std::fs::write(tmp.path(), b"version two, longer").expect("rewrite");
         let exe2 = ExeFile::new(File::open(tmp.path()).expect("open"));
         assert_eq!(
-            cache.sha256(&exe2, &BlockingPool::default()).await.unwrap(),
+            cache
+                .sha256(&exe2, &BlockingPool::default(), 0)
+                .await
+                .unwrap(),
             sha(b"version two, longer")
         );
         assert_eq!(cache.len(), 2);
@@ -238,7 +289,10 @@ mod tests {
         let (tmp, exe) = exe_with(b"version AAA");
         let mtime = std::fs::metadata(tmp.path()).unwrap().modified().unwrap();
         assert_eq!(
-            cache.sha256(&exe, &BlockingPool::default()).await.unwrap(),
+            cache
+                .sha256(&exe, &BlockingPool::default(), 0)
+                .await
+                .unwrap(),
             sha(b"version AAA")
         );
 
@@ -258,7 +312,10 @@ mod tests {
             mtime
         );
         assert_eq!(
-            cache.sha256(&exe2, &BlockingPool::default()).await.unwrap(),
+            cache
+                .sha256(&exe2, &BlockingPool::default(), 0)
+                .await
+                .unwrap(),
             sha(b"version BBB")
         );
         assert_eq!(cache.len(), 2);
@@ -269,7 +326,10 @@ mod tests {
         let cache = IdentityCache::new(8);
         let (tmp, exe) = exe_with(b"unchanged bytes");
         assert_eq!(
-            cache.sha256(&exe, &BlockingPool::default()).await.unwrap(),
+            cache
+                .sha256(&exe, &BlockingPool::default(), 0)
+                .await
+                .unwrap(),
             sha(b"unchanged bytes")
         );
         let before = FileKey::of(exe.file()).unwrap();
@@ -284,7 +344,10 @@ mod tests {
         let after = FileKey::of(exe.file()).unwrap();
         assert_ne!(before, after, "touch changed no part of the key");
         assert_eq!(
-            cache.sha256(&exe, &BlockingPool::default()).await.unwrap(),
+            cache
+                .sha256(&exe, &BlockingPool::default(), 0)
+                .await
+                .unwrap(),
             sha(b"unchanged bytes")
         );
         assert_eq!(cache.len(), 2, "the touched file was not hashed again");
@@ -297,7 +360,10 @@ mod tests {
         for i in 0..5u8 {
             let (tmp, exe) = exe_with(&[i; 10]);
             assert_eq!(
-                cache.sha256(&exe, &BlockingPool::default()).await.unwrap(),
+                cache
+                    .sha256(&exe, &BlockingPool::default(), 0)
+                    .await
+                    .unwrap(),
                 sha(&[i; 10])
             );
             keep.push(tmp);
@@ -312,9 +378,12 @@ mod tests {
         let tasks: Vec<_> = (0..8)
             .map(|_| {
                 let (cache, exe) = (Arc::clone(&cache), exe.clone());
-                tokio::spawn(
-                    async move { cache.sha256(&exe, &BlockingPool::default()).await.unwrap() },
-                )
+                tokio::spawn(async move {
+                    cache
+                        .sha256(&exe, &BlockingPool::default(), 0)
+                        .await
+                        .unwrap()
+                })
             })
             .collect();
         for t in tasks {

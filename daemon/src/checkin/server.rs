@@ -405,8 +405,14 @@ impl Core {
         let sha256 = match (&peer.exe_file, needs.sha256) {
             // The file is not the code that runs: its hash must not match.
             (_, true) if peer.hashes_withheld.is_some() => None,
-            (Some(exe), true) => match self.cache.sha256(exe, &self.pool).await {
+            (Some(exe), true) => match self.cache.sha256(exe, &self.pool, peer.uid).await {
                 Ok(hash) => Some(hash),
+                Err(error @ crate::checkin::identity_cache::HashError::TooLarge { .. }) => {
+                    // The decision says why: the subject's unreadable reason is
+                    // what `sha256 unknown (...)` quotes.
+                    unreadable.get_or_insert_with(|| error.to_string());
+                    None
+                }
                 Err(error) => {
                     tracing::warn!(pid = peer.pid, exe = %peer.exe.display(), %error,
                         "cannot hash the executable: sha256 rules will not match it");
@@ -428,7 +434,7 @@ impl Core {
             let uid = peer.uid;
             // NSS may ask a directory service: keep it off the executor.
             self.pool
-                .run(move || peer::user_name(uid))
+                .run_for(uid, move || peer::user_name(uid))
                 .await
                 .ok()
                 .flatten()

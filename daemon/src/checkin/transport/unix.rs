@@ -16,11 +16,15 @@
 //! check-in right after `connect`), holding nothing but its socket: clients that
 //! connect and say nothing cannot stop the accepting. Any later frame must arrive
 //! within `read_timeout` of its first byte. At most `max_active` connections are
-//! being decided or answered; an
-//! answered shim waiting to report its outcome gives its active place up and
-//! takes one of `max_waiting` places instead, where it may stay silent for
-//! `outcome_idle`. So idle shims never block new check-ins, and a slowloris
-//! client holds an active place for at most `read_timeout`. An oversize or
+//! being decided or answered. A check-in takes one of `max_waiting` places when
+//! it is admitted (its first frame read), as over XPC, and holds it until its
+//! outcome; with none free it is answered `Declined(Busy)` at once and nothing
+//! is decided (the shim stays stock, saying why). An answered shim gives its
+//! active place up and may stay silent for `outcome_idle`. So idle shims never
+//! block new check-ins, and a slowloris client holds an active place for at
+//! most `read_timeout`. Every place is per user as well as global
+//! ([`crate::checkin::per_user`]): one uid holds at most a quarter of each, so
+//! its flood never turns another uid's check-in busy or late. An oversize or
 //! malformed frame, a message out of order, or a timeout closes that connection
 //! only.
 //!
@@ -50,6 +54,7 @@ use tokio::time::Instant;
 
 use super::Limits;
 use crate::checkin::peer::{self, IdentifyPeer, KernelIdentity, PeerFacts};
+use crate::checkin::per_user::{user_share, UserLimit, UserPermit};
 use crate::checkin::server::{Core, Counted, Refusing};
 
 /// The transport's name in audit records.
@@ -85,6 +90,8 @@ pub async fn run_with_identity(
         pending: Arc::new(Semaphore::new(limits.max_pending)),
         active: Arc::new(Semaphore::new(limits.max_active.max(1))),
         waiting: Arc::new(Semaphore::new(limits.max_waiting)),
+        active_per_user: UserLimit::new(user_share(limits.max_active.max(1))),
+        waiting_per_user: UserLimit::new(user_share(limits.max_waiting)),
         notify_shutdown,
         shutdown_complete_tx,
     };
@@ -114,8 +121,12 @@ struct Listener {
     pending: Arc<Semaphore>,
     /// Places for connections being read or answered (see [`Limits::max_active`]).
     active: Arc<Semaphore>,
-    /// Places for answered connections waiting for an outcome (see [`Limits::max_waiting`]).
+    /// Places for check-ins from admission to outcome (see [`Limits::max_waiting`]).
     waiting: Arc<Semaphore>,
+    /// Each uid's share of the active places, taken first ([`crate::checkin::per_user`]).
+    active_per_user: UserLimit,
+    /// Each uid's share of the waiting places, taken first.
+    waiting_per_user: UserLimit,
     /// Dropped at shutdown: every connection's receiver then wakes.
     notify_shutdown: broadcast::Sender<()>,
     /// Cloned into every connection; when all clones are dropped, they are done.
@@ -156,6 +167,8 @@ impl Listener {
                 limits: self.limits,
                 active: Arc::clone(&self.active),
                 waiting: Arc::clone(&self.waiting),
+                active_per_user: self.active_per_user.clone(),
+                waiting_per_user: self.waiting_per_user.clone(),
                 shutdown: self.notify_shutdown.subscribe(),
                 _shutdown_complete: self.shutdown_complete_tx.clone(),
             };
@@ -184,6 +197,8 @@ struct Connection {
     limits: Limits,
     active: Arc<Semaphore>,
     waiting: Arc<Semaphore>,
+    active_per_user: UserLimit,
+    waiting_per_user: UserLimit,
     /// Wakes (with an error: the sender is dropped) when the daemon stops.
     shutdown: broadcast::Receiver<()>,
     /// Held, never used: its drop tells [`run`] this connection is done.
@@ -251,19 +266,50 @@ impl Connection {
         else {
             return Ok(());
         };
-        // Deciding takes an active place; the pending one is given back.
+        // The connecting uid, from the kernel (SO_PEERCRED / LOCAL_PEERCRED: no
+        // blocking): every place below is taken within its share first.
+        let uid = self.frames.stream.peer_cred().map_or(u32::MAX, |c| c.uid());
+        // A check-in takes its waiting place at admission, as over XPC: none
+        // free (for this uid, or at all) and it is declined as busy before
+        // anything is decided, so no decision ever loses its outcome.
+        let admitted = match &first {
+            Message::CheckIn(_) => match admit(&self.waiting_per_user, &self.waiting, uid) {
+                Some(place) => Some(place),
+                None => {
+                    drop(pending);
+                    tracing::debug!(
+                        uid,
+                        "every waiting place is taken: check-in declined as busy"
+                    );
+                    return self
+                        .frames
+                        .write(&Message::Declined(wire::Declined {
+                            reason: wire::DeclineReason::Busy,
+                            detail: "every place for a waiting check-in is taken".into(),
+                        }))
+                        .await;
+                }
+            },
+            _ => None,
+        };
+        // Deciding takes an active place (this uid's share first); the pending
+        // one is given back.
+        let user_active = self.active_per_user.acquire(uid).await;
         let Ok(permit) = Arc::clone(&self.active).acquire_owned().await else {
             return Ok(()); // never closed
         };
         drop(pending);
-        let active = (permit, self.core.count_active());
+        let active = (user_active, permit, self.core.count_active());
         match first {
             Message::StatusRequest => {
                 let json = serde_json::to_string(&self.core.status())
                     .map_err(|e| ConnError::Io(io::Error::other(e)))?;
                 self.frames.write(&Message::Status(json)).await
             }
-            Message::CheckIn(req) => self.check_in(req, active).await,
+            Message::CheckIn(req) => match admitted {
+                Some(place) => self.check_in(req, active, place).await,
+                None => Ok(()),
+            },
             Message::Outcome(outcome) => {
                 // An outcome on a connection that was given no decision: an
                 // attempt to put a report in the log for someone's decision.
@@ -290,7 +336,8 @@ impl Connection {
     async fn check_in(
         &mut self,
         req: metalift_policy::wire::CheckIn,
-        active: (OwnedSemaphorePermit, Counted),
+        active: (UserPermit, OwnedSemaphorePermit, Counted),
+        place: (UserPermit, OwnedSemaphorePermit),
     ) -> Result<(), ConnError> {
         // Only what the live policy's rules need is read (no executable opened
         // without a sha256 rule, no parent without a parent rule). A reload between
@@ -304,9 +351,10 @@ impl Connection {
         let identified = if self.identity.may_block(wants) {
             let socket = self.frames.stream.as_fd().try_clone_to_owned()?;
             let identity = Arc::clone(&self.identity);
+            let uid = self.frames.stream.peer_cred().map_or(u32::MAX, |c| c.uid());
             self.core
                 .blocking()
-                .run(move || identity.identify(socket.as_fd(), wants))
+                .run_for(uid, move || identity.identify(socket.as_fd(), wants))
                 .await
         } else {
             // Kernel memory only (see `KernelIdentity`): cheaper here than the
@@ -336,15 +384,9 @@ impl Connection {
         };
         self.frames.write(&Message::Verdict(verdict)).await?;
 
-        // Answered. Trade the active place for a waiting one, or close.
-        let Ok(waiting) = Arc::clone(&self.waiting).try_acquire_owned() else {
-            tracing::debug!(
-                pid = facts.pid,
-                "too many connections waiting for outcomes: closing"
-            );
-            return Ok(());
-        };
-        let _waiting = (waiting, self.core.count_waiting());
+        // Answered: the active place goes back; the waiting place, taken at
+        // admission, is held until the outcome.
+        let _waiting = (place, self.core.count_waiting());
         drop(active);
         let refusal = match self
             .read_or_stop(Wait::Idle(self.limits.outcome_idle))
@@ -391,6 +433,18 @@ impl Connection {
             _ = self.shutdown.recv() => Ok(None),
         }
     }
+}
+
+/// A waiting place for `uid`: its share first, then a global one; `None` when
+/// either is full (the share given back at once).
+fn admit(
+    per_user: &UserLimit,
+    global: &Arc<Semaphore>,
+    uid: u32,
+) -> Option<(UserPermit, OwnedSemaphorePermit)> {
+    let user = per_user.try_acquire(uid)?;
+    let place = Arc::clone(global).try_acquire_owned().ok()?;
+    Some((user, place))
 }
 
 /// A stream and its read buffer, with the frame deadlines.

@@ -72,6 +72,7 @@ use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use crate::checkin::per_user::{user_share, UserLimit};
 use block2::RcBlock;
 use dispatch2::DispatchQueue;
 use tokio::sync::{broadcast, mpsc, OwnedSemaphorePermit, Semaphore};
@@ -157,6 +158,9 @@ pub async fn run(
     let (done_tx, mut done_rx) = mpsc::channel::<()>(1);
     let active = Arc::new(Semaphore::new(limits.max_active.max(1)));
     let places = Arc::new(Semaphore::new(limits.max_waiting.max(1)));
+    // Each uid's share of both, taken first (crate::checkin::per_user).
+    let active_per_user = UserLimit::new(user_share(limits.max_active.max(1)));
+    let places_per_user = UserLimit::new(user_share(limits.max_waiting.max(1)));
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -168,6 +172,8 @@ pub async fn run(
                     serving,
                     active: Arc::clone(&active),
                     places: Arc::clone(&places),
+                    active_per_user: active_per_user.clone(),
+                    places_per_user: places_per_user.clone(),
                     shutdown: notify_shutdown.subscribe(),
                     _done: done_tx.clone(),
                 };

@@ -14,6 +14,7 @@ use tokio::sync::{broadcast, mpsc, Semaphore};
 
 use super::{Accepted, Connection, PeerEvent, TRANSPORT};
 use crate::checkin::peer::{self, PeerFacts};
+use crate::checkin::per_user::UserLimit;
 use crate::checkin::server::{Core, Refusing};
 use crate::checkin::transport::Limits;
 use crate::macos::audit_token::AuditToken;
@@ -47,6 +48,11 @@ pub(super) struct PeerTask {
     pub(super) active: Arc<Semaphore>,
     /// Places for check-ins from admission to outcome ([`Limits::max_waiting`]).
     pub(super) places: Arc<Semaphore>,
+    /// Each uid's share of the active places, taken first.
+    pub(super) active_per_user: UserLimit,
+    /// Each uid's share of the places, taken first: one user's idle check-ins
+    /// never make another user's `Busy` (issue v5, item 6).
+    pub(super) places_per_user: UserLimit,
     /// Wakes when the daemon stops.
     pub(super) shutdown: broadcast::Receiver<()>,
     /// Held, never used: its drop tells [`super::run`] this peer is done.
@@ -82,7 +88,14 @@ impl PeerTask {
         // A request sent without a reply handler cannot be answered: refuse it
         // before anything is decided or recorded.
         let mut answer = XpcDict::reply_to(&dict).ok_or(PeerError::NoReplyExpected)?;
-        let place = Arc::clone(&self.places).try_acquire_owned().ok();
+        // The kernel's euid for the message (no token: one bucket for all such).
+        let uid = token.as_ref().map_or(u32::MAX, AuditToken::euid);
+        let place = self.places_per_user.try_acquire(uid).and_then(|user| {
+            Arc::clone(&self.places)
+                .try_acquire_owned()
+                .ok()
+                .map(|global| (user, global))
+        });
         let req = match exchange::admit(request, self.serving, place.is_some()) {
             Admission::Status => {
                 let json = serde_json::to_string(&self.core.status())?;
@@ -122,19 +135,22 @@ impl PeerTask {
 
         // Not raced against shutdown: a check-in that arrived is decided, recorded
         // and answered.
+        let user_active = self.active_per_user.acquire(uid).await;
         let Ok(active) = Arc::clone(&self.active).acquire_owned().await else {
             return Ok(()); // never closed
         };
-        // SecCode reads the executable: on the core's bounded blocking pool.
+        // SecCode reads the executable: on the core's bounded blocking pool,
+        // within this uid's share of it.
         let facts = self
             .core
             .blocking()
-            .run(move || peer::facts_from_audit_token(asker_token))
+            .run_for(uid, move || peer::facts_from_audit_token(asker_token))
             .await??;
         let verdict = self.core.check_in(&facts, req, TRANSPORT).await;
         let given = verdict.decision_id;
         reply(&accepted.peer, &mut answer, &Message::Verdict(verdict));
         drop(active);
+        drop(user_active);
         // Counted in `metalift status` as waiting, as on the socket.
         let _waiting = self.core.count_waiting();
 
