@@ -11,6 +11,7 @@
 pub mod filter;
 pub mod join;
 mod local_day;
+pub mod markdown;
 pub mod records;
 pub mod view;
 pub mod when;
@@ -90,6 +91,16 @@ pub struct Args {
     /// JSON Lines: one object per process (with --records: each record as written).
     #[arg(long)]
     pub json: bool,
+    /// Only processes of this CI job: any value of the job claims the shim read from
+    /// the process's environment (GITHUB_RUN_ID, CI_JOB_ID, BUILDKITE_JOB_ID,
+    /// BUILD_TAG, ...). Advisory: a process can claim any job. With --records: the
+    /// decisions carrying it.
+    #[arg(long, value_name = "ID")]
+    pub job: Option<String>,
+    /// A Markdown table of the unlocks (process, rule, result), e.g. for
+    /// $GITHUB_STEP_SUMMARY: `metalift audit --job "$GITHUB_RUN_ID" --markdown`.
+    #[arg(long, conflicts_with_all = ["records", "kind", "follow", "summary", "json"])]
+    pub markdown: bool,
 }
 
 /// Runs `metalift audit`.
@@ -131,6 +142,8 @@ struct Printer<'a> {
     json: bool,
     records_view: bool,
     summary: Option<Summary>,
+    /// `--markdown`: the unlocks, written at the end.
+    markdown: Option<markdown::Table>,
     filters: Filters,
     join: Join,
     decided: records::Decided,
@@ -190,6 +203,10 @@ impl Printer<'_> {
         if !self.filters.keeps_process(&p) {
             return Ok(());
         }
+        if let Some(table) = &mut self.markdown {
+            table.add(p);
+            return Ok(());
+        }
         match (&mut self.summary, self.json) {
             (Some(summary), _) => {
                 summary.add(&p);
@@ -218,6 +235,7 @@ pub fn run_with(args: &Args, out: &mut dyn Write, err: &mut dyn Write) -> anyhow
         pid: args.pid,
         decision: args.decision,
         kind: args.kind,
+        job: args.job.clone(),
     };
     let tail = args.follow || args.lines.is_some();
     let mut reader = if tail {
@@ -237,12 +255,13 @@ pub fn run_with(args: &Args, out: &mut dyn Write, err: &mut dyn Write) -> anyhow
         json: args.json,
         records_view,
         summary: args.summary.then(Summary::default),
+        markdown: args.markdown.then(markdown::Table::default),
         filters,
         join: Join::default(),
         decided: records::Decided::default(),
         unknown_kinds: 0,
     };
-    if !args.json && !args.summary {
+    if !args.json && !args.summary && !args.markdown {
         if records_view {
             records::header(printer.out)?;
         } else {
@@ -257,6 +276,9 @@ pub fn run_with(args: &Args, out: &mut dyn Write, err: &mut dyn Write) -> anyhow
     .map_err(|e| read_error(&args.log, e))?;
     if !args.follow {
         printer.flush_join(None)?;
+        if let Some(table) = &printer.markdown {
+            table.write(printer.out)?;
+        }
         if let Some(summary) = &printer.summary {
             if args.json {
                 summary.write_json(printer.out)?;

@@ -238,6 +238,7 @@ fn check_in_claiming(claimed: Option<&str>) -> MapDict {
         shim_version: "0.1.0".into(),
         arch: "arm64e".into(),
         claimed_executable: claimed.map(str::to_owned),
+        job: None,
     }))
 }
 

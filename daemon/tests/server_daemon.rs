@@ -211,6 +211,7 @@ impl Client {
             shim_version: "test".into(),
             arch: std::env::consts::ARCH.into(),
             claimed_executable: claimed.map(str::to_owned),
+            job: None,
         }));
         match self.recv() {
             Some(Message::Verdict(v)) => v,

@@ -120,6 +120,9 @@ int ml_xpc_check_in(const char *shim_version, const char *arch)
         return ENOMEM;
     }
     ml_xpc_encode_check_in(message, shim_version, arch);
+    char job[ML_JOB_CLAIMS_MAX];
+    ml_job_claims(job, sizeof job);
+    ml_xpc_encode_job(message, job);
     pthread_mutex_lock(&reply_lock);
     waiting = true;
     reply = NULL;

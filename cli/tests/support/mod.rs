@@ -154,6 +154,7 @@ pub fn check_in(socket: &Path) -> VerdictMsg {
         shim_version: "test".into(),
         arch: std::env::consts::ARCH.into(),
         claimed_executable: None,
+        job: None,
     });
     stream.write_all(&wire::encode_frame(&msg)).expect("send");
     let mut prefix = [0u8; LENGTH_PREFIX];

@@ -1,6 +1,8 @@
 //! The audit log: every decision, outcome, policy load and daemon start/stop, as JSON Lines.
 //!
 //! - [`record`]: what a line says ([`Record`], tagged by `"kind"`).
+//! - [`stamp`]: the fields every line carries besides its record (`schema`, `id`, `host`).
+//! - [`host`]: the `host` part: host name, boot session id, the admin's labels.
 //! - [`rfc3339`]: how every record writes and reads its `"time"`.
 //! - [`refused`]: a refused check-in or outcome ([`RefusedRecord`]) and the budget
 //!   that bounds how many are written.
@@ -11,12 +13,14 @@
 //! - [`verification`]: the `verification` record (`metalift verify`), shared with the verification file.
 //! - [`tail`]: where the last N lines start, read backwards (`metalift audit -f -n N`).
 
+pub mod host;
 pub mod line;
 pub mod reader;
 pub mod record;
 pub mod refused;
 pub mod rfc3339;
 pub mod rotation;
+pub mod stamp;
 pub mod tail;
 pub mod verification;
 pub mod writer;
@@ -24,9 +28,11 @@ pub mod writer;
 use std::io;
 use std::path::PathBuf;
 
+pub use host::Host;
 pub use record::{Advisory, AnswersRecord, DecisionRecord, LoadReason, OutcomeRecord, Record};
 pub use refused::RefusedRecord;
 pub use rotation::Rotation;
+pub use stamp::{Stamp, Stamper, SCHEMA_VERSION};
 pub use writer::AuditLog;
 
 /// Where metaliftd writes the audit log and `metalift audit` reads it, unless told otherwise.

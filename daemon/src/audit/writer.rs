@@ -9,6 +9,7 @@ use std::time::SystemTime;
 
 use super::record::Record;
 use super::rotation::{self, Rotation};
+use super::stamp::Stamper;
 use super::AuditError;
 
 /// Mode of a directory the log creates: root (or the daemon's user) and its group read.
@@ -33,6 +34,9 @@ pub struct AuditLog {
     /// `append` is called from sync code too. The same lock guards writes and the
     /// renames of a rotation, so no record goes to a file that is being moved.
     live: Mutex<LiveFile>,
+    /// The `schema`/`id`/`host` every line carries: the host part is computed once
+    /// at open, its labels replaced on each policy load ([`AuditLog::set_labels`]).
+    stamper: Stamper,
 }
 
 /// The file records are appended to now.
@@ -77,6 +81,7 @@ impl AuditLog {
             path: path.to_owned(),
             rotation,
             live: Mutex::new(live),
+            stamper: Stamper::new(),
         })
     }
 
@@ -100,7 +105,7 @@ impl AuditLog {
     /// record goes into the current file, since losing it would be worse than an
     /// oversize file; the failure is reported through `tracing` and retried next time.
     pub fn append(&self, record: &Record) -> Result<(), AuditError> {
-        let line = record.to_line().map_err(AuditError::Serialize)?;
+        let line = self.stamper.line(record).map_err(AuditError::Serialize)?;
         let mut live = self.lock();
         let result = self.append_locked(&mut live, &line);
         live.last_failure = result.as_ref().err().map(|error| WriteFailure {
@@ -108,6 +113,18 @@ impl AuditLog {
             error: error.to_string(),
         });
         result
+    }
+
+    /// Sets the `[audit.labels]` every later record's `host` carries (the live
+    /// policy's; called before its `policy_loaded` record is written).
+    pub fn set_labels(&self, labels: &std::collections::BTreeMap<String, String>) {
+        self.stamper.set_labels(labels);
+    }
+
+    /// The `host` part records carry now.
+    #[must_use]
+    pub fn host(&self) -> std::sync::Arc<super::host::Host> {
+        self.stamper.host()
     }
 
     /// The last append's failure, `None` when it succeeded: what the daemon
