@@ -17,4 +17,7 @@ for page in exit-codes.md cli.md; do
   diff -u "docs/src/reference/$page" "$docs/docs/src/reference/$page"
 done
 cargo run -q -p metalift-cli --bin metalift -- schema | diff -u schema/metalift-policy.schema.json -
+# The audit record schema, generated from the daemon's record types (metalift
+# schema --audit-record > schema/metalift-audit-record.schema.json).
+cargo run -q -p metalift-cli --bin metalift -- schema --audit-record | diff -u schema/metalift-audit-record.schema.json -
 cargo test --workspace --all-targets "$@"

@@ -8,6 +8,7 @@
 //! while metaliftd is stopped. Everything streams: memory stays bounded however
 //! large the log (see [`join`] for what the join keeps).
 
+pub mod export;
 pub mod filter;
 pub mod join;
 mod local_day;
@@ -33,6 +34,7 @@ const FOLLOW_INTERVAL: Duration = Duration::from_millis(250);
 
 /// Arguments of `metalift audit`.
 #[derive(Debug, clap::Args)]
+#[command(args_conflicts_with_subcommands = true)]
 #[command(after_help = "\
 Views:
   default     one line per process: its decision joined with the shim's outcome
@@ -101,10 +103,24 @@ pub struct Args {
     /// $GITHUB_STEP_SUMMARY: `metalift audit --job "$GITHUB_RUN_ID" --markdown`.
     #[arg(long, conflicts_with_all = ["records", "kind", "follow", "summary", "json"])]
     pub markdown: bool,
+    /// `metalift audit export`, ...: commands on the audit trail (without one: show it).
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+/// `metalift audit SUBCOMMAND`.
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    /// Write a self-contained bundle (this boot's records, the daemon's status, the
+    /// live policy, SHA256SUMS) into a directory, e.g. a CI artifact.
+    Export(export::Args),
 }
 
 /// Runs `metalift audit`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    if let Some(Command::Export(export)) = args.command {
+        return export::run(export);
+    }
     let stdout = io::stdout();
     let stderr = io::stderr();
     match run_with(&args, &mut stdout.lock(), &mut stderr.lock()) {

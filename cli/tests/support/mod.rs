@@ -9,6 +9,8 @@
 // Each test binary uses the part it needs.
 #![allow(dead_code)]
 
+#[path = "../../../daemon/tests/record_schema.rs"]
+mod record_schema;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -141,7 +143,7 @@ pub fn records_of(log: &Path, kind: &str) -> Vec<Value> {
     std::fs::read_to_string(log)
         .unwrap_or_default()
         .lines()
-        .map(|l| serde_json::from_str::<Value>(l).expect("an audit line is JSON"))
+        .map(record_schema::valid_record)
         .filter(|r| r["kind"] == kind)
         .collect()
 }

@@ -2,6 +2,7 @@
 //!
 //! - [`record`]: what a line says ([`Record`], tagged by `"kind"`).
 //! - [`stamp`]: the fields every line carries besides its record (`schema`, `id`, `host`).
+//! - [`schema`]: the JSON Schema of a line, generated from the record types.
 //! - [`host`]: the `host` part: host name, boot session id, the admin's labels.
 //! - [`rfc3339`]: how every record writes and reads its `"time"`.
 //! - [`refused`]: a refused check-in or outcome ([`RefusedRecord`]) and the budget
@@ -20,6 +21,7 @@ pub mod record;
 pub mod refused;
 pub mod rfc3339;
 pub mod rotation;
+pub mod schema;
 pub mod stamp;
 pub mod tail;
 pub mod verification;
