@@ -106,7 +106,7 @@ pub fn export(args: &Args) -> anyhow::Result<PathBuf> {
     let (records, last_policy) = read_records(&args.log, &selection)?;
 
     fs::create_dir_all(&args.to).with_context(|| format!("cannot create {}", args.to.display()))?;
-    let stamp = humantime::format_rfc3339_seconds(SystemTime::now())
+    let stamp = humantime::format_rfc3339_micros(SystemTime::now())
         .to_string()
         .replace(':', "");
     let name = format!("metalift-{}-{stamp}", file_safe(&host.name));
