@@ -41,4 +41,12 @@ status=0
 # 3. The audit for the job's log: anything of the last hour that did not apply
 #    (informational: the job's status is the workload's, or 4).
 "$metalift" audit --since 1h --result failed --log "$log" || true
+
+# 4. Before the guest is destroyed: every record reached the collector (exit 0
+#    also when no forwarder is configured), and a bundle of this boot's records
+#    (with the daemon's status, the live policy and SHA256SUMS) for the artifact
+#    or a host-shared directory. Informational too: the job's status stays.
+"$metalift" audit flush --timeout 30 || echo "metalift: audit flush failed" >&2
+"$metalift" audit export --to "${METALIFT_EXPORT_DIR:-${RUNNER_TEMP:-/tmp}/metalift-audit}" --log "$log" \
+    || echo "metalift: audit export failed" >&2
 exit "$status"

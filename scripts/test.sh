@@ -20,4 +20,7 @@ cargo run -q -p metalift-cli --bin metalift -- schema | diff -u schema/metalift-
 # Every page well-formed: nothing at mandoc's warning level or above (STYLE notes,
 # long lines of clap's help text, are below it). cli/tests/cli_docs.rs too.
 mandoc -T lint -W warning man/*
+# The audit record schema, generated from the daemon's record types (metalift
+# schema --audit-record > schema/metalift-audit-record.schema.json).
+cargo run -q -p metalift-cli --bin metalift -- schema --audit-record | diff -u schema/metalift-audit-record.schema.json -
 cargo test --workspace --all-targets "$@"

@@ -29,7 +29,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// The shim's C sources, one concern each (see c/metalift_shim.h).
-const SOURCES: [&str; 12] = [
+const SOURCES: [&str; 13] = [
+    "c/job.c",
     "c/loader.c",
     "c/fork.c",
     "c/session.c",
@@ -47,7 +48,13 @@ const SOURCES: [&str; 12] = [
 /// compiled with `-DML_XPC_FAKE`: its libxpc calls are answered by the tests'
 /// in-memory stand-in (`tests/xpc_cross.rs`), and only a test that calls it
 /// pulls its object out of the archive.
-const TESTED: [&str; 4] = ["c/wire.c", "c/config.c", "c/xpc_dict.c", "c/xpc_reply.c"];
+const TESTED: [&str; 5] = [
+    "c/wire.c",
+    "c/config.c",
+    "c/xpc_dict.c",
+    "c/xpc_reply.c",
+    "c/job.c",
+];
 /// `-fno-jump-tables`: on arm64e a jump table's `br` is an indirect branch no
 /// pointer-authentication key covers (scripts/shim-arm64e-check.sh refuses it);
 /// the same flags on every target keep one object code shape.

@@ -220,6 +220,7 @@ pub fn check_in_frame() -> Vec<u8> {
         shim_version: "bench".into(),
         arch: std::env::consts::ARCH.into(),
         claimed_executable: None,
+        job: None,
     }))
 }
 

@@ -8,9 +8,11 @@
 //! while metaliftd is stopped. Everything streams: memory stays bounded however
 //! large the log (see [`join`] for what the join keeps).
 
+pub mod export;
 pub mod filter;
 pub mod join;
 mod local_day;
+pub mod markdown;
 pub mod records;
 pub mod view;
 pub mod when;
@@ -32,6 +34,7 @@ const FOLLOW_INTERVAL: Duration = Duration::from_millis(250);
 
 /// Arguments of `metalift audit`.
 #[derive(Debug, clap::Args)]
+#[command(args_conflicts_with_subcommands = true)]
 #[command(after_help = "\
 Views:
   default     one line per process: its decision joined with the shim's outcome
@@ -90,10 +93,34 @@ pub struct Args {
     /// JSON Lines: one object per process (with --records: each record as written).
     #[arg(long)]
     pub json: bool,
+    /// Only processes of this CI job: any value of the job claims the shim read from
+    /// the process's environment (GITHUB_RUN_ID, CI_JOB_ID, BUILDKITE_JOB_ID,
+    /// BUILD_TAG, ...). Advisory: a process can claim any job. With --records: the
+    /// decisions carrying it.
+    #[arg(long, value_name = "ID")]
+    pub job: Option<String>,
+    /// A Markdown table of the unlocks (process, rule, result), e.g. for
+    /// $GITHUB_STEP_SUMMARY: `metalift audit --job "$GITHUB_RUN_ID" --markdown`.
+    #[arg(long, conflicts_with_all = ["records", "kind", "follow", "summary", "json"])]
+    pub markdown: bool,
+    /// `metalift audit export`, ...: commands on the audit trail (without one: show it).
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+/// `metalift audit SUBCOMMAND`.
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    /// Write a self-contained bundle (this boot's records, the daemon's status, the
+    /// live policy, SHA256SUMS) into a directory, e.g. a CI artifact.
+    Export(export::Args),
 }
 
 /// Runs `metalift audit`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    if let Some(Command::Export(export)) = args.command {
+        return export::run(export);
+    }
     let stdout = io::stdout();
     let stderr = io::stderr();
     match run_with(&args, &mut stdout.lock(), &mut stderr.lock()) {
@@ -131,6 +158,8 @@ struct Printer<'a> {
     json: bool,
     records_view: bool,
     summary: Option<Summary>,
+    /// `--markdown`: the unlocks, written at the end.
+    markdown: Option<markdown::Table>,
     filters: Filters,
     join: Join,
     decided: records::Decided,
@@ -190,6 +219,10 @@ impl Printer<'_> {
         if !self.filters.keeps_process(&p) {
             return Ok(());
         }
+        if let Some(table) = &mut self.markdown {
+            table.add(p);
+            return Ok(());
+        }
         match (&mut self.summary, self.json) {
             (Some(summary), _) => {
                 summary.add(&p);
@@ -218,6 +251,7 @@ pub fn run_with(args: &Args, out: &mut dyn Write, err: &mut dyn Write) -> anyhow
         pid: args.pid,
         decision: args.decision,
         kind: args.kind,
+        job: args.job.clone(),
     };
     let tail = args.follow || args.lines.is_some();
     let mut reader = if tail {
@@ -237,12 +271,13 @@ pub fn run_with(args: &Args, out: &mut dyn Write, err: &mut dyn Write) -> anyhow
         json: args.json,
         records_view,
         summary: args.summary.then(Summary::default),
+        markdown: args.markdown.then(markdown::Table::default),
         filters,
         join: Join::default(),
         decided: records::Decided::default(),
         unknown_kinds: 0,
     };
-    if !args.json && !args.summary {
+    if !args.json && !args.summary && !args.markdown {
         if records_view {
             records::header(printer.out)?;
         } else {
@@ -257,6 +292,9 @@ pub fn run_with(args: &Args, out: &mut dyn Write, err: &mut dyn Write) -> anyhow
     .map_err(|e| read_error(&args.log, e))?;
     if !args.follow {
         printer.flush_join(None)?;
+        if let Some(table) = &printer.markdown {
+            table.write(printer.out)?;
+        }
         if let Some(summary) = &printer.summary {
             if args.json {
                 summary.write_json(printer.out)?;

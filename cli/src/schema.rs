@@ -24,14 +24,26 @@ pub const INSTALLED_PATH: &str = "/usr/local/share/metalift/metalift-policy.sche
 Editors: put this first line in a policy file (taplo / Even Better TOML):
   #:schema /usr/local/share/metalift/metalift-policy.schema.json
 
+--audit-record prints the schema of an audit log line instead (every record
+kind), generated from the daemon's record types; committed as
+schema/metalift-audit-record.schema.json.
+
 Exit status:
   0  printed")]
-pub struct Args {}
+pub struct Args {
+    /// Print the JSON Schema of one audit log record (every kind) instead.
+    #[arg(long)]
+    pub audit_record: bool,
+}
 
 /// Runs `metalift schema`: prints the schema.
-pub fn run(_args: Args) -> anyhow::Result<ExitCode> {
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut out = std::io::stdout().lock();
-    writeln!(out, "{}", render())?;
+    if args.audit_record {
+        writeln!(out, "{}", metalift_daemon::audit::schema::render())?;
+    } else {
+        writeln!(out, "{}", render())?;
+    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -51,6 +63,23 @@ fn path_string(what: &str) -> Value {
 
 fn non_empty(description: &str) -> Value {
     json!({"type": "string", "pattern": "\\S", "description": description})
+}
+
+/// `[audit.labels]` (metalift_policy::labels): `metalift validate` also refuses a
+/// label set in two files and more than the bound over all files.
+fn labels_schema() -> Value {
+    use metalift_policy::labels::{MAX_KEY_LEN, MAX_LABELS, MAX_VALUE_LEN};
+    json!({
+        "type": "object",
+        "description": "Labels for this machine, copied into the `host` part of every audit record (e.g. image = \"macos-26-xcode-17\"); set once when the image is baked, in a drop-in such as /etc/metalift/policy.d/00-image.toml. No rule reads them.",
+        "maxProperties": MAX_LABELS,
+        "propertyNames": {"pattern": format!("^[A-Za-z][A-Za-z0-9_.-]{{0,{}}}$", MAX_KEY_LEN - 1)},
+        "additionalProperties": {
+            "type": "string",
+            "maxLength": MAX_VALUE_LEN,
+            "pattern": "^[^\\u0000-\\u001f\\u007f-\\u009f]*$"
+        }
+    })
 }
 
 /// The schema of one policy file.
@@ -82,6 +111,14 @@ pub fn policy_schema() -> Value {
                 "type": "array",
                 "description": "Rules, written [[rule]]. The most specific identity wins (cdhash > sha256 > signing_id > team_id > exact path > glob path > name); at equal specificity stock beats unlock; then file order.",
                 "items": {"$ref": "#/definitions/rule"}
+            },
+            "audit": {
+                "type": "object",
+                "description": "The audit trail's settings, one sub-table per concern.",
+                "additionalProperties": false,
+                "properties": {
+                    "labels": labels_schema()
+                }
             }
         },
         "definitions": {

@@ -300,6 +300,27 @@ fn the_schema_accepts_host_as_apple_family_max() {
 }
 
 #[test]
+fn audit_labels_the_validator_refuses_the_schema_refuses_too() {
+    let validator = jsonschema::draft7::new(&schema()).unwrap();
+    assert!(schema_accepts(
+        &validator,
+        "version = 1\n[audit.labels]\nimage = \"macos-26-xcode-17\"\n"
+    ));
+    assert!(!schema_accepts(
+        &validator,
+        "version = 1\n[audit.labels]\n9lives = \"a\"\n"
+    ));
+    assert!(!schema_accepts(
+        &validator,
+        "version = 1\n[audit.labels]\nn = 3\n"
+    ));
+    assert!(!schema_accepts(
+        &validator,
+        "version = 1\n[audit]\nlables = {}\n"
+    ));
+}
+
+#[test]
 fn the_schema_names_every_key_the_validator_accepts() {
     let schema = schema();
     let keys = |v: &Value| -> Vec<String> {
@@ -312,7 +333,8 @@ fn the_schema_names_every_key_the_validator_accepts() {
     };
     let mut top = keys(&schema);
     top.sort();
-    assert_eq!(top, ["mode", "profile", "rule", "version"]);
+    assert_eq!(top, ["audit", "mode", "profile", "rule", "version"]);
+    assert_eq!(keys(&schema["properties"]["audit"]), ["labels"]);
     let mut profile = keys(&schema["definitions"]["profile"]);
     profile.sort();
     assert_eq!(

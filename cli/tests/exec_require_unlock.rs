@@ -214,6 +214,7 @@ fn the_readme_ci_recipe_holds_on_an_m1_and_an_m3_host() {
             .env("METALIFT", env!("CARGO_BIN_EXE_metalift"))
             .env("METALIFT_PROBE", probe())
             .env("METALIFT_AUDIT_LOG", dir.audit_log())
+            .env("METALIFT_EXPORT_DIR", dir.root().join("export"))
             .env_remove("LD_PRELOAD")
             .env("METALIFT_SOCKET", &daemon.socket)
             .env("METALIFT_SHIM", shim())
@@ -237,6 +238,11 @@ fn the_readme_ci_recipe_holds_on_an_m1_and_an_m3_host() {
             "{brand}: {}",
             stderr(&out)
         );
+        // Step 4 left this boot's bundle in the export directory.
+        let exported = std::fs::read_dir(dir.root().join("export"))
+            .map(|d| d.count())
+            .unwrap_or(0);
+        assert_eq!(exported, 1, "{brand}: {}", stderr(&out));
         // A workload that runs fine but is never unlocked fails the job with 4.
         let out = recipe_with(&daemon, &dir, Path::new("/bin/true"));
         assert_eq!(out.status.code(), Some(4), "{brand}: {}", stderr(&out));

@@ -15,6 +15,8 @@
 //! and how the kernel identity is read (`checkin/peer/macos.rs`); both are covered here or
 //! listed as type-checked only in `daemon/src/macos/mod.rs`.
 
+#[path = "record_schema.rs"]
+mod record_schema;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -238,6 +240,7 @@ fn check_in_claiming(claimed: Option<&str>) -> MapDict {
         shim_version: "0.1.0".into(),
         arch: "arm64e".into(),
         claimed_executable: claimed.map(str::to_owned),
+        job: None,
     }))
 }
 
@@ -312,7 +315,7 @@ fn records(path: &Path) -> Vec<Value> {
     std::fs::read_to_string(path)
         .unwrap_or_default()
         .lines()
-        .map(|l| serde_json::from_str(l).expect("audit lines are JSON"))
+        .map(record_schema::valid_record)
         .collect()
 }
 

@@ -9,6 +9,8 @@
 //! `SKIPPED` (CI runs as root and does not set it).
 #![cfg(target_os = "linux")]
 
+#[path = "record_schema.rs"]
+mod record_schema;
 use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
@@ -111,7 +113,7 @@ impl Env {
         std::fs::read_to_string(self.audit_log())
             .unwrap_or_default()
             .lines()
-            .map(|l| serde_json::from_str::<Value>(l).expect("audit line"))
+            .map(record_schema::valid_record)
             .filter(|r| r["kind"] == kind)
             .collect()
     }

@@ -1,6 +1,8 @@
 //! PolicyStore without the watcher: what the daemon starts with, what a reload
 //! audits, and that a check-in never sees a half-loaded policy.
 
+#[path = "record_schema.rs"]
+mod record_schema;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -24,7 +26,7 @@ fn records(path: &Path) -> Vec<Value> {
     std::fs::read_to_string(path)
         .unwrap_or_default()
         .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
+        .map(record_schema::valid_record)
         .collect()
 }
 

@@ -2,6 +2,8 @@
 //! watcher: each test starts a PolicyStore + watcher on a temp directory, changes
 //! the files, and waits for the live policy (and the audit log) to follow.
 
+#[path = "record_schema.rs"]
+mod record_schema;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -111,7 +113,7 @@ impl Fixture {
         std::fs::read_to_string(&self.audit_path)
             .unwrap()
             .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
+            .map(record_schema::valid_record)
             .collect()
     }
 

@@ -7,6 +7,8 @@
 //! from the uid `LOCAL_PEERCRED` recorded at connect (a setuid program that
 //! touched the socket after a user connected it).
 
+#[path = "record_schema.rs"]
+mod record_schema;
 use std::io::{Read, Write};
 use std::os::fd::BorrowedFd;
 use std::os::unix::net::UnixStream;
@@ -83,7 +85,7 @@ impl Server {
         std::fs::read_to_string(self.dir.path().join("audit.jsonl"))
             .unwrap_or_default()
             .lines()
-            .map(|l| serde_json::from_str::<Value>(l).expect("JSON"))
+            .map(record_schema::valid_record)
             .filter(|r| r["kind"] == kind)
             .collect()
     }
@@ -150,7 +152,7 @@ async fn given_a_socket_whose_token_euid_differs_from_its_connect_uid_then_the_c
         std::fs::read_to_string(dir.path().join("audit.jsonl"))
             .unwrap()
             .lines()
-            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .map(record_schema::valid_record)
             .filter(|r| r["kind"] == kind)
             .collect()
     };

@@ -149,6 +149,8 @@ mod component_glob;
 pub mod diagnostic;
 pub mod expect_family;
 pub mod host;
+pub mod job;
+pub mod labels;
 mod load;
 mod matcher;
 mod model;

@@ -86,6 +86,8 @@ pub(crate) struct FileModel {
     pub mode: Option<At<String>>,
     pub profiles: Vec<RawProfile>,
     pub rules: Vec<RawRule>,
+    /// `[audit.labels]` (see [`crate::labels`]).
+    pub labels: Vec<crate::labels::RawLabel>,
     /// Top-level keys present with a value of the wrong type (already reported).
     pub mistyped: Vec<String>,
     /// False when the TOML itself did not parse: later stages skip this file's
@@ -110,7 +112,9 @@ pub(crate) const RULE_KEYS: &[&str] = &[
     "unlock",
     "stock",
 ];
-const TOP_KEYS: &[&str] = &["version", "mode", "profile", "rule"];
+const TOP_KEYS: &[&str] = &["version", "mode", "profile", "rule", "audit"];
+/// The sub-tables of `[audit]`.
+const AUDIT_KEYS: &[&str] = &["labels"];
 const PROFILE_KEYS: &[&str] = &[
     "apple_family_max",
     "max_threadgroup_memory",
@@ -161,11 +165,25 @@ fn parse_general(source: &Source, out: &mut Vec<Diagnostic>) -> FileModel {
             "mode" => model.mode = sink.string(value, "mode"),
             "profile" => parse_profiles(&mut sink, value, &mut model.profiles),
             "rule" => parse_rules(&mut sink, value, &mut model.rules),
+            "audit" => parse_audit(&mut sink, value, &mut model),
             other => sink.unknown_key(key.span(), other, "the top level", TOP_KEYS),
         }
     }
     model.mistyped = sink.take_mistyped();
     model
+}
+
+/// `[audit]`: one sub-table per concern, each read by its own module.
+fn parse_audit(sink: &mut Sink<'_>, value: &Spanned<DeValue<'_>>, model: &mut FileModel) {
+    let Some(table) = sink.table(value, "audit") else {
+        return;
+    };
+    for (key, v) in table.iter() {
+        match key.get_ref().as_ref() {
+            "labels" => crate::labels::parse(sink, v, &mut model.labels),
+            other => sink.unknown_key(key.span(), other, "[audit]", AUDIT_KEYS),
+        }
+    }
 }
 
 fn parse_profiles(sink: &mut Sink<'_>, value: &Spanned<DeValue<'_>>, out: &mut Vec<RawProfile>) {
@@ -253,7 +271,7 @@ fn parse_rules(sink: &mut Sink<'_>, value: &Spanned<DeValue<'_>>, out: &mut Vec<
 }
 
 /// Collects diagnostics for one source.
-struct Sink<'a> {
+pub(crate) struct Sink<'a> {
     source: &'a Source,
     lines: LineIndex,
     out: &'a mut Vec<Diagnostic>,
@@ -293,7 +311,7 @@ impl Sink<'_> {
         );
     }
 
-    fn table<'v, 'i>(
+    pub(crate) fn table<'v, 'i>(
         &mut self,
         value: &'v Spanned<DeValue<'i>>,
         key: &str,
@@ -307,7 +325,7 @@ impl Sink<'_> {
         }
     }
 
-    fn string(&mut self, value: &Spanned<DeValue<'_>>, key: &str) -> Option<At<String>> {
+    pub(crate) fn string(&mut self, value: &Spanned<DeValue<'_>>, key: &str) -> Option<At<String>> {
         match value.get_ref() {
             DeValue::String(s) => Some(At {
                 value: s.to_string(),

@@ -51,6 +51,8 @@ pub struct Policy {
     capped: BTreeMap<String, FamilyCap>,
     /// Profiles with `require_verified = true` (see [`crate::verification`]).
     verified_profiles: std::collections::BTreeSet<String>,
+    /// `[audit.labels]` (see [`crate::labels`]): copied into every audit record.
+    labels: BTreeMap<String, String>,
 }
 
 /// A successfully loaded policy, the warnings it drew, and the text it came from.
@@ -165,6 +167,7 @@ pub fn compile_sources_with(
         host: opts.host.clone(),
         capped: validated.capped,
         verified_profiles: validated.verified_profiles,
+        labels: validated.labels,
     };
     Ok(Loaded {
         policy,
@@ -194,6 +197,7 @@ impl Policy {
             host: HostFamily::default(),
             capped: BTreeMap::new(),
             verified_profiles: std::collections::BTreeSet::new(),
+            labels: BTreeMap::new(),
         }
     }
 
@@ -308,6 +312,12 @@ impl Policy {
     #[must_use]
     pub fn rule_count(&self) -> usize {
         self.rules.len()
+    }
+
+    /// The admin's `[audit.labels]` for this machine (descriptive: no rule reads them).
+    #[must_use]
+    pub fn labels(&self) -> &BTreeMap<String, String> {
+        &self.labels
     }
 
     /// Enforce or monitor.

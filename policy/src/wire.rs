@@ -93,6 +93,10 @@ pub struct CheckIn {
     pub arch: String,
     /// What the client claims its executable is (advisory, logged, never matched).
     pub claimed_executable: Option<String>,
+    /// The CI job the client claims to run in: `NAME=value` lines from its own
+    /// environment (advisory, logged, never matched: [`crate::job`]). Absent from
+    /// older shims.
+    pub job: Option<String>,
 }
 
 /// What the daemon tells the shim to do.
@@ -263,6 +267,7 @@ mod tag {
     pub const SHIM_VERSION: u8 = 1;
     pub const ARCH: u8 = 2;
     pub const CLAIMED_EXE: u8 = 3;
+    pub const JOB: u8 = 9;
     pub const DECISION_ID: u8 = 10;
     pub const ACTION: u8 = 11;
     pub const FAMILY_MAX: u8 = 12;
@@ -296,6 +301,9 @@ pub fn encode_frame(msg: &Message) -> Vec<u8> {
             body.str(tag::ARCH, &c.arch);
             if let Some(exe) = &c.claimed_executable {
                 body.str(tag::CLAIMED_EXE, exe);
+            }
+            if let Some(job) = &c.job {
+                body.str(tag::JOB, job);
             }
         }
         Message::Verdict(v) => {
@@ -400,6 +408,7 @@ pub fn decode_body(body: &[u8]) -> Result<Message, WireError> {
                 .unwrap_or_default(),
             arch: f.str(tag::ARCH, "arch")?.unwrap_or_default(),
             claimed_executable: f.str(tag::CLAIMED_EXE, "claimed_executable")?,
+            job: f.str(tag::JOB, "job")?,
         })),
         kind::VERDICT => {
             let action = match f.required_u8(tag::ACTION, "action")? {
@@ -644,6 +653,7 @@ mod tests {
             shim_version: "0.1.0".into(),
             arch: "arm64e".into(),
             claimed_executable: Some("/usr/bin/llama".into()),
+            job: None,
         }));
         round_trip(Message::CheckIn(CheckIn::default()));
         round_trip(Message::Verdict(verdict()));
@@ -750,6 +760,7 @@ mod tests {
             shim_version: "é".repeat(MAX_FRAME),
             arch: "x".into(),
             claimed_executable: None,
+            job: None,
         });
         let frame = encode_frame(&msg);
         assert!(frame.len() <= MAX_FRAME + LENGTH_PREFIX);

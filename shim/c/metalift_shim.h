@@ -364,6 +364,11 @@ ML_HIDDEN struct ml_wire_error ml_wire_decode_verdict(const uint8_t *body, size_
  * may be NULL (field absent). Strings are cut at a UTF-8 boundary to fit. */
 ML_HIDDEN size_t ml_wire_encode_check_in(uint8_t *buf, size_t cap, const char *shim_version,
                                          const char *arch, const char *claimed);
+/* ml_wire_encode_check_in plus the advisory `job` field (wire.rs tag 9): `job`
+ * may be NULL or "" (field absent), else NAME=value lines (job.c). */
+ML_HIDDEN size_t ml_wire_encode_check_in_job(uint8_t *buf, size_t cap, const char *shim_version,
+                                             const char *arch, const char *claimed,
+                                             const char *job);
 /* wire.rs encode_frame(Message::Outcome), as above. */
 ML_HIDDEN size_t ml_wire_encode_outcome(uint8_t *buf, size_t cap, const struct ml_outcome *o);
 /* The length of the longest valid UTF-8 prefix of s[0..len], by Rust's
@@ -429,6 +434,9 @@ extern void xpc_release(xpc_object_t object);
 /* xpc/src/dict.rs encode(Message::CheckIn) into `dict` (advisory fields). */
 ML_HIDDEN void ml_xpc_encode_check_in(xpc_object_t dict, const char *shim_version,
                                       const char *arch);
+/* Adds xpc/src/dict.rs's check-in `job` string to `dict` (nothing when `job`
+ * is NULL or ""): the advisory CI job claims of job.c. */
+ML_HIDDEN void ml_xpc_encode_job(xpc_object_t dict, const char *job);
 /* xpc/src/dict.rs encode(Message::Outcome) into `dict`. */
 ML_HIDDEN void ml_xpc_encode_outcome(xpc_object_t dict, const struct ml_outcome *o);
 /* xpc/src/dict.rs decode restricted to verdicts, as ml_wire_decode_verdict is
@@ -688,5 +696,19 @@ ML_HIDDEN void ml_log(enum ml_level level, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 /* The executable's short name (for log lines; no /proc). */
 ML_HIDDEN const char *ml_program_name(void);
+
+/* ---------------------------------------------------------------- job.c -- */
+
+/* policy/src/job.rs MAX_VALUE_LEN and MAX_JOB_LEN + 1 (the NUL). */
+#define ML_JOB_VALUE_MAX 128
+#define ML_JOB_CLAIMS_MAX 1024
+
+/* The CI job claims: every allow-listed variable `lookup` answers with a
+ * value job.rs keeps, as NAME=value lines in list order, NUL-terminated in buf
+ * (cap bytes, at most ML_JOB_CLAIMS_MAX used); returns the length, 0 for none.
+ * Pure: the caller chooses the lookup (tests pass a table). */
+ML_HIDDEN size_t ml_job_format(char *buf, size_t cap, const char *(*lookup)(const char *name));
+/* ml_job_format over this process's environment (getenv): call at check-in. */
+ML_HIDDEN size_t ml_job_claims(char *buf, size_t cap);
 
 #endif /* METALIFT_SHIM_H */

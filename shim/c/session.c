@@ -131,8 +131,11 @@ static int socket_check_in(void)
 {
     int e = ml_sock_connect(&sock, socket_path);
     if (e == 0) {
-        uint8_t frame[256];
-        size_t n = ml_wire_encode_check_in(frame, sizeof frame, ML_SHIM_VERSION, arch_name(), NULL);
+        char job[ML_JOB_CLAIMS_MAX];
+        ml_job_claims(job, sizeof job);
+        uint8_t frame[256 + ML_JOB_CLAIMS_MAX];
+        size_t n = ml_wire_encode_check_in_job(frame, sizeof frame, ML_SHIM_VERSION, arch_name(),
+                                               NULL, job);
         e = ml_sock_send(&sock, frame, n, 0);
         if (e != 0)
             ml_sock_close(&sock);

@@ -15,6 +15,7 @@ enum {
     TAG_SHIM_VERSION = 1,
     TAG_ARCH = 2,
     TAG_CLAIMED_EXE = 3,
+    TAG_JOB = 9,
     TAG_DECISION_ID = 10,
     TAG_ACTION = 11,
     TAG_FAMILY_MAX = 12,
@@ -419,12 +420,20 @@ static size_t body_finish(struct body *b)
 size_t ml_wire_encode_check_in(uint8_t *buf, size_t cap, const char *shim_version,
                                const char *arch, const char *claimed)
 {
+    return ml_wire_encode_check_in_job(buf, cap, shim_version, arch, claimed, NULL);
+}
+
+size_t ml_wire_encode_check_in_job(uint8_t *buf, size_t cap, const char *shim_version,
+                                   const char *arch, const char *claimed, const char *job)
+{
     struct body b;
     body_start(&b, buf, cap, ML_WIRE_KIND_CHECK_IN);
     body_str(&b, TAG_SHIM_VERSION, shim_version);
     body_str(&b, TAG_ARCH, arch);
     if (claimed)
         body_str(&b, TAG_CLAIMED_EXE, claimed);
+    if (job && job[0] != '\0')
+        body_str(&b, TAG_JOB, job);
     return body_finish(&b);
 }
 

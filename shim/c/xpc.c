@@ -153,6 +153,9 @@ int ml_xpc_send_again(const char *shim_version, const char *arch)
 static int send_check_in(xpc_object_t message, const char *shim_version, const char *arch)
 {
     ml_xpc_encode_check_in(message, shim_version, arch);
+    char job[ML_JOB_CLAIMS_MAX];
+    ml_job_claims(job, sizeof job);
+    ml_xpc_encode_job(message, job);
     pthread_mutex_lock(&reply_lock);
     waiting = true;
     reply = NULL;

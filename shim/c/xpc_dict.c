@@ -50,6 +50,12 @@ void ml_xpc_encode_check_in(xpc_object_t dict, const char *shim_version, const c
     put_str(&w, "arch", arch);
 }
 
+void ml_xpc_encode_job(xpc_object_t dict, const char *job)
+{
+    if (job != NULL && job[0] != '\0')
+        xpc_dictionary_set_string(dict, "job", job); /* job.c bounds it below the frame */
+}
+
 void ml_xpc_encode_outcome(xpc_object_t dict, const struct ml_outcome *o)
 {
     static const char *const results[] = {"applied", "stock", "failed"};

@@ -71,6 +71,19 @@ extern "C" {
         arch: *const c_char,
         claimed: *const c_char,
     ) -> usize;
+    fn ml_wire_encode_check_in_job(
+        buf: *mut u8,
+        cap: usize,
+        version: *const c_char,
+        arch: *const c_char,
+        claimed: *const c_char,
+        job: *const c_char,
+    ) -> usize;
+    fn ml_job_format(
+        buf: *mut c_char,
+        cap: usize,
+        lookup: extern "C" fn(*const c_char) -> *const c_char,
+    ) -> usize;
     fn ml_wire_encode_outcome(buf: *mut u8, cap: usize, outcome: *const RawOutcome) -> usize;
     fn ml_expected_answers(verdict: *const RawVerdict, stock: RawAnswers) -> RawAnswers;
     fn ml_config_parse_timeout(raw: *const c_char) -> i32;
@@ -244,6 +257,64 @@ pub fn encode_check_in(version: &str, arch: &str, claimed: Option<&str>, cap: us
     };
     buf.truncate(n);
     buf
+}
+
+/// `ml_wire_encode_check_in_job` with a buffer of `cap` bytes.
+pub fn encode_check_in_job(version: &str, arch: &str, job: Option<&str>, cap: usize) -> Vec<u8> {
+    let (version, arch) = (c_string(version), c_string(arch));
+    let job = job.map(c_string);
+    let mut buf = vec![0u8; cap.max(64)];
+    // SAFETY: `buf` is writable for its length; the strings are NUL-terminated
+    // and outlive the call; NULL means "absent".
+    let n = unsafe {
+        ml_wire_encode_check_in_job(
+            buf.as_mut_ptr(),
+            buf.len(),
+            version.as_ptr(),
+            arch.as_ptr(),
+            std::ptr::null(),
+            job.as_ref().map_or(std::ptr::null(), |c| c.as_ptr()),
+        )
+    };
+    buf.truncate(n);
+    buf
+}
+
+thread_local! {
+    /// The environment `job_format` hands the C: name → value.
+    static JOB_ENV: std::cell::RefCell<Vec<(CString, CString)>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+extern "C" fn job_lookup(name: *const c_char) -> *const c_char {
+    // SAFETY: job.c passes one of its NUL-terminated static names.
+    let name = unsafe { CStr::from_ptr(name) };
+    JOB_ENV.with(|env| {
+        env.borrow()
+            .iter()
+            .find(|(n, _)| n.as_c_str() == name)
+            // The CString lives in the thread-local until the next `job_format`.
+            .map_or(std::ptr::null(), |(_, v)| v.as_ptr())
+    })
+}
+
+/// `ml_job_format` over `env` (name, value) instead of the process environment,
+/// with a buffer of `cap` bytes: the job text the shim would send.
+pub fn job_format(env: &[(&str, &[u8])], cap: usize) -> Vec<u8> {
+    JOB_ENV.with(|e| {
+        *e.borrow_mut() = env
+            .iter()
+            .map(|(n, v)| {
+                let v: Vec<u8> = v.iter().copied().filter(|&b| b != 0).collect();
+                (c_string(n), CString::new(v).expect("NULs removed"))
+            })
+            .collect();
+    });
+    let mut buf = vec![0 as c_char; cap.max(1)];
+    // SAFETY: `buf` is writable for its length; `job_lookup` returns NULL or a
+    // NUL-terminated string that lives in JOB_ENV for the whole call.
+    let n = unsafe { ml_job_format(buf.as_mut_ptr(), buf.len(), job_lookup) };
+    buf.truncate(n);
+    buf.into_iter().map(|c| c as u8).collect()
 }
 
 fn raw_answers(a: Answers) -> RawAnswers {

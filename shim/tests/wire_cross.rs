@@ -117,7 +117,7 @@ proptest! {
         arch in "[^\u{0}]{0,10}",
         claimed in proptest::option::of("[^\u{0}]{0,100}"),
     ) {
-        let msg = CheckIn { shim_version: version.clone(), arch: arch.clone(), claimed_executable: claimed.clone() };
+        let msg = CheckIn { shim_version: version.clone(), arch: arch.clone(), claimed_executable: claimed.clone(), job: None };
         let rust = wire::encode_frame(&Message::CheckIn(msg));
         prop_assert_eq!(c::encode_check_in(&version, &arch, claimed.as_deref(), MAX_FRAME + LENGTH_PREFIX), rust);
     }
@@ -333,6 +333,7 @@ fn strings_too_long_for_a_frame_are_cut_at_the_same_character_boundary() {
         shim_version: long.clone(),
         arch: "x".into(),
         claimed_executable: Some(long.clone()),
+        job: None,
     }));
     assert_eq!(
         c::encode_check_in(&long, "x", Some(&long), MAX_FRAME + LENGTH_PREFIX),
@@ -406,4 +407,71 @@ fn the_agent_directory_is_trusted_exactly_as_socket_path_rs_says() {
     assert!(!c::agent_dir_trustworthy(502, 0o700, 501));
     assert!(!c::agent_dir_trustworthy(501, 0o777, 501));
     assert!(c::agent_dir_trustworthy(501, 0o700, 501));
+}
+
+/// The job claims the C shim sends are what `metalift_policy::job::parse` keeps:
+/// allow-listed names only, bounded values, and a C-encoded check-in carrying them
+/// decodes in Rust with the same text.
+mod job_claims {
+    use metalift_policy::job::{self, JOB_VARIABLES, MAX_VALUE_LEN};
+    use metalift_policy::wire::{self, CheckIn, Message, LENGTH_PREFIX, MAX_FRAME};
+    use metalift_shim::c;
+    use proptest::prelude::*;
+
+    const JOB_CAP: usize = 1024;
+
+    #[test]
+    fn the_c_sends_allow_listed_variables_only_and_rust_keeps_every_one() {
+        let long = vec![b'9'; MAX_VALUE_LEN + 1];
+        let env: [(&str, &[u8]); 6] = [
+            ("GITHUB_RUN_ID", b"1234567"),
+            ("GITHUB_JOB", b"build"),
+            ("PATH", b"/usr/bin"),
+            ("CI_JOB_ID", &long),
+            ("RUNNER_NAME", b"bad\nline"),
+            ("BUILD_TAG", b"jenkins-x-7"),
+        ];
+        let text = String::from_utf8(c::job_format(&env, JOB_CAP)).unwrap();
+        assert_eq!(
+            text,
+            "GITHUB_RUN_ID=1234567\nGITHUB_JOB=build\nBUILD_TAG=jenkins-x-7"
+        );
+        let claims = job::parse(&text);
+        assert_eq!(claims.len(), 3);
+        let frame =
+            c::encode_check_in_job("0.1.0", "x86_64", Some(&text), MAX_FRAME + LENGTH_PREFIX);
+        let decoded = wire::decode_frame(&frame).unwrap().unwrap().0;
+        assert_eq!(
+            decoded,
+            Message::CheckIn(CheckIn {
+                shim_version: "0.1.0".into(),
+                arch: "x86_64".into(),
+                claimed_executable: None,
+                job: Some(text),
+            })
+        );
+    }
+
+    #[test]
+    fn no_claims_means_no_field_and_the_frame_an_old_shim_sends() {
+        assert!(c::job_format(&[("HOME", b"/root")], JOB_CAP).is_empty());
+        assert_eq!(
+            c::encode_check_in_job("v", "a", Some(""), 256),
+            c::encode_check_in("v", "a", None, 256)
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn whatever_the_environment_the_c_text_is_bounded_and_rust_keeps_all_of_it(
+            values in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..200), JOB_VARIABLES.len()),
+        ) {
+            let env: Vec<(&str, &[u8])> = JOB_VARIABLES.iter().copied().zip(values.iter().map(Vec::as_slice)).collect();
+            let bytes = c::job_format(&env, JOB_CAP);
+            prop_assert!(bytes.len() < JOB_CAP);
+            let text = String::from_utf8(bytes).expect("the C sends UTF-8 only");
+            let lines = if text.is_empty() { 0 } else { text.split('\n').count() };
+            prop_assert_eq!(job::parse(&text).len(), lines, "{:?}", text);
+        }
+    }
 }

@@ -158,6 +158,7 @@ extern "C" fn xpc_release(_o: *mut c_void) {
 
 extern "C" {
     fn ml_xpc_encode_check_in(dict: *mut c_void, version: *const c_char, arch: *const c_char);
+    fn ml_xpc_encode_job(dict: *mut c_void, job: *const c_char);
     fn ml_xpc_encode_outcome(dict: *mut c_void, outcome: *const RawOutcome);
     fn ml_xpc_decode_verdict(dict: *mut c_void, out: *mut RawVerdict) -> RawError;
 }
@@ -192,6 +193,7 @@ fn from_xpc(d: *mut c_void) -> MapDict {
         key::SHIM_VERSION,
         key::ARCH,
         key::CLAIMED_EXECUTABLE,
+        key::JOB,
         key::DECISION_ID,
         key::RESULT,
         key::REASON,
@@ -444,8 +446,38 @@ fn the_check_in_the_c_encodes_is_the_one_rust_reads() {
             shim_version: "0.3.0-c".into(),
             arch: "arm64e".into(),
             claimed_executable: None,
+            job: None,
         }))
     );
+}
+
+#[test]
+fn the_job_claims_the_c_adds_to_a_check_in_are_the_ones_rust_reads() {
+    let d = xpc_dictionary_create(std::ptr::null(), std::ptr::null(), 0);
+    // SAFETY: `d` is a live stand-in dictionary; the strings are NUL-terminated.
+    unsafe {
+        ml_xpc_encode_check_in(d, c"0.3.0-c".as_ptr(), c"arm64e".as_ptr());
+        ml_xpc_encode_job(d, c"GITHUB_RUN_ID=42\nGITHUB_JOB=build".as_ptr());
+    }
+    assert_eq!(
+        dict::decode(&from_xpc(d)),
+        Ok(Message::CheckIn(CheckIn {
+            shim_version: "0.3.0-c".into(),
+            arch: "arm64e".into(),
+            claimed_executable: None,
+            job: Some("GITHUB_RUN_ID=42\nGITHUB_JOB=build".into()),
+        }))
+    );
+    let empty = xpc_dictionary_create(std::ptr::null(), std::ptr::null(), 0);
+    // SAFETY: as above; "" adds nothing, as an old shim's check-in.
+    unsafe {
+        ml_xpc_encode_check_in(empty, c"v".as_ptr(), c"a".as_ptr());
+        ml_xpc_encode_job(empty, c"".as_ptr());
+    }
+    assert!(matches!(
+        dict::decode(&from_xpc(empty)),
+        Ok(Message::CheckIn(CheckIn { job: None, .. }))
+    ));
 }
 
 fn outcome_strategy() -> impl Strategy<Value = Outcome> {

@@ -14,6 +14,7 @@
 //! | `metalift.version` | uint64 | all | [`PROTOCOL_VERSION`]; another value is refused |
 //! | `kind` | string | all | `check_in`, `verdict`, `outcome`, `status_request`, `status`, `declined` |
 //! | `shim_version`, `arch`, `claimed_executable` | string | check_in | advisory, logged only |
+//! | `job` | string | check_in | advisory CI job claims, `NAME=value` lines (`metalift_policy::job`); absent from older shims |
 //! | `decision_id` | uint64 | verdict, outcome | the audit record's decision id |
 //! | `action` | string | verdict | `unlock` or `stock` |
 //! | `apple_family_max` | uint64 | verdict | present iff unlock (fits a `u8`) |
@@ -65,6 +66,7 @@ pub mod key {
     pub const ARCH: &CStr = c"arch";
     /// string (check_in).
     pub const CLAIMED_EXECUTABLE: &CStr = c"claimed_executable";
+    pub const JOB: &CStr = c"job";
     /// uint64 (verdict, outcome).
     pub const DECISION_ID: &CStr = c"decision_id";
     /// string (verdict).
@@ -212,6 +214,9 @@ pub fn encode(msg: &Message, sink: &mut impl DictSink) {
             if let Some(exe) = &c.claimed_executable {
                 out.str(key::CLAIMED_EXECUTABLE, exe);
             }
+            if let Some(job) = &c.job {
+                out.str(key::JOB, job);
+            }
         }
         Message::Verdict(v) => {
             out.str(key::KIND, "verdict");
@@ -296,6 +301,7 @@ pub fn decode(src: &impl DictSource) -> Result<Message, WireError> {
                 .unwrap_or_default(),
             arch: r.str(key::ARCH, "arch")?.unwrap_or_default(),
             claimed_executable: r.str(key::CLAIMED_EXECUTABLE, "claimed_executable")?,
+            job: r.str(key::JOB, "job")?,
         })),
         "verdict" => {
             let action = match r.str(key::ACTION, "action")?.as_deref() {
@@ -489,6 +495,7 @@ mod tests {
             shim_version: "0.1.0".into(),
             arch: "arm64e".into(),
             claimed_executable: Some("/opt/llama.cpp/bin/llama-server".into()),
+            job: None,
         }));
         round_trip(Message::CheckIn(CheckIn::default()));
         round_trip(Message::Verdict(verdict()));
@@ -572,6 +579,7 @@ mod tests {
             shim_version: "é".repeat(MAX_FRAME),
             arch: "arm64e".into(),
             claimed_executable: None,
+            job: None,
         });
         let mut d = MapDict::default();
         encode(&msg, &mut d);
@@ -597,6 +605,7 @@ mod tests {
                 shim_version: "0.1.0".into(),
                 arch: "arm64\0e".into(),
                 claimed_executable: None,
+                job: None,
             }),
             &mut d,
         );

@@ -166,6 +166,8 @@ pub struct Filters {
     pub decision: Option<u64>,
     /// `--kind` (raw records only).
     pub kind: Option<KindFilter>,
+    /// `--job`: any value of the decision's CI job claims.
+    pub job: Option<String>,
 }
 
 impl Filters {
@@ -186,6 +188,10 @@ impl Filters {
             && self.result.is_none_or(|r| r.as_str() == p.result)
             && self.pid.is_none_or(|pid| pid == p.pid)
             && self.decision.is_none_or(|id| id == p.decision_id)
+            && self
+                .job
+                .as_deref()
+                .is_none_or(|j| p.job.values().any(|v| v == j))
     }
 
     /// Whether a raw record is selected. `decided` is the (rule, action) of the
@@ -217,6 +223,12 @@ impl Filters {
         }
         if self.decision.is_some() && id != self.decision {
             return false;
+        }
+        if let Some(job) = &self.job {
+            // Only decisions carry the claims (see `--job`).
+            if !matches!(r, Record::Decision(d) if d.advisory.job.values().any(|v| v == job)) {
+                return false;
+            }
         }
         if let Some(want) = self.result {
             if result != Some(want.as_str()) {

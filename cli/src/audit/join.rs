@@ -52,6 +52,9 @@ pub struct Process {
     pub policy_sha256: Option<String>,
     /// The device's concrete class, from the outcome.
     pub device_class: Option<String>,
+    /// The CI job the process claimed (the decision's `advisory.job`); empty when none.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub job: std::collections::BTreeMap<String, String>,
 }
 
 impl Process {
@@ -74,6 +77,7 @@ impl Process {
             reason: String::new(),
             policy_sha256: Some(d.policy_sha256),
             device_class: None,
+            job: d.advisory.job,
         }
     }
 
@@ -100,6 +104,7 @@ impl Process {
             reason: String::new(),
             policy_sha256: None,
             device_class: None,
+            job: std::collections::BTreeMap::new(),
         }
         .answered(o)
     }

@@ -29,11 +29,15 @@ pub fn line(out: &mut dyn Write, p: &Process) -> io::Result<()> {
         .chars()
         .take(HASH_PREFIX)
         .collect();
-    let why = if p.reason.is_empty() {
+    let mut why = if p.reason.is_empty() {
         String::new()
     } else {
         format!("  ({})", p.reason)
     };
+    if !p.job.is_empty() {
+        let claims: Vec<String> = p.job.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        why.push_str(&format!("  [job {}]", claims.join(" ")));
+    }
     writeln!(
         out,
         "{:<20}  {:>7}  {:<20}  {:<12}  {:<10}  {:<12}  {}{why}",

@@ -9,6 +9,8 @@
 // Each test binary uses the part it needs.
 #![allow(dead_code)]
 
+#[path = "../../../daemon/tests/record_schema.rs"]
+mod record_schema;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -141,7 +143,7 @@ pub fn records_of(log: &Path, kind: &str) -> Vec<Value> {
     std::fs::read_to_string(log)
         .unwrap_or_default()
         .lines()
-        .map(|l| serde_json::from_str::<Value>(l).expect("an audit line is JSON"))
+        .map(record_schema::valid_record)
         .filter(|r| r["kind"] == kind)
         .collect()
 }
@@ -154,6 +156,7 @@ pub fn check_in(socket: &Path) -> VerdictMsg {
         shim_version: "test".into(),
         arch: std::env::consts::ARCH.into(),
         claimed_executable: None,
+        job: None,
     });
     stream.write_all(&wire::encode_frame(&msg)).expect("send");
     let mut prefix = [0u8; LENGTH_PREFIX];

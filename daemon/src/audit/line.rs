@@ -10,6 +10,7 @@ use std::time::SystemTime;
 use serde::Deserialize;
 
 use super::record::{rfc3339, Record};
+use super::stamp::Stamp;
 
 /// One line of the log that is a record (of a kind known or not).
 #[derive(Debug, Clone, PartialEq)]
@@ -23,6 +24,8 @@ pub struct Entry {
     /// The record, typed by the writer's definition; `None` for a kind written by a
     /// newer daemon that this version does not know.
     pub record: Option<Record>,
+    /// `"schema"`, `"id"` and `"host"` (defaults for records older daemons wrote).
+    pub stamp: Stamp,
 }
 
 /// What reading one line produced.
@@ -78,6 +81,7 @@ pub fn parse_line(text: &str, file: &Path, line: usize) -> Item {
                 kind: record.kind().to_owned(),
                 time: record.time(),
                 record: Some(record),
+                stamp: serde_json::from_str(text).unwrap_or_default(),
             })
         }
         Err(e) => e,
@@ -88,6 +92,7 @@ pub fn parse_line(text: &str, file: &Path, line: usize) -> Item {
             kind: head.kind,
             time: head.time,
             record: None,
+            stamp: serde_json::from_str(text).unwrap_or_default(),
         }),
         Ok(head) => corrupt(format!("bad {:?} record: {error}", head.kind)),
         Err(e) if error.is_syntax() || error.is_eof() => corrupt(format!("not JSON: {e}")),

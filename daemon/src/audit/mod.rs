@@ -1,6 +1,9 @@
 //! The audit log: every decision, outcome, policy load and daemon start/stop, as JSON Lines.
 //!
 //! - [`record`]: what a line says ([`Record`], tagged by `"kind"`).
+//! - [`stamp`]: the fields every line carries besides its record (`schema`, `id`, `host`).
+//! - [`schema`]: the JSON Schema of a line, generated from the record types.
+//! - [`host`]: the `host` part: host name, boot session id, the admin's labels.
 //! - [`rfc3339`]: how every record writes and reads its `"time"`.
 //! - [`refused`]: a refused check-in or outcome ([`RefusedRecord`]) and the budget
 //!   that bounds how many are written.
@@ -12,6 +15,7 @@
 //! - [`verification`]: the `verification` record (`metalift verify`), shared with the verification file.
 //! - [`tail`]: where the last N lines start, read backwards (`metalift audit -f -n N`).
 
+pub mod host;
 pub mod line;
 pub mod log_lock;
 pub mod reader;
@@ -19,6 +23,8 @@ pub mod record;
 pub mod refused;
 pub mod rfc3339;
 pub mod rotation;
+pub mod schema;
+pub mod stamp;
 pub mod tail;
 pub mod verification;
 pub mod writer;
@@ -26,9 +32,11 @@ pub mod writer;
 use std::io;
 use std::path::PathBuf;
 
+pub use host::Host;
 pub use record::{Advisory, AnswersRecord, DecisionRecord, LoadReason, OutcomeRecord, Record};
 pub use refused::RefusedRecord;
 pub use rotation::Rotation;
+pub use stamp::{Stamp, Stamper, SCHEMA_VERSION};
 pub use writer::AuditLog;
 
 /// Where metaliftd writes the audit log and `metalift audit` reads it, unless told otherwise.

@@ -4,6 +4,7 @@
 //! fields of a decision are always present in the JSON (as `null` when unknown), so
 //! `jq '.rule'` means the same thing on every decision line.
 
+use std::collections::BTreeMap;
 use std::time::SystemTime;
 
 use metalift_policy::wire::{Answers, Outcome};
@@ -12,7 +13,7 @@ use serde::{Deserialize, Serialize};
 /// One line of the audit log. The writer writes every field; the reader
 /// (`metalift audit`) deserialises these same types, ignoring fields it does not
 /// know (a newer daemon's) and defaulting descriptive fields an older one lacked.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 // The daemon builds one record per event, borrows it to write it and drops it, and
 // readers stream them (`LogReader::read_to_end_each`), so the enum's size is never
@@ -31,6 +32,7 @@ pub enum Record {
     PolicyLoaded {
         /// When it became live.
         #[serde(with = "rfc3339")]
+        #[schemars(with = "String", description = "RFC 3339, UTC, microseconds")]
         time: SystemTime,
         /// The policy file (`policy.toml`) the policy was loaded from.
         path: String,
@@ -49,6 +51,7 @@ pub enum Record {
     PolicyRejected {
         /// When it was refused.
         #[serde(with = "rfc3339")]
+        #[schemars(with = "String", description = "RFC 3339, UTC, microseconds")]
         time: SystemTime,
         /// The policy file (`policy.toml`) whose load failed.
         path: String,
@@ -63,6 +66,7 @@ pub enum Record {
     DaemonStart {
         /// When it started.
         #[serde(with = "rfc3339")]
+        #[schemars(with = "String", description = "RFC 3339, UTC, microseconds")]
         time: SystemTime,
         /// The daemon's version.
         version: String,
@@ -80,6 +84,7 @@ pub enum Record {
     DaemonStop {
         /// When it stopped.
         #[serde(with = "rfc3339")]
+        #[schemars(with = "String", description = "RFC 3339, UTC, microseconds")]
         time: SystemTime,
         /// Why (`SIGTERM`, `SIGINT`, ...).
         reason: String,
@@ -97,14 +102,17 @@ pub enum Record {
     RecordsLost {
         /// When the log took records again.
         #[serde(with = "rfc3339")]
+        #[schemars(with = "String", description = "RFC 3339, UTC, microseconds")]
         time: SystemTime,
         /// How many records were not written.
         count: u64,
         /// When the first lost record failed.
         #[serde(with = "rfc3339")]
+        #[schemars(with = "String", description = "RFC 3339, UTC, microseconds")]
         first_at: SystemTime,
         /// When the last lost record failed.
         #[serde(with = "rfc3339")]
+        #[schemars(with = "String", description = "RFC 3339, UTC, microseconds")]
         last_at: SystemTime,
         /// The lowest decision id among the lost records (`None`: no decision lost).
         first_decision_id: Option<u64>,
@@ -118,7 +126,7 @@ pub enum Record {
 }
 
 /// Why a policy was loaded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum LoadReason {
     /// The daemon started with this policy.
@@ -155,10 +163,11 @@ impl LoadReason {
 }
 
 /// A decision: who asked, what the policy said, and how long deciding took.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct DecisionRecord {
     /// When the verdict was decided.
     #[serde(with = "rfc3339")]
+    #[schemars(with = "String", description = "RFC 3339, UTC, microseconds")]
     pub time: SystemTime,
     /// Echoed by the shim's outcome; joins the two records.
     pub decision_id: u64,
@@ -248,7 +257,7 @@ pub struct DecisionRecord {
 }
 
 /// The client's own claims in a check-in. Advisory only: never used to decide.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Advisory {
     /// The shim's version string.
     pub shim_version: String,
@@ -256,13 +265,19 @@ pub struct Advisory {
     pub arch: String,
     /// The executable the client claims to be.
     pub claimed_executable: Option<String>,
+    /// The CI job the client says it runs in: allow-listed environment variables
+    /// of its own (`metalift_policy::job::JOB_VARIABLES`), bounded. Never matched;
+    /// `metalift audit --job ID` filters by any of the values. Absent when none.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub job: BTreeMap<String, String>,
 }
 
 /// What the shim did with a verdict.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct OutcomeRecord {
     /// When the outcome was received.
     #[serde(with = "rfc3339")]
+    #[schemars(with = "String", description = "RFC 3339, UTC, microseconds")]
     pub time: SystemTime,
     /// The decision it reports on (0 when no verdict reached the shim).
     pub decision_id: u64,
@@ -305,7 +320,7 @@ impl OutcomeRecord {
 }
 
 /// A device's answers, with the families spelled out by name.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct AnswersRecord {
     /// Families answered YES, e.g. `["Apple1", ..., "Apple5", "Common3"]`.
     pub families: Vec<String>,
@@ -415,6 +430,7 @@ mod tests {
                 shim_version: "0.1.0".into(),
                 arch: "arm64e".into(),
                 claimed_executable: Some("/usr/bin/true\nforged".into()),
+                job: BTreeMap::new(),
             },
         }
     }

@@ -21,10 +21,11 @@ use serde::{Deserialize, Serialize};
 use super::rfc3339;
 
 /// A message the daemon refused, and why.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RefusedRecord {
     /// When it was refused.
     #[serde(with = "rfc3339")]
+    #[schemars(with = "String", description = "RFC 3339, UTC, microseconds")]
     pub time: SystemTime,
     /// What was refused: `check_in` or `outcome`.
     pub message: String,

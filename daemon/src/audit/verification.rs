@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use super::rfc3339;
 
 /// One kernel of a verification (`metalift-probe --verify`'s JSON row).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct KernelLine {
     /// The kernel's function name, e.g. `metalift_simd_sum`.
     pub kernel: String,
@@ -24,10 +24,11 @@ pub struct KernelLine {
 
 /// One verification: a line of the verification file, and the audit log's
 /// `verification` record (the same type for both, and for every reader).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct VerificationRecord {
     /// When the probe ran.
     #[serde(with = "rfc3339")]
+    #[schemars(with = "String", description = "RFC 3339, UTC, microseconds")]
     pub time: SystemTime,
     /// The profile verified.
     pub profile: String,

@@ -9,6 +9,7 @@ use std::time::SystemTime;
 
 use super::record::Record;
 use super::rotation::{self, Rotation};
+use super::stamp::Stamper;
 use super::AuditError;
 
 /// Mode of a directory the log creates: root (or the daemon's user) and its group read.
@@ -33,6 +34,9 @@ pub struct AuditLog {
     /// `append` is called from sync code too. The same lock guards writes and the
     /// renames of a rotation, so no record goes to a file that is being moved.
     live: Mutex<LiveFile>,
+    /// The `schema`/`id`/`host` every line carries: the host part is computed once
+    /// at open, its labels replaced on each policy load ([`AuditLog::set_labels`]).
+    stamper: Stamper,
 }
 
 /// The file records are appended to now.
@@ -130,6 +134,7 @@ impl AuditLog {
             path: path.to_owned(),
             rotation,
             live: Mutex::new(live),
+            stamper: Stamper::new(),
         })
     }
 
@@ -158,11 +163,11 @@ impl AuditLog {
     /// many, over which time and decision ids (a gap record that cannot be written
     /// leaves the run counting, this record in it).
     pub fn append(&self, record: &Record) -> Result<(), AuditError> {
-        let line = record.to_line().map_err(AuditError::Serialize)?;
+        let line = self.stamper.line(record).map_err(AuditError::Serialize)?;
         let mut live = self.lock();
         let mut result = Ok(());
         if let Some(gap) = live.lost.as_ref().map(Lost::record) {
-            let gap_line = gap.to_line().map_err(AuditError::Serialize)?;
+            let gap_line = self.stamper.line(&gap).map_err(AuditError::Serialize)?;
             result = self.append_locked(&mut live, &gap_line);
             if result.is_ok() {
                 live.lost = None;
@@ -185,6 +190,18 @@ impl AuditLog {
     #[must_use]
     pub fn lost(&self) -> u64 {
         self.lock().lost.as_ref().map_or(0, |l| l.count)
+    }
+
+    /// Sets the `[audit.labels]` every later record's `host` carries (the live
+    /// policy's; called before its `policy_loaded` record is written).
+    pub fn set_labels(&self, labels: &std::collections::BTreeMap<String, String>) {
+        self.stamper.set_labels(labels);
+    }
+
+    /// The `host` part records carry now.
+    #[must_use]
+    pub fn host(&self) -> std::sync::Arc<super::host::Host> {
+        self.stamper.host()
     }
 
     /// The last append's failure, `None` when it succeeded: what the daemon

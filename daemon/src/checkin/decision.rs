@@ -80,6 +80,11 @@ pub(super) fn decision_record(
             shim_version: req.shim_version,
             arch: req.arch,
             claimed_executable: req.claimed_executable,
+            job: req
+                .job
+                .as_deref()
+                .map(metalift_policy::job::parse)
+                .unwrap_or_default(),
         },
     }
 }

@@ -233,6 +233,7 @@ impl PolicyStore {
                 (empty, Some(refusal.published()))
             }
         };
+        audit.set_labels(live.policy.labels());
         audit.append(&live.loaded_record())?;
         tracing::info!(sha256 = %live.sha256, rules = live.rule_count, "policy live");
         Ok(PolicyStore {
@@ -421,6 +422,7 @@ impl PolicyStore {
         // under this policy comes after its `policy_loaded` record. A failed append
         // does not keep the policy out: decisions under it then fail to be audited
         // too, and so answer stock.
+        audit.set_labels(live.policy.labels());
         if let Err(error) = audit.append(&record) {
             tracing::error!(%error, "could not audit the policy load");
         }

@@ -208,6 +208,7 @@ pub fn check_in_frame() -> Vec<u8> {
         shim_version: "reliability".into(),
         arch: std::env::consts::ARCH.into(),
         claimed_executable: None,
+        job: None,
     }))
 }
 

@@ -50,6 +50,8 @@ pub(crate) struct Validated {
     pub capped: BTreeMap<String, FamilyCap>,
     /// Profiles with `require_verified = true`.
     pub verified_profiles: std::collections::BTreeSet<String>,
+    /// `[audit.labels]`, merged over the files.
+    pub labels: BTreeMap<String, String>,
     pub diagnostics: Vec<Diagnostic>,
 }
 
@@ -76,6 +78,12 @@ pub(crate) fn validate(
         }
         v.header(i, file, &mut result.mode);
     }
+
+    let label_files: Vec<&[crate::labels::RawLabel]> =
+        files.iter().map(|f| f.labels.as_slice()).collect();
+    result.labels = crate::labels::validate(sources, &label_files, |i, span, message| {
+        v.error(i, span, message);
+    });
 
     let mut profile_sites: HashMap<String, (usize, Range<usize>)> = HashMap::new();
     for (i, file) in files.iter().enumerate() {
