@@ -43,8 +43,9 @@
  *   the vector         built by -[_MTLDevice initGPUFamilySupport] from
  *                      [self featureProfile], which the driver class overrides
  *                      with a literal (REAL-METAL 2). Which literal the arm64
- *                      paravirtual driver returns is not established: 10001 here
- *                      is illustrative; what the vector holds is what a guest
+ *                      paravirtual driver returns is not established: 990001
+ *                      here is the simulation's own number (10001 pushes no
+ *                      Apple family, as in the decompile); what the vector holds is what a guest
  *                      answers (REAL-METAL 6: Apple1..5, Mac2, Common1..3, no
  *                      Metal3).
  *   feature queries    -initFeatureQueries builds an _MTLDeviceFeatureQueries
@@ -58,9 +59,8 @@
  *                      while the lock is held, as they may on a Mac.
  *   derived answers    -requiresBFloat16Emulation is !supportsFamily:Apple9 and
  *                      -readWriteTextureSupport asks Apple4 (REAL-METAL 4:
- *                      decompile), so Metal reads its own family answers. The
- *                      values readWriteTextureSupport returns (2 or 1) are
- *                      illustrative; nothing in the shim depends on them.
+ *                      decompile), so Metal reads its own family answers; it
+ *                      returns 2 or 0 (the decompile's values).
  *   working set        -recommendedMaxWorkingSetSize is IOGPUMetalDevice's
  *                      (REAL-METAL 5); the driver overrides featureProfile,
  *                      maxThreadgroupMemoryLength and name (REAL-METAL 5).
@@ -199,8 +199,14 @@ enum {
     SimFamilyCommon3 = 3003,
 };
 
-/* -featureProfile of the paravirtual driver: illustrative (REAL-METAL 2). */
-#define SIM_PARAVIRT_ARM64_PROFILE 10001
+/* -featureProfile of the simulated paravirtual driver: a number of the
+ * simulation's own, not Apple's (REAL-METAL 2: which literal the arm64 driver
+ * returns is not established). Not 10001: in the decompile that profile
+ * pushes no Apple family at all (REAL-METAL 2; issue 31 item 9), and the
+ * simulation builds it that way (build_families). */
+#define SIM_PARAVIRT_ARM64_PROFILE 990001
+/* The profile reims' driver returns: no Apple family in the decompile. */
+#define SIM_PROFILE_10001 10001
 
 #define SIM_MAX_FAMILIES 16
 
@@ -312,6 +318,9 @@ static struct sim_family_vector *build_families(NSInteger profile)
         add_family(v, SimFamilyMac2);
         for (f = SimFamilyCommon1; f <= SimFamilyCommon3; f++)
             add_family(v, f);
+    } else if (profile == SIM_PROFILE_10001) {
+        /* The decompile's 10001 branch pushes no Apple family (REAL-METAL 2);
+         * what else it pushes is not in the evidence read: nothing. */
     } else {
         add_family(v, SimFamilyCommon1);
     }
@@ -384,7 +393,9 @@ static void move_to_cached_class(id self);
 }
 - (NSUInteger)readWriteTextureSupport
 {
-    return [self supportsFamily:SimFamilyApple4] ? 2 : 1;
+    /* 2 (MTLReadWriteTextureTier2) with Apple4, else 0 (TierNone): the
+     * decompile's two values (issue 31 item 9, from REAL-METAL 4's decompile). */
+    return [self supportsFamily:SimFamilyApple4] ? 2 : 0;
 }
 - (BOOL)supportsExtendedXR10Formats
 {
