@@ -17,7 +17,14 @@ fn a_short_write_is_an_error_leaves_only_whole_lines_and_the_next_record_says_it
         unlocks: 0,
         pid: 1,
     };
-    let line_len = record.to_line().unwrap().len() as u64;
+    // The length of a line as the writer writes it (stamped with the host part, the
+    // schema version and an id, all of one length for every record of this test).
+    let scratch = tmp.path().join("scratch.jsonl");
+    AuditLog::open(&scratch, Rotation::default())
+        .unwrap()
+        .append(&record)
+        .unwrap();
+    let line_len = std::fs::metadata(&scratch).unwrap().len();
     let limit = line_len * 3 + line_len / 2;
 
     // SAFETY: SIG_IGN is a valid disposition for SIGXFSZ; ignoring it makes writes
