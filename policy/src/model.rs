@@ -86,6 +86,8 @@ pub(crate) struct FileModel {
     pub mode: Option<At<String>>,
     pub profiles: Vec<RawProfile>,
     pub rules: Vec<RawRule>,
+    /// `[audit.forward]`, when written (see [`crate::forward`]).
+    pub forward: Option<crate::forward::RawForward>,
     /// Top-level keys present with a value of the wrong type (already reported).
     pub mistyped: Vec<String>,
     /// False when the TOML itself did not parse: later stages skip this file's
@@ -110,7 +112,8 @@ pub(crate) const RULE_KEYS: &[&str] = &[
     "unlock",
     "stock",
 ];
-const TOP_KEYS: &[&str] = &["version", "mode", "profile", "rule"];
+const TOP_KEYS: &[&str] = &["version", "mode", "profile", "rule", "audit"];
+const AUDIT_KEYS: &[&str] = &["forward"];
 const PROFILE_KEYS: &[&str] = &[
     "apple_family_max",
     "max_threadgroup_memory",
@@ -161,6 +164,7 @@ fn parse_general(source: &Source, out: &mut Vec<Diagnostic>) -> FileModel {
             "mode" => model.mode = sink.string(value, "mode"),
             "profile" => parse_profiles(&mut sink, value, &mut model.profiles),
             "rule" => parse_rules(&mut sink, value, &mut model.rules),
+            "audit" => parse_audit(&mut sink, value, &mut model),
             other => sink.unknown_key(key.span(), other, "the top level", TOP_KEYS),
         }
     }
@@ -201,6 +205,19 @@ fn parse_profiles(sink: &mut Sink<'_>, value: &Spanned<DeValue<'_>>, out: &mut V
         }
         profile.mistyped = sink.take_mistyped();
         out.push(profile);
+    }
+}
+
+/// `[audit]`: one sub-table per concern, each parsed by its own module.
+fn parse_audit(sink: &mut Sink<'_>, value: &Spanned<DeValue<'_>>, model: &mut FileModel) {
+    let Some(table) = sink.table(value, "audit") else {
+        return;
+    };
+    for (key, v) in table.iter() {
+        match key.get_ref().as_ref() {
+            "forward" => model.forward = crate::forward::parse(sink, v),
+            other => sink.unknown_key(key.span(), other, "[audit]", AUDIT_KEYS),
+        }
     }
 }
 
@@ -253,7 +270,7 @@ fn parse_rules(sink: &mut Sink<'_>, value: &Spanned<DeValue<'_>>, out: &mut Vec<
 }
 
 /// Collects diagnostics for one source.
-struct Sink<'a> {
+pub(crate) struct Sink<'a> {
     source: &'a Source,
     lines: LineIndex,
     out: &'a mut Vec<Diagnostic>,
@@ -272,7 +289,13 @@ impl Sink<'_> {
         ));
     }
 
-    fn unknown_key(&mut self, span: Range<usize>, key: &str, place: &str, known: &[&str]) {
+    pub(crate) fn unknown_key(
+        &mut self,
+        span: Range<usize>,
+        key: &str,
+        place: &str,
+        known: &[&str],
+    ) {
         let hint = match closest(key, known) {
             Some(k) => format!(" (did you mean `{k}`?)"),
             None => format!(" (expected one of: {})", known.join(", ")),
@@ -293,7 +316,7 @@ impl Sink<'_> {
         );
     }
 
-    fn table<'v, 'i>(
+    pub(crate) fn table<'v, 'i>(
         &mut self,
         value: &'v Spanned<DeValue<'i>>,
         key: &str,
@@ -307,7 +330,7 @@ impl Sink<'_> {
         }
     }
 
-    fn string(&mut self, value: &Spanned<DeValue<'_>>, key: &str) -> Option<At<String>> {
+    pub(crate) fn string(&mut self, value: &Spanned<DeValue<'_>>, key: &str) -> Option<At<String>> {
         match value.get_ref() {
             DeValue::String(s) => Some(At {
                 value: s.to_string(),

@@ -51,6 +51,8 @@ pub struct Policy {
     capped: BTreeMap<String, FamilyCap>,
     /// Profiles with `require_verified = true` (see [`crate::verification`]).
     verified_profiles: std::collections::BTreeSet<String>,
+    /// `[audit.forward]`: where the daemon forwards audit records, if anywhere.
+    forward: Option<crate::forward::Forward>,
 }
 
 /// A successfully loaded policy, the warnings it drew, and the text it came from.
@@ -118,6 +120,7 @@ pub fn compile_sources_with(
         .collect();
     let validated = validate(&sources, &files, opts);
     diagnostics.extend(validated.diagnostics);
+    let forward = crate::forward::compile(&sources, &files, &mut diagnostics);
     sort_by_place(&mut diagnostics, &sources);
     if diagnostics.iter().any(Diagnostic::is_error) {
         return Err(LoadError::Invalid {
@@ -165,6 +168,7 @@ pub fn compile_sources_with(
         host: opts.host.clone(),
         capped: validated.capped,
         verified_profiles: validated.verified_profiles,
+        forward,
     };
     Ok(Loaded {
         policy,
@@ -194,7 +198,14 @@ impl Policy {
             host: HostFamily::default(),
             capped: BTreeMap::new(),
             verified_profiles: std::collections::BTreeSet::new(),
+            forward: None,
         }
+    }
+
+    /// `[audit.forward]`: the syslog collector records are forwarded to, if any.
+    #[must_use]
+    pub fn forward(&self) -> Option<&crate::forward::Forward> {
+        self.forward.as_ref()
     }
 
     /// Decides for `s` through the compiled indexes. The verdict's trace is empty;

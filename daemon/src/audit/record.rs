@@ -88,6 +88,19 @@ pub enum Record {
         /// Unlock verdicts given since start.
         unlocks: u64,
     },
+    /// Records rotated away before the forwarder sent them (`[audit.forward]`):
+    /// a gap in what the collector has, never silent.
+    ForwardGap {
+        /// When the forwarder found the gap.
+        #[serde(with = "rfc3339")]
+        time: SystemTime,
+        /// The rotated file's last name, or `device:inode` when it was gone before
+        /// the forwarder opened it (rotated away while the daemon was stopped).
+        file: String,
+        /// Whole records in it never sent; `null` when the file was gone before it
+        /// could be counted.
+        records: Option<u64>,
+    },
 }
 
 /// Why a policy was loaded.
@@ -310,6 +323,7 @@ impl Record {
             Record::PolicyRejected { .. } => "policy_rejected",
             Record::DaemonStart { .. } => "daemon_start",
             Record::DaemonStop { .. } => "daemon_stop",
+            Record::ForwardGap { .. } => "forward_gap",
             Record::Verification(_) => "verification",
         }
     }
@@ -325,7 +339,8 @@ impl Record {
             Record::PolicyLoaded { time, .. }
             | Record::PolicyRejected { time, .. }
             | Record::DaemonStart { time, .. }
-            | Record::DaemonStop { time, .. } => *time,
+            | Record::DaemonStop { time, .. }
+            | Record::ForwardGap { time, .. } => *time,
         }
     }
 

@@ -100,6 +100,9 @@ pub struct StatusReport {
     /// explains on the daemon's chip; `None` when unreadable, or an older daemon.
     #[serde(default)]
     pub host_chip_brand: Option<String>,
+    /// The audit forwarder (`[audit.forward]`); `None` from an older daemon.
+    #[serde(default)]
+    pub forwarder: Option<crate::audit::forward::ForwarderStatus>,
 }
 
 impl StatusReport {
@@ -164,6 +167,10 @@ impl StatusReport {
             waiting = self.connections_waiting,
             cache = self.cache_entries,
         );
+        let text = match &self.forwarder {
+            Some(f) if f.configured => format!("{text}{}", f.to_text()),
+            _ => text,
+        };
         // verified unlock: only when some live profile requires it.
         match self.verified_unlock.split_first() {
             None => text,
@@ -318,6 +325,7 @@ mod tests {
             max_policy_bytes: None,
             policy_archived: None,
             host_chip_brand: None,
+            forwarder: None,
         }
     }
 
