@@ -9,6 +9,7 @@
 //! large the log (see [`join`] for what the join keeps).
 
 pub mod filter;
+pub mod flush;
 pub mod join;
 mod local_day;
 pub mod records;
@@ -42,6 +43,9 @@ Exit status:
   0  the log was read (whether or not anything matched)
   2  the log cannot be read (missing, permission denied), or a usage error")]
 pub struct Args {
+    /// `flush`: wait until the collector has every record (`[audit.forward]`).
+    #[command(subcommand)]
+    pub command: Option<Command>,
     /// The audit log; its rotated files (PATH.1, PATH.2, ...) are read first.
     #[arg(long, visible_alias = "audit-log", value_name = "PATH", default_value = DEFAULT_LOG_PATH, env = "METALIFT_AUDIT_LOG")]
     pub log: PathBuf,
@@ -93,9 +97,19 @@ pub struct Args {
 }
 
 /// Runs `metalift audit`.
+/// What `metalift audit` does besides reading the log.
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    /// Wait until every record written so far was delivered to the syslog collector.
+    Flush(flush::Args),
+}
+
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let stdout = io::stdout();
     let stderr = io::stderr();
+    if let Some(Command::Flush(flush)) = &args.command {
+        return flush::run(flush, &mut stdout.lock());
+    }
     match run_with(&args, &mut stdout.lock(), &mut stderr.lock()) {
         // `metalift audit | head`: the reader left; that is not an error.
         Err(e)
