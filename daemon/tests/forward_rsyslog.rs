@@ -412,3 +412,150 @@ fn a_collector_down_for_a_while_then_up_gets_every_record() {
     assert!(msgids.iter().any(|m| m == "policy_loaded"));
     drop(daemon);
 }
+
+/// Makes a CA named `name` and a server certificate for localhost/127.0.0.1 signed
+/// by it, with the `openssl` CLI; returns (ca.pem, server.pem, server.key).
+fn test_ca(dir: &Path, name: &str) -> (PathBuf, PathBuf, PathBuf) {
+    let p = |f: &str| dir.join(format!("{name}-{f}"));
+    let run = |args: &[&str]| {
+        let out = Command::new("openssl")
+            .args(args)
+            .output()
+            .expect("openssl is not installed: run scripts/setup.sh");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let s = |x: &PathBuf| x.to_str().unwrap().to_owned();
+    let (ca_key, ca, key, csr, cert, ext) = (
+        p("ca.key"),
+        p("ca.pem"),
+        p("server.key"),
+        p("server.csr"),
+        p("server.pem"),
+        p("ext.cnf"),
+    );
+    std::fs::write(
+        &ext,
+        "subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+    )
+    .unwrap();
+    run(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        &s(&ca_key),
+        "-out",
+        &s(&ca),
+        "-days",
+        "2",
+        "-subj",
+        &format!("/CN={name} test CA"),
+    ]);
+    run(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        &s(&key),
+        "-out",
+        &s(&csr),
+        "-subj",
+        "/CN=localhost",
+    ]);
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        &s(&csr),
+        "-CA",
+        &s(&ca),
+        "-CAkey",
+        &s(&ca_key),
+        "-CAcreateserial",
+        "-out",
+        &s(&cert),
+        "-days",
+        "2",
+        "-extfile",
+        &s(&ext),
+    ]);
+    (ca, cert, key)
+}
+
+fn tls_collector(env: &Env, port: u16, name: &str) -> (Rsyslog, PathBuf) {
+    let (ca, cert, key) = test_ca(env.dir.path(), name);
+    let vars = [
+        ("@CA@", ca.display().to_string()),
+        ("@CERT@", cert.display().to_string()),
+        ("@KEY@", key.display().to_string()),
+        ("@AUTHMODE@", "anon".to_owned()),
+    ];
+    (rsyslog(env.dir.path(), "rsyslog-tls.conf", port, &vars), ca)
+}
+
+#[test]
+fn over_tls_with_a_test_ca_every_record_arrives() {
+    let env = Env::new();
+    let port = free_port();
+    let (collector, ca) = tls_collector(&env, port, "good");
+    env.policy(&format!(
+        "address = \"127.0.0.1:{port}\"\ntransport = \"tls\"\nca = \"{}\"\nserver_name = \"localhost\"",
+        ca.display()
+    ));
+    let daemon = env.start(1024 * 1024);
+    reloads(&env, &daemon, 10);
+    let seen = wait_all_received(&env, &collector.out);
+    assert!(seen.values().all(|&n| n == 1));
+    let f = env.status().forwarder.unwrap();
+    assert_eq!(f.transport.as_deref(), Some("tls"));
+    assert!(f.connected, "{f:?}");
+    drop(daemon);
+}
+
+#[test]
+fn a_collector_whose_certificate_is_not_from_the_configured_ca_is_refused_and_status_says_why() {
+    let env = Env::new();
+    let port = free_port();
+    // The collector's certificate comes from "rogue"; the policy trusts "good".
+    let (collector, _) = tls_collector(&env, port, "rogue");
+    let (trusted, _, _) = test_ca(env.dir.path(), "good");
+    env.policy(&format!(
+        "address = \"127.0.0.1:{port}\"\ntransport = \"tls\"\nca = \"{}\"\nserver_name = \"localhost\"",
+        trusted.display()
+    ));
+    let daemon = env.start(1024 * 1024);
+    reloads(&env, &daemon, 3);
+    let start = Instant::now();
+    let f = loop {
+        let f = env.status().forwarder.unwrap();
+        if f.last_error.is_some() {
+            break f;
+        }
+        assert!(start.elapsed() < GUARD, "no TLS error reported");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let error = f.last_error.clone().unwrap();
+    assert!(!f.connected, "{f:?}");
+    assert!(
+        error.contains("TLS handshake") && error.contains("certificate"),
+        "status says the certificate is untrusted: {error}"
+    );
+    assert!(f.delivered_records == 0 && f.records_behind > 0, "{f:?}");
+    assert!(
+        received(&collector.out).is_empty(),
+        "nothing sent to an untrusted collector"
+    );
+    let text = env.status().to_text();
+    assert!(
+        text.contains("last error:") && text.contains("certificate"),
+        "{text}"
+    );
+    drop(daemon);
+}
