@@ -55,6 +55,18 @@ _metalift() {
             metalift,verify)
                 cmd="metalift__subcmd__verify"
                 ;;
+            metalift__subcmd__audit,flush)
+                cmd="metalift__subcmd__audit__subcmd__flush"
+                ;;
+            metalift__subcmd__audit,help)
+                cmd="metalift__subcmd__audit__subcmd__help"
+                ;;
+            metalift__subcmd__audit__subcmd__help,flush)
+                cmd="metalift__subcmd__audit__subcmd__help__subcmd__flush"
+                ;;
+            metalift__subcmd__audit__subcmd__help,help)
+                cmd="metalift__subcmd__audit__subcmd__help__subcmd__help"
+                ;;
             metalift__subcmd__help,__generate-docs)
                 cmd="metalift__subcmd__help__subcmd____generate__subcmd__docs"
                 ;;
@@ -94,6 +106,9 @@ _metalift() {
             metalift__subcmd__help,verify)
                 cmd="metalift__subcmd__help__subcmd__verify"
                 ;;
+            metalift__subcmd__help__subcmd__audit,flush)
+                cmd="metalift__subcmd__help__subcmd__audit__subcmd__flush"
+                ;;
             *)
                 ;;
         esac
@@ -129,7 +144,7 @@ _metalift() {
             return 0
             ;;
         metalift__subcmd__audit)
-            opts="-f -n -h --audit-log --log --since --until --exe --rule --action --result --pid --decision --records --kind --summary --follow --lines --json --help"
+            opts="-f -n -h --audit-log --log --since --until --exe --rule --action --result --pid --decision --records --kind --summary --follow --lines --json --help flush help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -187,6 +202,70 @@ _metalift() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        metalift__subcmd__audit__subcmd__flush)
+            opts="-h --socket --timeout --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --socket)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        metalift__subcmd__audit__subcmd__help)
+            opts="flush help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        metalift__subcmd__audit__subcmd__help__subcmd__flush)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        metalift__subcmd__audit__subcmd__help__subcmd__help)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
                 *)
                     COMPREPLY=()
                     ;;
@@ -427,8 +506,22 @@ _metalift() {
             return 0
             ;;
         metalift__subcmd__help__subcmd__audit)
-            opts=""
+            opts="flush"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        metalift__subcmd__help__subcmd__audit__subcmd__flush)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi

@@ -66,21 +66,21 @@ complete -c metalift -n "__fish_metalift_using_subcommand explain" -s h -l help 
 complete -c metalift -n "__fish_metalift_using_subcommand status" -l socket -d 'The daemon\'s socket [default: the system daemon\'s socket when it exists (/run/metalift/metalift.sock; /var/run/metalift/metalift.sock on macOS), else the user\'s ($XDG_RUNTIME_DIR/metalift.sock; on macOS metalift.sock in the user\'s own DARWIN_USER_TEMP_DIR)]' -r -F
 complete -c metalift -n "__fish_metalift_using_subcommand status" -l json -d 'Print one JSON object (also when the daemon is down) instead of text'
 complete -c metalift -n "__fish_metalift_using_subcommand status" -s h -l help -d 'Print help'
-complete -c metalift -n "__fish_metalift_using_subcommand audit" -l log -l audit-log -d 'The audit log; its rotated files (PATH.1, PATH.2, ...) are read first' -r -F
-complete -c metalift -n "__fish_metalift_using_subcommand audit" -l since -d 'Only from WHEN on: an RFC 3339 time (2026-11-30T11:00:00Z, or with +01:00), a date (UTC), `today`, `yesterday` (local midnight), or a duration ago (10m, 2h, 1day)' -r
-complete -c metalift -n "__fish_metalift_using_subcommand audit" -l until -d 'Only before WHEN (same forms as --since)' -r
-complete -c metalift -n "__fish_metalift_using_subcommand audit" -l exe -d 'Only this executable: a path (a symlink matches what it resolves to), a glob with `/` against the whole path, or a glob without `/` against the file name' -r
-complete -c metalift -n "__fish_metalift_using_subcommand audit" -l rule -d 'Only decisions by rule ID (and their outcomes)' -r
-complete -c metalift -n "__fish_metalift_using_subcommand audit" -l action -d 'Only decisions with this action (and their outcomes)' -r -f -a "unlock\t'Decisions that unlocked'
+complete -c metalift -n "__fish_metalift_using_subcommand audit; and not __fish_seen_subcommand_from flush help" -l log -l audit-log -d 'The audit log; its rotated files (PATH.1, PATH.2, ...) are read first' -r -F
+complete -c metalift -n "__fish_metalift_using_subcommand audit; and not __fish_seen_subcommand_from flush help" -l since -d 'Only from WHEN on: an RFC 3339 time (2026-11-30T11:00:00Z, or with +01:00), a date (UTC), `today`, `yesterday` (local midnight), or a duration ago (10m, 2h, 1day)' -r
+complete -c metalift -n "__fish_metalift_using_subcommand audit; and not __fish_seen_subcommand_from flush help" -l until -d 'Only before WHEN (same forms as --since)' -r
+complete -c metalift -n "__fish_metalift_using_subcommand audit; and not __fish_seen_subcommand_from flush help" -l exe -d 'Only this executable: a path (a symlink matches what it resolves to), a glob with `/` against the whole path, or a glob without `/` against the file name' -r
+complete -c metalift -n "__fish_metalift_using_subcommand audit; and not __fish_seen_subcommand_from flush help" -l rule -d 'Only decisions by rule ID (and their outcomes)' -r
+complete -c metalift -n "__fish_metalift_using_subcommand audit; and not __fish_seen_subcommand_from flush help" -l action -d 'Only decisions with this action (and their outcomes)' -r -f -a "unlock\t'Decisions that unlocked'
 stock\t'Decisions that stayed stock'
 would-unlock\t'Monitor mode: stayed stock, would have unlocked'"
-complete -c metalift -n "__fish_metalift_using_subcommand audit" -l result -d 'Only processes whose outcome was this' -r -f -a "applied\t'The shim installed the profile'
+complete -c metalift -n "__fish_metalift_using_subcommand audit; and not __fish_seen_subcommand_from flush help" -l result -d 'Only processes whose outcome was this' -r -f -a "applied\t'The shim installed the profile'
 stock\t'The shim stayed stock (told to, or could not ask)'
 failed\t'The shim tried and rolled back'
 no-outcome\t'No outcome was reported (the process never created a Metal device, or died)'"
-complete -c metalift -n "__fish_metalift_using_subcommand audit" -l pid -d 'Only this process id' -r
-complete -c metalift -n "__fish_metalift_using_subcommand audit" -l decision -d 'Only this decision id' -r
-complete -c metalift -n "__fish_metalift_using_subcommand audit" -l kind -d 'Only records of this kind (implies --records)' -r -f -a "decision\t'Verdicts decided'
+complete -c metalift -n "__fish_metalift_using_subcommand audit; and not __fish_seen_subcommand_from flush help" -l pid -d 'Only this process id' -r
+complete -c metalift -n "__fish_metalift_using_subcommand audit; and not __fish_seen_subcommand_from flush help" -l decision -d 'Only this decision id' -r
+complete -c metalift -n "__fish_metalift_using_subcommand audit; and not __fish_seen_subcommand_from flush help" -l kind -d 'Only records of this kind (implies --records)' -r -f -a "decision\t'Verdicts decided'
 outcome\t'What the shim did'
 policy_loaded\t'A policy became live'
 policy_rejected\t'A policy was refused'
@@ -88,12 +88,19 @@ daemon_start\t'The daemon started'
 daemon_stop\t'The daemon stopped'
 refused\t'A check-in or outcome the daemon refused (another process\'s outcome, a wrong decision id, a malformed message, a uid changed since connect)'
 verification\t'A `metalift verify` run (verified unlock), passed or failed'"
-complete -c metalift -n "__fish_metalift_using_subcommand audit" -s n -l lines -d 'Only the last N processes (records, with --records) of the live file, like `tail -n`; with --follow, these first, then what is appended' -r
-complete -c metalift -n "__fish_metalift_using_subcommand audit" -l records -d 'Show the raw records instead of one line per process'
-complete -c metalift -n "__fish_metalift_using_subcommand audit" -l summary -d 'Print counts by result, rule and executable instead of lines'
-complete -c metalift -n "__fish_metalift_using_subcommand audit" -s f -l follow -d 'Follow the log from its end as records are appended, across rotations (Ctrl-C to stop)'
-complete -c metalift -n "__fish_metalift_using_subcommand audit" -l json -d 'JSON Lines: one object per process (with --records: each record as written)'
-complete -c metalift -n "__fish_metalift_using_subcommand audit" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c metalift -n "__fish_metalift_using_subcommand audit; and not __fish_seen_subcommand_from flush help" -s n -l lines -d 'Only the last N processes (records, with --records) of the live file, like `tail -n`; with --follow, these first, then what is appended' -r
+complete -c metalift -n "__fish_metalift_using_subcommand audit; and not __fish_seen_subcommand_from flush help" -l records -d 'Show the raw records instead of one line per process'
+complete -c metalift -n "__fish_metalift_using_subcommand audit; and not __fish_seen_subcommand_from flush help" -l summary -d 'Print counts by result, rule and executable instead of lines'
+complete -c metalift -n "__fish_metalift_using_subcommand audit; and not __fish_seen_subcommand_from flush help" -s f -l follow -d 'Follow the log from its end as records are appended, across rotations (Ctrl-C to stop)'
+complete -c metalift -n "__fish_metalift_using_subcommand audit; and not __fish_seen_subcommand_from flush help" -l json -d 'JSON Lines: one object per process (with --records: each record as written)'
+complete -c metalift -n "__fish_metalift_using_subcommand audit; and not __fish_seen_subcommand_from flush help" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c metalift -n "__fish_metalift_using_subcommand audit; and not __fish_seen_subcommand_from flush help" -f -a "flush" -d 'Wait until every record written so far was delivered to the syslog collector'
+complete -c metalift -n "__fish_metalift_using_subcommand audit; and not __fish_seen_subcommand_from flush help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c metalift -n "__fish_metalift_using_subcommand audit; and __fish_seen_subcommand_from flush" -l socket -d 'The daemon\'s socket (default as for `metalift status`)' -r -F
+complete -c metalift -n "__fish_metalift_using_subcommand audit; and __fish_seen_subcommand_from flush" -l timeout -d 'Give up after this many seconds' -r
+complete -c metalift -n "__fish_metalift_using_subcommand audit; and __fish_seen_subcommand_from flush" -s h -l help -d 'Print help'
+complete -c metalift -n "__fish_metalift_using_subcommand audit; and __fish_seen_subcommand_from help" -f -a "flush" -d 'Wait until every record written so far was delivered to the syslog collector'
+complete -c metalift -n "__fish_metalift_using_subcommand audit; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c metalift -n "__fish_metalift_using_subcommand exec" -l shim -d 'The shim to inject. Default: $METALIFT_SHIM, then ../lib/ and the directory of this executable, then /usr/local/metalift/lib' -r -F
 complete -c metalift -n "__fish_metalift_using_subcommand exec" -l socket -d 'The daemon\'s socket (passed to the shim as METALIFT_SOCKET). Default: $METALIFT_SOCKET, else the system daemon\'s socket when it exists, else the user\'s' -r -F
 complete -c metalift -n "__fish_metalift_using_subcommand exec" -l expect-family -d 'With --require-unlock (implied): the unlocked process must also answer AppleN or above (`N`, what llama.cpp\'s fast paths need: 7 holds on every host chip), or exactly AppleN (`=N`)' -r
@@ -142,3 +149,4 @@ complete -c metalift -n "__fish_metalift_using_subcommand help; and not __fish_s
 complete -c metalift -n "__fish_metalift_using_subcommand help; and not __fish_seen_subcommand_from validate explain status audit exec demo edit doctor verify schema completions __generate-docs help" -f -a "completions" -d 'Print the shell completion script for bash, zsh or fish'
 complete -c metalift -n "__fish_metalift_using_subcommand help; and not __fish_seen_subcommand_from validate explain status audit exec demo edit doctor verify schema completions __generate-docs help" -f -a "__generate-docs" -d 'Write the man pages and completion scripts under DIR (for the repository and the .pkg)'
 complete -c metalift -n "__fish_metalift_using_subcommand help; and not __fish_seen_subcommand_from validate explain status audit exec demo edit doctor verify schema completions __generate-docs help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c metalift -n "__fish_metalift_using_subcommand help; and __fish_seen_subcommand_from audit" -f -a "flush" -d 'Wait until every record written so far was delivered to the syslog collector'

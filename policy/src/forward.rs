@@ -26,7 +26,7 @@ use crate::diagnostic::{Diagnostic, LineIndex, Severity, Source};
 use crate::model::{At, FileModel, Sink};
 
 /// The keys `[audit.forward]` accepts.
-pub(crate) const FORWARD_KEYS: &[&str] = &[
+pub const FORWARD_KEYS: &[&str] = &[
     "address",
     "transport",
     "ca",
