@@ -8,6 +8,7 @@
 pub mod check;
 mod daemon;
 mod files;
+mod forward;
 mod guest;
 mod health;
 mod launchd;
@@ -116,6 +117,7 @@ pub fn checks(args: &Args) -> Vec<Check> {
         policy,
         live,
         audit_log(&install.audit_log, report.as_ref()),
+        forward::forwarder(report.as_ref()),
         shim,
     ];
     all.extend(verified);
