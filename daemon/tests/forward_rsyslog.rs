@@ -122,6 +122,8 @@ fn received(out: &Path) -> Vec<Message> {
 
 struct Env {
     dir: tempfile::TempDir,
+    /// `--audit-keep`.
+    keep: usize,
 }
 
 struct Daemon {
@@ -139,6 +141,7 @@ impl Env {
     fn new() -> Env {
         Env {
             dir: tempfile::Builder::new().prefix("fwd-").tempdir().unwrap(),
+            keep: 200,
         }
     }
     fn path(&self, n: &str) -> PathBuf {
@@ -168,7 +171,7 @@ impl Env {
             .arg("--audit-max-bytes")
             .arg(max_bytes.to_string())
             .arg("--audit-keep")
-            .arg("200")
+            .arg(self.keep.to_string())
             .arg("--allow-insecure-owner")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -556,6 +559,41 @@ fn a_collector_whose_certificate_is_not_from_the_configured_ca_is_refused_and_st
     assert!(
         text.contains("last error:") && text.contains("certificate"),
         "{text}"
+    );
+    drop(daemon);
+}
+
+#[test]
+fn records_rotated_away_while_the_collector_is_down_are_counted_in_a_forward_gap_record() {
+    let mut env = Env::new();
+    env.keep = 1;
+    let port = free_port();
+    env.policy(&format!("address = \"127.0.0.1:{port}\""));
+    let daemon = env.start(1024);
+    // ~300-byte records, 1 KiB files, one rotated file kept: most are deleted unsent.
+    reloads(&env, &daemon, 30);
+    let start = Instant::now();
+    let gaps = loop {
+        let gaps: Vec<Value> = env
+            .local_lines()
+            .iter()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .filter(|r| r["kind"] == "forward_gap")
+            .collect();
+        if !gaps.is_empty() {
+            break gaps;
+        }
+        assert!(start.elapsed() < GUARD, "no forward_gap record");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let lost: u64 = gaps
+        .iter()
+        .map(|g| g["records"].as_u64().expect("counted"))
+        .sum();
+    assert!(lost > 0, "{gaps:?}");
+    assert!(
+        gaps[0]["file"].as_str().unwrap().contains("audit.jsonl"),
+        "{gaps:?}"
     );
     drop(daemon);
 }
