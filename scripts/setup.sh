@@ -11,11 +11,14 @@
 #                             (profiles/, cli/tests/release_files.rs);
 #   nodejs, npm               scripts/check-packer.sh runs packer fmt's formatter
 #                             (hclwrite.Format, npm @cdktf/hcl-tools) on node.
+#   rsyslog, rsyslog-gnutls   the real syslog collector (and its TLS driver) the
+#                             audit forwarding tests start on loopback ports;
+#   openssl                   the test CA and certificates of the TLS tests.
 # Already installed packages are left alone; nothing else is changed.
 set -euo pipefail
 
 missing=()
-for pkg in gobjc-12 libobjc-12-dev shellcheck mandoc ruby libplist-utils; do
+for pkg in gobjc-12 libobjc-12-dev shellcheck mandoc ruby libplist-utils rsyslog rsyslog-gnutls openssl; do
   dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
 done
 # node and npm by command, not by package: a machine's nodejs may come from

@@ -10,6 +10,7 @@
 
 pub mod export;
 pub mod filter;
+pub mod flush;
 pub mod join;
 mod local_day;
 pub mod markdown;
@@ -45,6 +46,9 @@ Exit status:
   0  the log was read (whether or not anything matched)
   2  the log cannot be read (missing, permission denied), or a usage error")]
 pub struct Args {
+    /// `flush`, `export`: commands on the audit trail (without one: show it).
+    #[command(subcommand)]
+    pub command: Option<Command>,
     /// The audit log; its rotated files (PATH.1, PATH.2, ...) are read first.
     #[arg(long, visible_alias = "audit-log", value_name = "PATH", default_value = DEFAULT_LOG_PATH, env = "METALIFT_AUDIT_LOG")]
     pub log: PathBuf,
@@ -103,26 +107,29 @@ pub struct Args {
     /// $GITHUB_STEP_SUMMARY: `metalift audit --job "$GITHUB_RUN_ID" --markdown`.
     #[arg(long, conflicts_with_all = ["records", "kind", "follow", "summary", "json"])]
     pub markdown: bool,
-    /// `metalift audit export`, ...: commands on the audit trail (without one: show it).
-    #[command(subcommand)]
-    pub command: Option<Command>,
 }
 
-/// `metalift audit SUBCOMMAND`.
+/// `metalift audit SUBCOMMAND`: what `metalift audit` does besides reading the log.
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {
+    /// Wait until every record written so far was delivered to the syslog collector.
+    Flush(flush::Args),
     /// Write a self-contained bundle (this boot's records, the daemon's status, the
     /// live policy, SHA256SUMS) into a directory, e.g. a CI artifact.
     Export(export::Args),
 }
 
 /// Runs `metalift audit`.
+
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if let Some(Command::Export(export)) = args.command {
         return export::run(export);
     }
     let stdout = io::stdout();
     let stderr = io::stderr();
+    if let Some(Command::Flush(flush)) = &args.command {
+        return flush::run(flush, &mut stdout.lock());
+    }
     match run_with(&args, &mut stdout.lock(), &mut stderr.lock()) {
         // `metalift audit | head`: the reader left; that is not an error.
         Err(e)

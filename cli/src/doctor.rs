@@ -8,6 +8,7 @@
 pub mod check;
 mod daemon;
 mod files;
+mod forward;
 mod guest;
 mod health;
 mod launchd;
@@ -153,6 +154,7 @@ pub fn checks_judged(args: &Args) -> (Vec<Check>, Judgement) {
         policy,
         live,
         audit_log(&install.audit_log, report.as_ref()),
+        forward::forwarder(report.as_ref()),
         shim,
     ];
     all.extend(verified);

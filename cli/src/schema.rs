@@ -82,6 +82,29 @@ fn labels_schema() -> Value {
     })
 }
 
+/// `[audit.forward]` (policy/src/forward.rs): where audit records are forwarded.
+fn forward_schema() -> Value {
+    let path = |what: &str| json!({"type": "string", "pattern": "^/", "description": format!("{what}: an absolute path to a PEM file")});
+    json!({
+        "type": "object",
+        "description": "Forward every audit record, after it is written locally, to a syslog collector: RFC 5424 (APP-NAME metaliftd, MSGID the record kind, MSG the JSON record), RFC 6587 octet-counted over TCP, or TLS (RFC 5425). Applied on reload.",
+        "additionalProperties": false,
+        "required": ["address"],
+        "properties": {
+            "address": {"type": "string", "pattern": "^(\\[[^\\]]+\\]|[^:\\[\\]]+):[0-9]{1,5}$", "description": "The collector as host:port ([v6]:port)."},
+            "transport": {"enum": ["tcp", "tls"], "default": "tcp", "description": "tcp (plain) or tls (RFC 5425, needs ca)."},
+            "ca": path("The CA(s) the collector's certificate must chain to (tls only)"),
+            "client_cert": path("The client certificate chain presented for mutual TLS (with client_key)"),
+            "client_key": path("The client certificate's private key (with client_cert)"),
+            "server_name": {"type": "string", "pattern": "\\S", "description": "The name the collector's certificate must carry (tls only); default: the address's host."}
+        },
+        "dependencies": {"client_cert": ["client_key"], "client_key": ["client_cert"]},
+        "if": {"properties": {"transport": {"const": "tls"}}, "required": ["transport"]},
+        "then": {"required": ["ca"]},
+        "else": {"not": {"anyOf": [{"required": ["ca"]}, {"required": ["client_cert"]}, {"required": ["client_key"]}, {"required": ["server_name"]}]}}
+    })
+}
+
 /// The schema of one policy file.
 #[must_use]
 pub fn policy_schema() -> Value {
@@ -114,10 +137,11 @@ pub fn policy_schema() -> Value {
             },
             "audit": {
                 "type": "object",
-                "description": "The audit trail's settings, one sub-table per concern.",
+                "description": "The audit trail's settings, one sub-table per concern: [audit.labels] names this machine in every record, [audit.forward] sends every record to a syslog collector.",
                 "additionalProperties": false,
                 "properties": {
-                    "labels": labels_schema()
+                    "labels": labels_schema(),
+                    "forward": forward_schema()
                 }
             }
         },

@@ -349,3 +349,94 @@ fn the_shim_check_honours_metalift_shim_as_exec_does() {
         "{shim}"
     );
 }
+
+#[test]
+fn a_collector_with_an_untrusted_certificate_fails_the_forwarder_check() {
+    let root = Root::new();
+    let run = |args: &[&str]| {
+        let out = Command::new("openssl")
+            .args(args)
+            .output()
+            .expect("openssl: run scripts/setup.sh");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let p = |f: &str| root.path(f).display().to_string();
+    // The collector's self-signed certificate; the policy trusts another CA.
+    for name in ["collector", "trusted"] {
+        run(&[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            &p(&format!("{name}.key")),
+            "-out",
+            &p(&format!("{name}.pem")),
+            "-days",
+            "2",
+            "-subj",
+            "/CN=localhost",
+        ]);
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let server = Command::new("openssl")
+        .args([
+            "s_server",
+            "-quiet",
+            "-accept",
+            &format!("127.0.0.1:{port}"),
+            "-cert",
+            &p("collector.pem"),
+            "-key",
+            &p("collector.key"),
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let _server = Daemon(server);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "openssl s_server did not listen");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    root.policy(
+        &format!(
+            "version = 1\n\n[audit.forward]\naddress = \"127.0.0.1:{port}\"\ntransport = \"tls\"\nca = \"{}\"\nserver_name = \"localhost\"\n",
+            p("trusted.pem")
+        ),
+        0o644,
+    );
+    let _daemon = start_daemon(&root);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (_, report) = root.doctor();
+        let check = report["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == "forwarder")
+            .cloned()
+            .expect("a forwarder check");
+        if check["status"] == "fail" {
+            let message = check["message"].as_str().unwrap();
+            assert!(message.contains("certificate"), "{check}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the forwarder check never failed: {check}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

@@ -334,7 +334,12 @@ fn the_schema_names_every_key_the_validator_accepts() {
     let mut top = keys(&schema);
     top.sort();
     assert_eq!(top, ["audit", "mode", "profile", "rule", "version"]);
-    assert_eq!(keys(&schema["properties"]["audit"]), ["labels"]);
+    assert_eq!(keys(&schema["properties"]["audit"]), ["forward", "labels"]);
+    let mut forward = keys(&schema["properties"]["audit"]["properties"]["forward"]);
+    forward.sort();
+    let mut accepted: Vec<&str> = metalift_policy::forward::FORWARD_KEYS.to_vec();
+    accepted.sort_unstable();
+    assert_eq!(forward, accepted);
     let mut profile = keys(&schema["definitions"]["profile"]);
     profile.sort();
     assert_eq!(

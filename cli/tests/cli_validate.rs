@@ -852,3 +852,37 @@ fn validate_of_a_binary_file_describes_it_without_echoing_its_bytes() {
         "control characters reached the terminal: {text:?}"
     );
 }
+
+#[test]
+fn validate_locates_every_audit_forward_error() {
+    let (_d, path) = policy_dir(
+        "version = 1\n\n[audit.forward]\naddress = \"logs:0\"\ntransport = \"tls\"\nca = \"rel/ca.pem\"\nclient_cert = \"/c.pem\"\nadress = 1\n",
+    );
+    let out = metalift(&["validate", s(&path), "--allow-insecure-owner"]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = stdout(&out);
+    let p = path.display();
+    for (place, message) in [
+        ("4:11", "`address` has port \"0\": expected 1-65535"),
+        ("6:6", "`rel/ca.pem` must be an absolute path"),
+        ("7:15", "`client_cert` needs `client_key`"),
+        (
+            "8:1",
+            "unknown key `adress` in [audit.forward] (did you mean `address`?)",
+        ),
+    ] {
+        assert!(
+            text.contains(&format!("{p}:{place}: error: {message}")),
+            "{place}: {text}"
+        );
+    }
+}
+
+#[test]
+fn validate_accepts_an_audit_forward_table_over_tls() {
+    let (_d, path) = policy_dir(
+        "version = 1\n\n[audit.forward]\naddress = \"[::1]:6514\"\ntransport = \"tls\"\nca = \"/etc/metalift/ca.pem\"\n",
+    );
+    let out = metalift(&["validate", s(&path), "--allow-insecure-owner"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+}

@@ -148,6 +148,7 @@ pub mod chip;
 mod component_glob;
 pub mod diagnostic;
 pub mod expect_family;
+pub mod forward;
 pub mod host;
 pub mod job;
 pub mod labels;

@@ -88,6 +88,8 @@ pub(crate) struct FileModel {
     pub rules: Vec<RawRule>,
     /// `[audit.labels]` (see [`crate::labels`]).
     pub labels: Vec<crate::labels::RawLabel>,
+    /// `[audit.forward]`, when written (see [`crate::forward`]).
+    pub forward: Option<crate::forward::RawForward>,
     /// Top-level keys present with a value of the wrong type (already reported).
     pub mistyped: Vec<String>,
     /// False when the TOML itself did not parse: later stages skip this file's
@@ -114,7 +116,7 @@ pub(crate) const RULE_KEYS: &[&str] = &[
 ];
 const TOP_KEYS: &[&str] = &["version", "mode", "profile", "rule", "audit"];
 /// The sub-tables of `[audit]`.
-const AUDIT_KEYS: &[&str] = &["labels"];
+const AUDIT_KEYS: &[&str] = &["labels", "forward"];
 const PROFILE_KEYS: &[&str] = &[
     "apple_family_max",
     "max_threadgroup_memory",
@@ -181,6 +183,7 @@ fn parse_audit(sink: &mut Sink<'_>, value: &Spanned<DeValue<'_>>, model: &mut Fi
     for (key, v) in table.iter() {
         match key.get_ref().as_ref() {
             "labels" => crate::labels::parse(sink, v, &mut model.labels),
+            "forward" => model.forward = crate::forward::parse(sink, v),
             other => sink.unknown_key(key.span(), other, "[audit]", AUDIT_KEYS),
         }
     }
@@ -290,7 +293,13 @@ impl Sink<'_> {
         ));
     }
 
-    fn unknown_key(&mut self, span: Range<usize>, key: &str, place: &str, known: &[&str]) {
+    pub(crate) fn unknown_key(
+        &mut self,
+        span: Range<usize>,
+        key: &str,
+        place: &str,
+        known: &[&str],
+    ) {
         let hint = match closest(key, known) {
             Some(k) => format!(" (did you mean `{k}`?)"),
             None => format!(" (expected one of: {})", known.join(", ")),

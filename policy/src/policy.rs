@@ -53,6 +53,8 @@ pub struct Policy {
     verified_profiles: std::collections::BTreeSet<String>,
     /// `[audit.labels]` (see [`crate::labels`]): copied into every audit record.
     labels: BTreeMap<String, String>,
+    /// `[audit.forward]`: where the daemon forwards audit records, if anywhere.
+    forward: Option<crate::forward::Forward>,
 }
 
 /// A successfully loaded policy, the warnings it drew, and the text it came from.
@@ -120,6 +122,7 @@ pub fn compile_sources_with(
         .collect();
     let validated = validate(&sources, &files, opts);
     diagnostics.extend(validated.diagnostics);
+    let forward = crate::forward::compile(&sources, &files, &mut diagnostics);
     sort_by_place(&mut diagnostics, &sources);
     if diagnostics.iter().any(Diagnostic::is_error) {
         return Err(LoadError::Invalid {
@@ -168,6 +171,7 @@ pub fn compile_sources_with(
         capped: validated.capped,
         verified_profiles: validated.verified_profiles,
         labels: validated.labels,
+        forward,
     };
     Ok(Loaded {
         policy,
@@ -198,7 +202,14 @@ impl Policy {
             capped: BTreeMap::new(),
             verified_profiles: std::collections::BTreeSet::new(),
             labels: BTreeMap::new(),
+            forward: None,
         }
+    }
+
+    /// `[audit.forward]`: the syslog collector records are forwarded to, if any.
+    #[must_use]
+    pub fn forward(&self) -> Option<&crate::forward::Forward> {
+        self.forward.as_ref()
     }
 
     /// Decides for `s` through the compiled indexes. The verdict's trace is empty;

@@ -184,6 +184,15 @@ pub fn row(out: &mut dyn Write, r: &Record, rule: Option<&str>) -> io::Result<()
                 }
             ),
         ),
+        Record::ForwardGap { file, records, .. } => (
+            None,
+            None,
+            dash(),
+            format!(
+                "not forwarded: {} records of {file}",
+                records.map_or_else(|| "uncounted".to_owned(), |n| n.to_string())
+            ),
+        ),
     };
     write_cells(
         out,

@@ -13,9 +13,11 @@
 //! - [`line`]: one line read back as the writer's typed [`Record`] (or a newer kind, or corrupt).
 //! - [`reader`]: reading the log back (rotated files first), and following it, for `metalift audit`.
 //! - [`verification`]: the `verification` record (`metalift verify`), shared with the verification file.
+//! - [`forward`]: forwarding every record to a syslog collector (`[audit.forward]`).
 //! - [`tail`]: where the last N lines start, read backwards (`metalift audit -f -n N`).
 
 pub mod host;
+pub mod forward;
 pub mod line;
 pub mod log_lock;
 pub mod reader;

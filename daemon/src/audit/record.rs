@@ -123,6 +123,20 @@ pub enum Record {
         /// The daemon's pid.
         pid: u32,
     },
+    /// Records rotated away before the forwarder sent them (`[audit.forward]`):
+    /// a gap in what the collector has, never silent.
+    ForwardGap {
+        /// When the forwarder found the gap.
+        #[serde(with = "rfc3339")]
+        #[schemars(with = "String", description = "RFC 3339, UTC, microseconds")]
+        time: SystemTime,
+        /// The rotated file's last name, or `device:inode` when it was gone before
+        /// the forwarder opened it (rotated away while the daemon was stopped).
+        file: String,
+        /// Whole records in it never sent; `null` when the file was gone before it
+        /// could be counted.
+        records: Option<u64>,
+    },
 }
 
 /// Why a policy was loaded.
@@ -353,6 +367,7 @@ impl Record {
             Record::DaemonStart { .. } => "daemon_start",
             Record::DaemonStop { .. } => "daemon_stop",
             Record::RecordsLost { .. } => "records_lost",
+            Record::ForwardGap { .. } => "forward_gap",
             Record::Verification(_) => "verification",
         }
     }
@@ -370,6 +385,7 @@ impl Record {
             | Record::DaemonStart { time, .. }
             | Record::DaemonStop { time, .. }
             | Record::RecordsLost { time, .. } => *time,
+            | Record::ForwardGap { time, .. } => *time,
         }
     }
 

@@ -60,6 +60,8 @@ pub struct Core {
     verification: VerificationStore,
     /// How many `refused` records may be written (a flood cannot fill the disk).
     refusals: RefusalBudget,
+    /// The audit forwarder, once started (`metalift status` shows it).
+    forwarder: std::sync::OnceLock<Arc<crate::audit::forward::Shared>>,
 }
 
 /// A count of things alive now, kept by [`Counted`] guards. Statistics only.
@@ -127,6 +129,7 @@ impl Core {
             full_disk_access: crate::service::full_disk_access::probe(),
             verification,
             refusals: RefusalBudget::default(),
+            forwarder: std::sync::OnceLock::new(),
         }
     }
 
@@ -377,6 +380,7 @@ impl Core {
             verified_unlock: self.verification.status_lines(&live.policy),
             host_chip_brand: crate::live_policy::host_chip::daemon_host().brand.clone(),
             host_os_build: crate::live_policy::host_os::daemon_os_build().map(str::to_owned),
+            forwarder: self.forwarder.get().map(|f| f.status()),
         }
     }
 
@@ -390,6 +394,11 @@ impl Core {
             unlocks: self.counters.unlocks.load(Ordering::Relaxed),
             pid: std::process::id(),
         }
+    }
+
+    /// Attaches the audit forwarder, so `status` reports it (once; later calls are ignored).
+    pub fn set_forwarder(&self, forwarder: Arc<crate::audit::forward::Shared>) {
+        let _ = self.forwarder.set(forwarder);
     }
 
     /// The audit log records go to.

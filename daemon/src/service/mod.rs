@@ -127,6 +127,11 @@ async fn serve(
         Arc::clone(&audit),
         config.cache_entries,
     ));
+    // The forwarder reads the log back on its own thread: it never delays a verdict.
+    let (forwarder, forwarder_thread) =
+        crate::audit::forward::spawn(Arc::clone(&store), Arc::clone(&audit))
+            .context("starting the audit forwarder thread")?;
+    core.set_forwarder(Arc::clone(&forwarder));
     tracing::info!(socket = %config.socket.display(), policy = %config.policy.display(),
         audit_log = %config.audit_log.display(), "metaliftd serving");
 
@@ -226,6 +231,19 @@ async fn serve(
         .unwrap_or_else(|| "accept loop ended".to_owned());
     if let Err(error) = audit.append(&core.stop_record(&reason)) {
         tracing::error!(%error, "could not write daemon_stop to the audit log");
+    }
+    // daemon_stop is in the log; the forwarder sends what it can within a moment.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(500);
+    while std::time::Instant::now() < deadline {
+        let s = forwarder.status();
+        if !s.configured || !s.connected || s.bytes_behind == 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    forwarder.stop();
+    if forwarder_thread.join().is_err() {
+        tracing::error!("the audit forwarder thread panicked");
     }
     tracing::info!("stopped");
     Ok(())

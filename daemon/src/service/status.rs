@@ -106,6 +106,9 @@ pub struct StatusReport {
     /// records the build as the daemon reads it; `None` when unknown, or an older daemon.
     #[serde(default)]
     pub host_os_build: Option<String>,
+    /// The audit forwarder (`[audit.forward]`); `None` from an older daemon.
+    #[serde(default)]
+    pub forwarder: Option<crate::audit::forward::ForwarderStatus>,
 }
 
 impl StatusReport {
@@ -172,6 +175,10 @@ impl StatusReport {
             waiting = self.connections_waiting,
             cache = self.cache_entries,
         );
+        let text = match &self.forwarder {
+            Some(f) if f.configured => format!("{text}{}", f.to_text()),
+            _ => text,
+        };
         // verified unlock: only when some live profile requires it.
         match self.verified_unlock.split_first() {
             None => text,
@@ -327,6 +334,7 @@ mod tests {
             policy_archived: None,
             host_chip_brand: None,
             host_os_build: None,
+            forwarder: None,
         }
     }
 

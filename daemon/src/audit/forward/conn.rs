@@ -1,0 +1,158 @@
+//! A connection to the collector: plain TCP, or TLS (RFC 5425) through rustls with
+//! the configured CA and, for mutual TLS, a client certificate.
+
+use std::io::{self, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use metalift_policy::forward::{Forward, Transport};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+
+/// How long a connect, a TLS handshake or one write may take.
+pub const IO_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// An open connection.
+pub enum Conn {
+    /// Plain TCP.
+    Tcp(TcpStream),
+    /// TLS over TCP.
+    Tls(Box<rustls::StreamOwned<rustls::ClientConnection, TcpStream>>),
+}
+
+impl std::fmt::Debug for Conn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Conn::Tcp(_) => "Conn::Tcp",
+            Conn::Tls(_) => "Conn::Tls",
+        })
+    }
+}
+
+impl Conn {
+    /// Connects (and for TLS, completes the handshake, so a refused or untrusted
+    /// certificate is an error here, not at the first record).
+    pub fn open(cfg: &Forward) -> anyhow::Result<Conn> {
+        let addr = (cfg.host.as_str(), cfg.port)
+            .to_socket_addrs()
+            .with_context(|| format!("resolving {}", cfg.address))?
+            .next()
+            .with_context(|| format!("{} resolves to no address", cfg.address))?;
+        let tcp = TcpStream::connect_timeout(&addr, IO_TIMEOUT)
+            .with_context(|| format!("connecting to {}", cfg.address))?;
+        tcp.set_write_timeout(Some(IO_TIMEOUT))?;
+        tcp.set_read_timeout(Some(IO_TIMEOUT))?;
+        tcp.set_nodelay(true)?;
+        match cfg.transport {
+            Transport::Tcp => Ok(Conn::Tcp(tcp)),
+            Transport::Tls => {
+                let config = tls_config(cfg)?;
+                let name = ServerName::try_from(cfg.server_name.clone())
+                    .with_context(|| format!("server name {:?}", cfg.server_name))?;
+                let conn = rustls::ClientConnection::new(Arc::new(config), name)
+                    .context("starting TLS")?;
+                let mut stream = rustls::StreamOwned::new(conn, tcp);
+                while stream.conn.is_handshaking() {
+                    stream
+                        .conn
+                        .complete_io(&mut stream.sock)
+                        .with_context(|| format!("TLS handshake with {}", cfg.address))?;
+                }
+                // A collector that refuses our client certificate says so with an
+                // alert right after the handshake (TLS 1.3): read it now if it came.
+                stream
+                    .sock
+                    .set_read_timeout(Some(Duration::from_millis(200)))?;
+                let mut probe = [0u8; 1];
+                match io::Read::read(&mut stream, &mut probe) {
+                    Ok(0) => anyhow::bail!(
+                        "{} closed the TLS connection after the handshake",
+                        cfg.address
+                    ),
+                    Err(e)
+                        if e.kind() == io::ErrorKind::WouldBlock
+                            || e.kind() == io::ErrorKind::TimedOut => {}
+                    Err(e) => {
+                        return Err(
+                            anyhow::Error::new(e).context(format!("TLS with {}", cfg.address))
+                        )
+                    }
+                    Ok(_) => {}
+                }
+                stream.sock.set_read_timeout(Some(IO_TIMEOUT))?;
+                Ok(Conn::Tls(Box::new(stream)))
+            }
+        }
+    }
+
+    /// Writes `bytes` wholly and flushes them out of any TLS buffer into the kernel.
+    pub fn send(&mut self, bytes: &[u8]) -> io::Result<()> {
+        match self {
+            Conn::Tcp(s) => s.write_all(bytes),
+            Conn::Tls(s) => {
+                s.write_all(bytes)?;
+                s.flush()?;
+                while s.conn.wants_write() {
+                    s.conn.write_tls(&mut s.sock)?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Bytes in the kernel's send queue not yet acknowledged by the collector.
+    pub fn unacknowledged(&self) -> io::Result<u64> {
+        let sock = match self {
+            Conn::Tcp(s) => s,
+            Conn::Tls(s) => &s.sock,
+        };
+        super::send_queue::unacknowledged(sock)
+    }
+
+    /// Whether the collector closed the connection (reads what it sent: syslog
+    /// collectors send nothing, so data or EOF both mean it is going away).
+    pub fn peer_closed(&self) -> bool {
+        let sock = match self {
+            Conn::Tcp(s) => s,
+            Conn::Tls(s) => &s.sock,
+        };
+        let mut b = [0u8; 1];
+        if sock.set_nonblocking(true).is_err() {
+            return false;
+        }
+        let closed = matches!(sock.peek(&mut b), Ok(0));
+        let _ = sock.set_nonblocking(false);
+        closed
+    }
+}
+
+fn tls_config(cfg: &Forward) -> anyhow::Result<rustls::ClientConfig> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    let ca = cfg.ca.as_deref().context("TLS needs `ca`")?;
+    for cert in CertificateDer::pem_file_iter(ca).with_context(|| format!("reading CA {ca}"))? {
+        roots
+            .add(cert.with_context(|| format!("reading CA {ca}"))?)
+            .with_context(|| format!("CA {ca}"))?;
+    }
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .context("TLS versions")?
+        .with_root_certificates(roots);
+    Ok(match (&cfg.client_cert, &cfg.client_key) {
+        (Some(cert), Some(key)) => {
+            let chain = CertificateDer::pem_file_iter(cert)
+                .with_context(|| format!("reading client certificate {cert}"))?
+                .collect::<Result<Vec<_>, _>>()
+                .with_context(|| format!("reading client certificate {cert}"))?;
+            let key = PrivateKeyDer::from_pem_file(key)
+                .with_context(|| format!("reading client key {key}"))?;
+            builder
+                .with_client_auth_cert(chain, key)
+                .context("client certificate and key")?
+        }
+        _ => builder.with_no_client_auth(),
+    })
+}

@@ -1,0 +1,243 @@
+//! Forwarding the audit log to a syslog collector (`[audit.forward]` in the policy).
+//!
+//! The local log stays the record of truth and the queue: a thread of its own reads
+//! records back from the file after they were written ([`source`]), frames them as
+//! RFC 5424 messages ([`frame`]), sends them over TCP or TLS ([`conn`]), and saves a
+//! durable cursor after each delivered batch ([`cursor`]). The writer is never
+//! touched: a verdict and its record never wait for a collector. The thread polls
+//! the file (every [`POLL`] while caught up), so nothing is shared with the writer.
+//!
+//! - [`status`]: what `metalift status` shows of it (`forwarder`).
+//! - [`send_queue`]: the kernel's unacknowledged bytes (what `audit flush` waits on).
+
+pub mod conn;
+pub mod cursor;
+pub mod frame;
+pub mod send_queue;
+pub mod source;
+pub mod status;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use metalift_policy::forward::Forward;
+
+use crate::audit::{AuditLog, Record};
+use crate::live_policy::store::PolicyStore;
+use conn::Conn;
+use source::{Gap, Source};
+pub use status::ForwarderStatus;
+
+/// How often a caught-up forwarder looks for new records.
+pub const POLL: Duration = Duration::from_millis(20);
+/// At most this many bytes of records per write (one batch, the memory bound).
+pub const BATCH_BYTES: usize = 256 * 1024;
+/// Longest wait between reconnection attempts.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// The forwarder, shared with `status`.
+#[derive(Debug, Default)]
+pub struct Shared {
+    status: Mutex<ForwarderStatus>,
+    stop: AtomicBool,
+}
+
+impl Shared {
+    /// The forwarder now, for `metalift status`.
+    #[must_use]
+    pub fn status(&self) -> ForwarderStatus {
+        self.lock().clone()
+    }
+
+    /// Asks the thread to stop (after its current write).
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, ForwarderStatus> {
+        self.status
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// Starts the forwarder thread for `audit`, configured by the live policy of `store`
+/// (a reload that changes `[audit.forward]` applies at once: the thread reconnects).
+pub fn spawn(
+    store: Arc<PolicyStore>,
+    audit: Arc<AuditLog>,
+) -> std::io::Result<(Arc<Shared>, std::thread::JoinHandle<()>)> {
+    let shared = Arc::new(Shared::default());
+    let thread = {
+        let shared = Arc::clone(&shared);
+        std::thread::Builder::new()
+            .name("audit-forward".into())
+            .spawn(move || run(&store, &audit, &shared))?
+    };
+    Ok((shared, thread))
+}
+
+struct State {
+    config: Option<Forward>,
+    conn: Option<Conn>,
+    source: Option<Source>,
+    backoff: Duration,
+    retry_at: Instant,
+    header: frame::Header,
+    cursor_path: PathBuf,
+    last_count: Instant,
+}
+
+fn run(store: &PolicyStore, audit: &AuditLog, shared: &Shared) {
+    let mut st = State {
+        config: None,
+        conn: None,
+        source: None,
+        backoff: Duration::from_millis(100),
+        retry_at: Instant::now(),
+        header: frame::Header::of_this_host(),
+        cursor_path: cursor::path_for(audit.path()),
+        last_count: Instant::now() - Duration::from_secs(10),
+    };
+    while !shared.stop.load(Ordering::Relaxed) {
+        let wanted = store.current().policy.forward().cloned();
+        if wanted != st.config {
+            st.conn = None;
+            st.backoff = Duration::from_millis(100);
+            st.retry_at = Instant::now();
+            *shared.lock() = ForwarderStatus::configured(wanted.as_ref());
+            st.config = wanted;
+        }
+        let Some(config) = st.config.clone() else {
+            st.source = None;
+            std::thread::sleep(Duration::from_millis(200));
+            continue;
+        };
+        if st.source.is_none() {
+            let saved = match cursor::load(&st.cursor_path) {
+                Ok(c) => c,
+                Err(error) => {
+                    tracing::error!(%error, "the forwarding cursor is unreadable: forwarding from the oldest file");
+                    None
+                }
+            };
+            let (source, gaps) = Source::open(audit.path(), audit.rotation().keep, saved);
+            record_gaps(audit, &gaps);
+            st.source = Some(source);
+        }
+        if !step(&mut st, &config, audit, shared) {
+            std::thread::sleep(POLL);
+        }
+    }
+}
+
+/// One round: pick up rotations, send one batch. `false` when there was nothing to do.
+fn step(st: &mut State, config: &Forward, audit: &AuditLog, shared: &Shared) -> bool {
+    let Some(source) = st.source.as_mut() else {
+        return false;
+    };
+    let gaps = source.rescan();
+    record_gaps(audit, &gaps);
+    let batch = match source.next_batch(BATCH_BYTES) {
+        Ok(b) => b,
+        Err(error) => {
+            note_error(shared, format!("reading the audit log: {error}"));
+            return false;
+        }
+    };
+    let behind = source.bytes_behind();
+    let count_now = behind == 0 || st.last_count.elapsed() > Duration::from_secs(1);
+    let records_behind = count_now.then(|| {
+        st.last_count = Instant::now();
+        source.records_behind()
+    });
+    {
+        let mut s = shared.lock();
+        s.bytes_behind = behind;
+        if let Some(r) = records_behind {
+            s.records_behind = r;
+        }
+        s.position = source.cursor();
+        s.unacknowledged_bytes = st.conn.as_ref().and_then(|c| c.unacknowledged().ok());
+    }
+    if st.conn.as_ref().is_some_and(Conn::peer_closed) {
+        st.conn = None;
+        note_error(shared, format!("{} closed the connection", config.address));
+    }
+    let Some(batch) = batch else {
+        return false;
+    };
+    if st.conn.is_none() {
+        if Instant::now() < st.retry_at {
+            return false;
+        }
+        match Conn::open(config) {
+            Ok(c) => {
+                st.conn = Some(c);
+                st.backoff = Duration::from_millis(100);
+                shared.lock().connected = true;
+            }
+            Err(error) => {
+                note_error(shared, format!("{error:#}"));
+                st.retry_at = Instant::now() + st.backoff;
+                st.backoff = (st.backoff * 2).min(MAX_BACKOFF);
+                return false;
+            }
+        }
+    }
+    let now = SystemTime::now();
+    let mut out = Vec::with_capacity(batch.len() + batch.len() / 4);
+    let mut records = 0u64;
+    for line in batch.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+        frame::push(&mut out, &st.header, line, now);
+        records += 1;
+    }
+    let Some(conn) = st.conn.as_mut() else {
+        return false;
+    };
+    if let Err(error) = conn.send(&out) {
+        st.conn = None;
+        note_error(shared, format!("sending to {}: {error}", config.address));
+        st.retry_at = Instant::now() + st.backoff;
+        return false;
+    }
+    source.advance(batch.len());
+    if let Some(c) = source.cursor() {
+        if let Err(error) = cursor::save(&st.cursor_path, c) {
+            tracing::error!(%error, path = %st.cursor_path.display(), "cannot save the forwarding cursor");
+        }
+    }
+    let mut s = shared.lock();
+    s.delivered_records += records;
+    s.delivered_bytes += out.len() as u64;
+    s.last_delivery_at = Some(crate::audit::rfc3339::format(now));
+    s.position = source.cursor();
+    s.bytes_behind = source.bytes_behind();
+    s.records_behind = s.records_behind.saturating_sub(records);
+    s.unacknowledged_bytes = conn.unacknowledged().ok();
+    true
+}
+
+fn note_error(shared: &Shared, error: String) {
+    tracing::warn!(%error, "audit forwarding");
+    let mut s = shared.lock();
+    s.connected = false;
+    s.last_error = Some(error);
+    s.last_error_at = Some(crate::audit::rfc3339::format(SystemTime::now()));
+}
+
+fn record_gaps(audit: &AuditLog, gaps: &[Gap]) {
+    for gap in gaps {
+        tracing::error!(file = %gap.file, records = ?gap.records, "audit records rotated away before they were forwarded");
+        let record = Record::ForwardGap {
+            time: SystemTime::now(),
+            file: gap.file.clone(),
+            records: gap.records,
+        };
+        if let Err(error) = audit.append(&record) {
+            tracing::error!(%error, "cannot record a forwarding gap");
+        }
+    }
+}

@@ -1,0 +1,93 @@
+//! The forwarder as `metalift status` reports it (the `forwarder` object).
+
+use serde::{Deserialize, Serialize};
+
+use super::cursor::Cursor;
+use metalift_policy::forward::{Forward, Transport};
+
+/// What the forwarder is doing now.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ForwarderStatus {
+    /// Whether the live policy has `[audit.forward]`.
+    pub configured: bool,
+    /// The collector's `host:port`.
+    pub address: Option<String>,
+    /// `tcp` or `tls`.
+    pub transport: Option<String>,
+    /// Whether a connection is open now.
+    pub connected: bool,
+    /// Whole records written locally and not yet sent.
+    pub records_behind: u64,
+    /// Bytes of the local log not yet sent.
+    pub bytes_behind: u64,
+    /// Bytes sent that the collector's TCP stack has not acknowledged yet
+    /// (the kernel's send queue); `None` when not connected.
+    pub unacknowledged_bytes: Option<u64>,
+    /// Records sent since the daemon started.
+    pub delivered_records: u64,
+    /// Framed bytes sent since the daemon started.
+    pub delivered_bytes: u64,
+    /// The last error (connect, TLS, write), kept after a later success.
+    pub last_error: Option<String>,
+    /// When it happened (RFC 3339).
+    pub last_error_at: Option<String>,
+    /// When records were last sent (RFC 3339).
+    pub last_delivery_at: Option<String>,
+    /// The cursor: the file (device, inode) and offset sent up to.
+    pub position: Option<Cursor>,
+}
+
+impl ForwarderStatus {
+    /// A fresh status for `config` (not connected yet).
+    #[must_use]
+    pub fn configured(config: Option<&Forward>) -> ForwarderStatus {
+        ForwarderStatus {
+            configured: config.is_some(),
+            address: config.map(|c| c.address.clone()),
+            transport: config.map(|c| {
+                match c.transport {
+                    Transport::Tcp => "tcp",
+                    Transport::Tls => "tls",
+                }
+                .to_owned()
+            }),
+            ..ForwarderStatus::default()
+        }
+    }
+
+    /// One line per fact, as `metalift status` prints them.
+    #[must_use]
+    pub fn to_text(&self) -> String {
+        if !self.configured {
+            return "forwarder:        not configured\n".to_owned();
+        }
+        let mut s = format!(
+            "forwarder:        {} to {} ({})\n",
+            if self.connected {
+                "connected"
+            } else {
+                "not connected"
+            },
+            self.address.as_deref().unwrap_or("?"),
+            self.transport.as_deref().unwrap_or("?"),
+        );
+        s += &format!(
+            "  behind:         {} records, {} bytes (unacknowledged: {})\n",
+            self.records_behind,
+            self.bytes_behind,
+            self.unacknowledged_bytes
+                .map_or_else(|| "-".to_owned(), |n| format!("{n} bytes")),
+        );
+        s += &format!(
+            "  last delivery:  {}\n",
+            self.last_delivery_at.as_deref().unwrap_or("never")
+        );
+        if let Some(e) = &self.last_error {
+            s += &format!(
+                "  last error:     {e} ({})\n",
+                self.last_error_at.as_deref().unwrap_or("?")
+            );
+        }
+        s
+    }
+}

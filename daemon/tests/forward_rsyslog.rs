@@ -1,0 +1,599 @@
+//! Audit forwarding against a real rsyslog (Debian's `rsyslogd`, started here on a
+//! loopback port with `examples/collectors/rsyslog*.conf`): every record arrives as
+//! RFC 5424 with its JSON intact, over a `kill -9` and rotations, after a collector
+//! outage, and over TLS; an untrusted collector is refused and `status` says why.
+//! Without `rsyslogd` (scripts/setup.sh installs it) every test fails saying so.
+#![cfg(target_os = "linux")]
+
+use std::collections::HashMap;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const GUARD: Duration = Duration::from_secs(60);
+
+struct Rsyslog {
+    child: Child,
+    out: PathBuf,
+}
+
+impl Drop for Rsyslog {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Starts rsyslogd in the foreground with the example config at `example`,
+/// placeholders replaced by `vars`; waits until it listens on `port`.
+fn rsyslog(dir: &Path, example: &str, port: u16, vars: &[(&str, String)]) -> Rsyslog {
+    let bin = Path::new("/usr/sbin/rsyslogd");
+    assert!(
+        bin.exists(),
+        "rsyslogd is not installed: run scripts/setup.sh (Debian package rsyslog)"
+    );
+    let work = dir.join("rsyslog");
+    std::fs::create_dir_all(&work).unwrap();
+    let text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../examples/collectors")
+            .join(example),
+    )
+    .unwrap();
+    let mut text = text
+        .replace("@DIR@", work.to_str().unwrap())
+        .replace("@PORT@", &port.to_string());
+    for (k, v) in vars {
+        text = text.replace(k, v);
+    }
+    let conf = work.join("rsyslog.conf");
+    std::fs::write(&conf, text).unwrap();
+    let child = Command::new(bin)
+        .arg("-n")
+        .arg("-f")
+        .arg(&conf)
+        .arg("-i")
+        .arg(work.join("rsyslogd.pid"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(work.join("stderr")).unwrap())
+        .spawn()
+        .expect("spawn rsyslogd");
+    let start = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(start.elapsed() < GUARD, "rsyslogd did not listen on {port}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Rsyslog {
+        child,
+        out: work.join("metalift-audit.log"),
+    }
+}
+
+/// One message rsyslog received, parsed as RFC 5424.
+#[derive(Debug)]
+struct Message {
+    msgid: String,
+    json: String,
+}
+
+fn received(out: &Path) -> Vec<Message> {
+    let text = std::fs::read_to_string(out).unwrap_or_default();
+    text.lines()
+        .filter(|l| !l.is_empty())
+        .map(|l| {
+            // <PRI>VERSION SP TIMESTAMP SP HOSTNAME SP APP-NAME SP PROCID SP MSGID SP SD SP MSG
+            let mut parts = l.splitn(8, ' ');
+            let pri_ver = parts.next().unwrap();
+            assert_eq!(
+                pri_ver, "<110>1",
+                "PRI facility 13 severity 6, version 1: {l}"
+            );
+            let time = parts.next().unwrap();
+            assert!(time.ends_with('Z') && time.contains('T'), "timestamp: {l}");
+            let host = parts.next().unwrap();
+            assert!(!host.is_empty() && host != "-", "hostname: {l}");
+            assert_eq!(parts.next(), Some("metaliftd"), "APP-NAME: {l}");
+            parts
+                .next()
+                .unwrap()
+                .parse::<u32>()
+                .expect("PROCID is the pid");
+            let msgid = parts.next().unwrap().to_owned();
+            assert_eq!(parts.next(), Some("-"), "no structured data: {l}");
+            let json = parts.next().expect("MSG").to_owned();
+            let v: Value = serde_json::from_str(&json).expect("MSG is the JSON record");
+            assert_eq!(v["kind"], msgid.as_str(), "MSGID is the record's kind");
+            Message { msgid, json }
+        })
+        .collect()
+}
+
+struct Env {
+    dir: tempfile::TempDir,
+    /// `--audit-keep`.
+    keep: usize,
+}
+
+struct Daemon {
+    child: Child,
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Env {
+    fn new() -> Env {
+        Env {
+            dir: tempfile::Builder::new().prefix("fwd-").tempdir().unwrap(),
+            keep: 200,
+        }
+    }
+    fn path(&self, n: &str) -> PathBuf {
+        self.dir.path().join(n)
+    }
+    fn log(&self) -> PathBuf {
+        self.path("log/audit.jsonl")
+    }
+    fn socket(&self) -> PathBuf {
+        self.path("metalift.sock")
+    }
+    fn policy(&self, forward: &str) {
+        std::fs::write(
+            self.path("policy.toml"),
+            format!("version = 1\n\n[audit.forward]\n{forward}\n"),
+        )
+        .unwrap();
+    }
+    fn start(&self, max_bytes: u64) -> Daemon {
+        let child = Command::new(env!("CARGO_BIN_EXE_metaliftd"))
+            .arg("--policy")
+            .arg(self.path("policy.toml"))
+            .arg("--socket")
+            .arg(self.socket())
+            .arg("--audit-log")
+            .arg(self.log())
+            .arg("--audit-max-bytes")
+            .arg(max_bytes.to_string())
+            .arg("--audit-keep")
+            .arg(self.keep.to_string())
+            .arg("--allow-insecure-owner")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(self.path("daemon.log"))
+                    .unwrap(),
+            )
+            .spawn()
+            .expect("spawn metaliftd");
+        let start = Instant::now();
+        while metalift_daemon::service::status::request(&self.socket(), GUARD).is_err() {
+            assert!(start.elapsed() < GUARD, "metaliftd did not come up");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Daemon { child }
+    }
+    /// Every record line of the local log, oldest file first.
+    fn local_lines(&self) -> Vec<String> {
+        let mut files: Vec<(usize, PathBuf)> = std::fs::read_dir(self.path("log"))
+            .unwrap()
+            .filter_map(|e| {
+                let p = e.ok()?.path();
+                let name = p.file_name()?.to_str()?.to_owned();
+                let n = match name.strip_prefix("audit.jsonl") {
+                    Some("") => 0,
+                    Some(rest) => rest.strip_prefix('.')?.parse().ok()?,
+                    None => return None,
+                };
+                Some((n, p))
+            })
+            .collect();
+        files.sort_by_key(|f| std::cmp::Reverse(f.0));
+        files
+            .iter()
+            .flat_map(|(_, p)| {
+                std::fs::read_to_string(p)
+                    .unwrap()
+                    .lines()
+                    .map(str::to_owned)
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+    /// Record lines after the saved cursor (`dev ino offset`): in its file after
+    /// the offset, and in every newer file. All of them without a cursor.
+    fn lines_past_cursor(&self, cursor: &str) -> usize {
+        use std::os::unix::fs::MetadataExt;
+        let f: Vec<u64> = cursor
+            .split_whitespace()
+            .filter_map(|x| x.parse().ok())
+            .collect();
+        let mut files: Vec<(usize, PathBuf)> = (0..=200)
+            .map(|n| {
+                let p = if n == 0 {
+                    self.log()
+                } else {
+                    PathBuf::from(format!("{}.{n}", self.log().display()))
+                };
+                (n, p)
+            })
+            .filter(|(_, p)| p.exists())
+            .collect();
+        files.sort_by_key(|f| std::cmp::Reverse(f.0));
+        let mut count = 0;
+        let mut counting = f.len() != 3;
+        for (_, p) in files {
+            let text = std::fs::read(&p).unwrap();
+            let meta = std::fs::metadata(&p).unwrap();
+            if !counting && meta.dev() == f[0] && meta.ino() == f[1] {
+                counting = true;
+                count += text[f[2] as usize..]
+                    .iter()
+                    .filter(|&&b| b == b'\n')
+                    .count();
+            } else if counting {
+                count += text.iter().filter(|&&b| b == b'\n').count();
+            }
+        }
+        count
+    }
+    fn status(&self) -> metalift_daemon::service::status::StatusReport {
+        metalift_daemon::service::status::request(&self.socket(), GUARD).unwrap()
+    }
+}
+
+/// Makes the daemon write `n` `policy_loaded` records (one SIGHUP each).
+fn reloads(env: &Env, daemon: &Daemon, n: usize) {
+    let pid = rustix::process::Pid::from_raw(daemon.child.id() as i32).unwrap();
+    for _ in 0..n {
+        let before = env.local_lines().len();
+        rustix::process::kill_process(pid, rustix::process::Signal::HUP).unwrap();
+        let start = Instant::now();
+        while env.local_lines().len() == before {
+            assert!(start.elapsed() < GUARD, "no record after SIGHUP");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+}
+
+/// Waits until every local record line was received at least once; returns how
+/// often each was received.
+fn wait_all_received(env: &Env, out: &Path) -> HashMap<String, usize> {
+    let start = Instant::now();
+    loop {
+        let local = env.local_lines();
+        let mut seen: HashMap<String, usize> = HashMap::new();
+        for m in received(out) {
+            *seen.entry(m.json).or_default() += 1;
+        }
+        let missing = local.iter().filter(|l| !seen.contains_key(*l)).count();
+        if missing == 0 {
+            for json in seen.keys() {
+                assert!(
+                    local.contains(json),
+                    "received a record not in the log: {json}"
+                );
+            }
+            return seen;
+        }
+        assert!(
+            start.elapsed() < GUARD,
+            "{missing} of {} records never arrived; status: {:?}\ndaemon log:\n{}",
+            local.len(),
+            env.status().forwarder,
+            std::fs::read_to_string(env.path("daemon.log")).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn every_record_arrives_once_over_rotation_and_a_kill_9_with_duplicates_only_past_the_cursor() {
+    let env = Env::new();
+    let port = free_port();
+    let collector = rsyslog(env.dir.path(), "rsyslog.conf", port, &[]);
+    env.policy(&format!("address = \"127.0.0.1:{port}\""));
+    // ~300-byte records, 2 KiB files: a rotation every few records.
+    let mut daemon = env.start(2048);
+    reloads(&env, &daemon, 40);
+    let start = Instant::now();
+    while env.status().forwarder.unwrap().delivered_records < 30 {
+        assert!(
+            start.elapsed() < GUARD,
+            "the forwarder sends before the kill"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    reloads(&env, &daemon, 5);
+    // kill -9 mid-stream: the cursor saved on disk bounds what may come twice.
+    daemon.child.kill().unwrap();
+    daemon.child.wait().unwrap();
+    let local_at_kill = env.local_lines();
+    assert!(local_at_kill.len() >= 40);
+    let cursor = std::fs::read_to_string(env.path("log/forward.cursor")).unwrap_or_default();
+    assert_eq!(
+        cursor.split_whitespace().count(),
+        3,
+        "a saved cursor: {cursor:?}"
+    );
+    let past_cursor = env.lines_past_cursor(&cursor);
+    assert!(
+        past_cursor < 30,
+        "the saved cursor is past what was sent: {past_cursor}"
+    );
+    drop(daemon);
+    let daemon = env.start(2048);
+    reloads(&env, &daemon, 40);
+    let seen = wait_all_received(&env, &collector.out);
+    let rotated = std::fs::read_dir(env.path("log")).unwrap().count();
+    assert!(rotated > 10, "the log rotated: {rotated} files");
+    let dupes: usize = seen.values().map(|n| n - 1).sum();
+    assert!(
+        seen.values().all(|&n| n <= 2),
+        "no record arrives more than twice: {seen:?}"
+    );
+    // Only records past the saved cursor may come twice.
+    println!(
+        "{} records ({} at the kill), {dupes} duplicates after kill -9, {past_cursor} past the saved cursor {cursor:?}",
+        seen.len(),
+        local_at_kill.len(),
+    );
+    assert!(
+        dupes <= past_cursor,
+        "{dupes} duplicates, more than the {past_cursor} records past the saved cursor"
+    );
+    let gaps = env
+        .local_lines()
+        .iter()
+        .filter(|l| l.contains("\"forward_gap\""))
+        .count();
+    assert_eq!(gaps, 0, "keep = 200: nothing rotated away");
+    drop(daemon);
+}
+
+#[test]
+fn a_collector_down_for_a_while_then_up_gets_every_record() {
+    let env = Env::new();
+    let port = free_port();
+    env.policy(&format!("address = \"127.0.0.1:{port}\""));
+    let daemon = env.start(1024 * 1024);
+    reloads(&env, &daemon, 20);
+    let start = Instant::now();
+    let status = loop {
+        let f = env.status().forwarder.expect("forwarder status");
+        if f.last_error.is_some() {
+            break f;
+        }
+        assert!(
+            start.elapsed() < GUARD,
+            "no error while the collector is down"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(!status.connected);
+    assert!(status.records_behind > 0, "{status:?}");
+    assert!(
+        status.last_error.as_deref().unwrap().contains("refused"),
+        "{status:?}"
+    );
+    let collector = rsyslog(env.dir.path(), "rsyslog.conf", port, &[]);
+    let seen = wait_all_received(&env, &collector.out);
+    assert!(
+        seen.values().all(|&n| n == 1),
+        "exactly once without a restart"
+    );
+    let start = Instant::now();
+    while env.status().forwarder.unwrap().records_behind != 0 {
+        assert!(start.elapsed() < GUARD, "status says caught up");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let f = env.status().forwarder.unwrap();
+    assert!(f.connected && f.last_delivery_at.is_some(), "{f:?}");
+    let msgids: Vec<String> = received(&collector.out)
+        .into_iter()
+        .map(|m| m.msgid)
+        .collect();
+    assert!(msgids.iter().any(|m| m == "daemon_start"));
+    assert!(msgids.iter().any(|m| m == "policy_loaded"));
+    drop(daemon);
+}
+
+/// Makes a CA named `name` and a server certificate for localhost/127.0.0.1 signed
+/// by it, with the `openssl` CLI; returns (ca.pem, server.pem, server.key).
+fn test_ca(dir: &Path, name: &str) -> (PathBuf, PathBuf, PathBuf) {
+    let p = |f: &str| dir.join(format!("{name}-{f}"));
+    let run = |args: &[&str]| {
+        let out = Command::new("openssl")
+            .args(args)
+            .output()
+            .expect("openssl is not installed: run scripts/setup.sh");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let s = |x: &PathBuf| x.to_str().unwrap().to_owned();
+    let (ca_key, ca, key, csr, cert, ext) = (
+        p("ca.key"),
+        p("ca.pem"),
+        p("server.key"),
+        p("server.csr"),
+        p("server.pem"),
+        p("ext.cnf"),
+    );
+    std::fs::write(
+        &ext,
+        "subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+    )
+    .unwrap();
+    run(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        &s(&ca_key),
+        "-out",
+        &s(&ca),
+        "-days",
+        "2",
+        "-subj",
+        &format!("/CN={name} test CA"),
+    ]);
+    run(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        &s(&key),
+        "-out",
+        &s(&csr),
+        "-subj",
+        "/CN=localhost",
+    ]);
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        &s(&csr),
+        "-CA",
+        &s(&ca),
+        "-CAkey",
+        &s(&ca_key),
+        "-CAcreateserial",
+        "-out",
+        &s(&cert),
+        "-days",
+        "2",
+        "-extfile",
+        &s(&ext),
+    ]);
+    (ca, cert, key)
+}
+
+fn tls_collector(env: &Env, port: u16, name: &str) -> (Rsyslog, PathBuf) {
+    let (ca, cert, key) = test_ca(env.dir.path(), name);
+    let vars = [
+        ("@CA@", ca.display().to_string()),
+        ("@CERT@", cert.display().to_string()),
+        ("@KEY@", key.display().to_string()),
+        ("@AUTHMODE@", "anon".to_owned()),
+    ];
+    (rsyslog(env.dir.path(), "rsyslog-tls.conf", port, &vars), ca)
+}
+
+#[test]
+fn over_tls_with_a_test_ca_every_record_arrives() {
+    let env = Env::new();
+    let port = free_port();
+    let (collector, ca) = tls_collector(&env, port, "good");
+    env.policy(&format!(
+        "address = \"127.0.0.1:{port}\"\ntransport = \"tls\"\nca = \"{}\"\nserver_name = \"localhost\"",
+        ca.display()
+    ));
+    let daemon = env.start(1024 * 1024);
+    reloads(&env, &daemon, 10);
+    let seen = wait_all_received(&env, &collector.out);
+    assert!(seen.values().all(|&n| n == 1));
+    let f = env.status().forwarder.unwrap();
+    assert_eq!(f.transport.as_deref(), Some("tls"));
+    assert!(f.connected, "{f:?}");
+    drop(daemon);
+}
+
+#[test]
+fn a_collector_whose_certificate_is_not_from_the_configured_ca_is_refused_and_status_says_why() {
+    let env = Env::new();
+    let port = free_port();
+    // The collector's certificate comes from "rogue"; the policy trusts "good".
+    let (collector, _) = tls_collector(&env, port, "rogue");
+    let (trusted, _, _) = test_ca(env.dir.path(), "good");
+    env.policy(&format!(
+        "address = \"127.0.0.1:{port}\"\ntransport = \"tls\"\nca = \"{}\"\nserver_name = \"localhost\"",
+        trusted.display()
+    ));
+    let daemon = env.start(1024 * 1024);
+    reloads(&env, &daemon, 3);
+    let start = Instant::now();
+    let f = loop {
+        let f = env.status().forwarder.unwrap();
+        if f.last_error.is_some() {
+            break f;
+        }
+        assert!(start.elapsed() < GUARD, "no TLS error reported");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let error = f.last_error.clone().unwrap();
+    assert!(!f.connected, "{f:?}");
+    assert!(
+        error.contains("TLS handshake") && error.contains("certificate"),
+        "status says the certificate is untrusted: {error}"
+    );
+    assert!(f.delivered_records == 0 && f.records_behind > 0, "{f:?}");
+    assert!(
+        received(&collector.out).is_empty(),
+        "nothing sent to an untrusted collector"
+    );
+    let text = env.status().to_text();
+    assert!(
+        text.contains("last error:") && text.contains("certificate"),
+        "{text}"
+    );
+    drop(daemon);
+}
+
+#[test]
+fn records_rotated_away_while_the_collector_is_down_are_counted_in_a_forward_gap_record() {
+    let mut env = Env::new();
+    env.keep = 1;
+    let port = free_port();
+    env.policy(&format!("address = \"127.0.0.1:{port}\""));
+    let daemon = env.start(1024);
+    // ~300-byte records, 1 KiB files, one rotated file kept: most are deleted unsent.
+    reloads(&env, &daemon, 30);
+    let start = Instant::now();
+    let gaps = loop {
+        let gaps: Vec<Value> = env
+            .local_lines()
+            .iter()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .filter(|r| r["kind"] == "forward_gap")
+            .collect();
+        if !gaps.is_empty() {
+            break gaps;
+        }
+        assert!(start.elapsed() < GUARD, "no forward_gap record");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let lost: u64 = gaps
+        .iter()
+        .map(|g| g["records"].as_u64().expect("counted"))
+        .sum();
+    assert!(lost > 0, "{gaps:?}");
+    assert!(
+        gaps[0]["file"].as_str().unwrap().contains("audit.jsonl"),
+        "{gaps:?}"
+    );
+    drop(daemon);
+}
