@@ -34,6 +34,7 @@ pub mod explain;
 pub mod reference;
 pub mod report;
 pub mod schema;
+pub(crate) mod scratch_daemon;
 pub mod sigpipe;
 pub mod status;
 pub mod validate;

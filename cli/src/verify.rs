@@ -33,8 +33,8 @@ use metalift_daemon::live_policy::verification::{self, KernelLine, VerificationR
 use metalift_daemon::live_policy::{host_chip, host_os};
 use metalift_policy::{Capabilities, LoadOptions};
 
-use crate::demo::{Daemon, TempDir, Tools};
 use crate::exec::INSERT_VAR;
+use crate::scratch_daemon::{Daemon, TempDir, Tools};
 
 /// Exit status when the verification ran and failed (the answer is no).
 pub const FAILED: u8 = 1;
