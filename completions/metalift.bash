@@ -649,7 +649,7 @@ _metalift() {
             return 0
             ;;
         metalift__subcmd__verify)
-            opts="-h --profile --policy --log --audit-log --timeout-ms --json --help"
+            opts="-h --profile --policy --log --audit-log --timeout-ms --kernel-timeout --timeout --json --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -672,6 +672,14 @@ _metalift() {
                     return 0
                     ;;
                 --timeout-ms)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --kernel-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -124,6 +124,8 @@ complete -c metalift -n "__fish_metalift_using_subcommand verify" -l profile -d 
 complete -c metalift -n "__fish_metalift_using_subcommand verify" -l policy -d 'The policy file the profile is read from; the verification file (`verifications.jsonl`) is written beside it' -r -F
 complete -c metalift -n "__fish_metalift_using_subcommand verify" -l audit-log -l log -d 'The audit log the `verification` record is appended to' -r -F
 complete -c metalift -n "__fish_metalift_using_subcommand verify" -l timeout-ms -d 'The shim\'s verdict deadline for the probe (METALIFT_TIMEOUT_MS)' -r
+complete -c metalift -n "__fish_metalift_using_subcommand verify" -l kernel-timeout -d 'Each kernel\'s deadline: its probe child is killed then and the kernel is `hung` (the verification fails)' -r
+complete -c metalift -n "__fish_metalift_using_subcommand verify" -l timeout -d 'The whole verification\'s bound: kernels not started by then are `not_run` (the verification fails). Nothing is written until it ends' -r
 complete -c metalift -n "__fish_metalift_using_subcommand verify" -l json -d 'Print the record as one JSON object'
 complete -c metalift -n "__fish_metalift_using_subcommand verify" -s h -l help -d 'Print help'
 complete -c metalift -n "__fish_metalift_using_subcommand schema" -s h -l help -d 'Print help'
