@@ -31,6 +31,7 @@ pub mod doctor;
 pub mod edit;
 pub mod exec;
 pub mod explain;
+pub mod macho;
 pub mod reference;
 pub mod report;
 pub mod schema;
