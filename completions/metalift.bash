@@ -58,11 +58,17 @@ _metalift() {
             metalift__subcmd__audit,export)
                 cmd="metalift__subcmd__audit__subcmd__export"
                 ;;
+            metalift__subcmd__audit,flush)
+                cmd="metalift__subcmd__audit__subcmd__flush"
+                ;;
             metalift__subcmd__audit,help)
                 cmd="metalift__subcmd__audit__subcmd__help"
                 ;;
             metalift__subcmd__audit__subcmd__help,export)
                 cmd="metalift__subcmd__audit__subcmd__help__subcmd__export"
+                ;;
+            metalift__subcmd__audit__subcmd__help,flush)
+                cmd="metalift__subcmd__audit__subcmd__help__subcmd__flush"
                 ;;
             metalift__subcmd__audit__subcmd__help,help)
                 cmd="metalift__subcmd__audit__subcmd__help__subcmd__help"
@@ -109,6 +115,9 @@ _metalift() {
             metalift__subcmd__help__subcmd__audit,export)
                 cmd="metalift__subcmd__help__subcmd__audit__subcmd__export"
                 ;;
+            metalift__subcmd__help__subcmd__audit,flush)
+                cmd="metalift__subcmd__help__subcmd__audit__subcmd__flush"
+                ;;
             *)
                 ;;
         esac
@@ -144,7 +153,7 @@ _metalift() {
             return 0
             ;;
         metalift__subcmd__audit)
-            opts="-f -n -h --audit-log --log --since --until --exe --rule --action --result --pid --decision --records --kind --summary --follow --lines --json --job --markdown --help export help"
+            opts="-f -n -h --audit-log --log --since --until --exe --rule --action --result --pid --decision --records --kind --summary --follow --lines --json --job --markdown --help flush export help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -247,8 +256,30 @@ _metalift() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        metalift__subcmd__audit__subcmd__flush)
+            opts="-h --socket --timeout --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --socket)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         metalift__subcmd__audit__subcmd__help)
-            opts="export help"
+            opts="flush export help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -262,6 +293,20 @@ _metalift() {
             return 0
             ;;
         metalift__subcmd__audit__subcmd__help__subcmd__export)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        metalift__subcmd__audit__subcmd__help__subcmd__flush)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -522,7 +567,7 @@ _metalift() {
             return 0
             ;;
         metalift__subcmd__help__subcmd__audit)
-            opts="export"
+            opts="flush export"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -536,6 +581,20 @@ _metalift() {
             return 0
             ;;
         metalift__subcmd__help__subcmd__audit__subcmd__export)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        metalift__subcmd__help__subcmd__audit__subcmd__flush)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -758,7 +817,7 @@ _metalift() {
             return 0
             ;;
         metalift__subcmd__verify)
-            opts="-h --profile --policy --log --audit-log --socket --timeout-ms --json --help"
+            opts="-h --profile --policy --log --audit-log --socket --timeout-ms --kernel-timeout --timeout --json --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -785,6 +844,14 @@ _metalift() {
                     return 0
                     ;;
                 --timeout-ms)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --kernel-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -66,21 +66,21 @@ complete -c metalift -n "__fish_metalift_using_subcommand explain" -s h -l help 
 complete -c metalift -n "__fish_metalift_using_subcommand status" -l socket -d 'The daemon\'s socket [default: the system daemon\'s socket when it exists (/run/metalift/metalift.sock; /var/run/metalift/metalift.sock on macOS), else the user\'s ($XDG_RUNTIME_DIR/metalift.sock; on macOS metalift.sock in the user\'s own DARWIN_USER_TEMP_DIR)]' -r -F
 complete -c metalift -n "__fish_metalift_using_subcommand status" -l json -d 'Print one JSON object (also when the daemon is down) instead of text'
 complete -c metalift -n "__fish_metalift_using_subcommand status" -s h -l help -d 'Print help'
-complete -c metalift -n "__fish_metalift_using_subcommand audit; and not __fish_seen_subcommand_from export help" -l log -l audit-log -d 'The audit log; its rotated files (PATH.1, PATH.2, ...) are read first' -r -F
-complete -c metalift -n "__fish_metalift_using_subcommand audit; and not __fish_seen_subcommand_from export help" -l since -d 'Only from WHEN on: an RFC 3339 time (2026-11-30T11:00:00Z, or with +01:00), a date (UTC), `today`, `yesterday` (local midnight), or a duration ago (10m, 2h, 1day)' -r
-complete -c metalift -n "__fish_metalift_using_subcommand audit; and not __fish_seen_subcommand_from export help" -l until -d 'Only before WHEN (same forms as --since)' -r
-complete -c metalift -n "__fish_metalift_using_subcommand audit; and not __fish_seen_subcommand_from export help" -l exe -d 'Only this executable: a path (a symlink matches what it resolves to), a glob with `/` against the whole path, or a glob without `/` against the file name' -r
-complete -c metalift -n "__fish_metalift_using_subcommand audit; and not __fish_seen_subcommand_from export help" -l rule -d 'Only decisions by rule ID (and their outcomes)' -r
-complete -c metalift -n "__fish_metalift_using_subcommand audit; and not __fish_seen_subcommand_from export help" -l action -d 'Only decisions with this action (and their outcomes)' -r -f -a "unlock\t'Decisions that unlocked'
+complete -c metalift -n "__fish_metalift_using_subcommand audit; and not __fish_seen_subcommand_from flush export help" -l log -l audit-log -d 'The audit log; its rotated files (PATH.1, PATH.2, ...) are read first' -r -F
+complete -c metalift -n "__fish_metalift_using_subcommand audit; and not __fish_seen_subcommand_from flush export help" -l since -d 'Only from WHEN on: an RFC 3339 time (2026-11-30T11:00:00Z, or with +01:00), a date (UTC), `today`, `yesterday` (local midnight), or a duration ago (10m, 2h, 1day)' -r
+complete -c metalift -n "__fish_metalift_using_subcommand audit; and not __fish_seen_subcommand_from flush export help" -l until -d 'Only before WHEN (same forms as --since)' -r
+complete -c metalift -n "__fish_metalift_using_subcommand audit; and not __fish_seen_subcommand_from flush export help" -l exe -d 'Only this executable: a path (a symlink matches what it resolves to), a glob with `/` against the whole path, or a glob without `/` against the file name' -r
+complete -c metalift -n "__fish_metalift_using_subcommand audit; and not __fish_seen_subcommand_from flush export help" -l rule -d 'Only decisions by rule ID (and their outcomes)' -r
+complete -c metalift -n "__fish_metalift_using_subcommand audit; and not __fish_seen_subcommand_from flush export help" -l action -d 'Only decisions with this action (and their outcomes)' -r -f -a "unlock\t'Decisions that unlocked'
 stock\t'Decisions that stayed stock'
 would-unlock\t'Monitor mode: stayed stock, would have unlocked'"
-complete -c metalift -n "__fish_metalift_using_subcommand audit; and not __fish_seen_subcommand_from export help" -l result -d 'Only processes whose outcome was this' -r -f -a "applied\t'The shim installed the profile'
+complete -c metalift -n "__fish_metalift_using_subcommand audit; and not __fish_seen_subcommand_from flush export help" -l result -d 'Only processes whose outcome was this' -r -f -a "applied\t'The shim installed the profile'
 stock\t'The shim stayed stock (told to, or could not ask)'
 failed\t'The shim tried and rolled back'
 no-outcome\t'No outcome was reported (the process never created a Metal device, or died)'"
-complete -c metalift -n "__fish_metalift_using_subcommand audit; and not __fish_seen_subcommand_from export help" -l pid -d 'Only this process id' -r
-complete -c metalift -n "__fish_metalift_using_subcommand audit; and not __fish_seen_subcommand_from export help" -l decision -d 'Only this decision id' -r
-complete -c metalift -n "__fish_metalift_using_subcommand audit; and not __fish_seen_subcommand_from export help" -l kind -d 'Only records of this kind (implies --records)' -r -f -a "decision\t'Verdicts decided'
+complete -c metalift -n "__fish_metalift_using_subcommand audit; and not __fish_seen_subcommand_from flush export help" -l pid -d 'Only this process id' -r
+complete -c metalift -n "__fish_metalift_using_subcommand audit; and not __fish_seen_subcommand_from flush export help" -l decision -d 'Only this decision id' -r
+complete -c metalift -n "__fish_metalift_using_subcommand audit; and not __fish_seen_subcommand_from flush export help" -l kind -d 'Only records of this kind (implies --records)' -r -f -a "decision\t'Verdicts decided'
 outcome\t'What the shim did'
 policy_loaded\t'A policy became live'
 policy_rejected\t'A policy was refused'
@@ -89,21 +89,26 @@ daemon_stop\t'The daemon stopped'
 records_lost\t'Records the log could not take (written when it takes records again)'
 refused\t'A check-in or outcome the daemon refused (another process\'s outcome, a wrong decision id, a malformed message, a uid changed since connect)'
 verification\t'A `metalift verify` run (verified unlock), passed or failed'"
-complete -c metalift -n "__fish_metalift_using_subcommand audit; and not __fish_seen_subcommand_from export help" -s n -l lines -d 'Only the last N processes (records, with --records) of the live file, like `tail -n`; with --follow, these first, then what is appended' -r
-complete -c metalift -n "__fish_metalift_using_subcommand audit; and not __fish_seen_subcommand_from export help" -l job -d 'Only processes of this CI job: any value of the job claims the shim read from the process\'s environment (GITHUB_RUN_ID, CI_JOB_ID, BUILDKITE_JOB_ID, BUILD_TAG, ...). Advisory: a process can claim any job. With --records: the decisions carrying it' -r
-complete -c metalift -n "__fish_metalift_using_subcommand audit; and not __fish_seen_subcommand_from export help" -l records -d 'Show the raw records instead of one line per process'
-complete -c metalift -n "__fish_metalift_using_subcommand audit; and not __fish_seen_subcommand_from export help" -l summary -d 'Print counts by result, rule and executable instead of lines'
-complete -c metalift -n "__fish_metalift_using_subcommand audit; and not __fish_seen_subcommand_from export help" -s f -l follow -d 'Follow the log from its end as records are appended, across rotations (Ctrl-C to stop)'
-complete -c metalift -n "__fish_metalift_using_subcommand audit; and not __fish_seen_subcommand_from export help" -l json -d 'JSON Lines: one object per process (with --records: each record as written)'
-complete -c metalift -n "__fish_metalift_using_subcommand audit; and not __fish_seen_subcommand_from export help" -l markdown -d 'A Markdown table of the unlocks (process, rule, result), e.g. for $GITHUB_STEP_SUMMARY: `metalift audit --job "$GITHUB_RUN_ID" --markdown`'
-complete -c metalift -n "__fish_metalift_using_subcommand audit; and not __fish_seen_subcommand_from export help" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c metalift -n "__fish_metalift_using_subcommand audit; and not __fish_seen_subcommand_from export help" -f -a "export" -d 'Write a self-contained bundle (this boot\'s records, the daemon\'s status, the live policy, SHA256SUMS) into a directory, e.g. a CI artifact'
-complete -c metalift -n "__fish_metalift_using_subcommand audit; and not __fish_seen_subcommand_from export help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c metalift -n "__fish_metalift_using_subcommand audit; and not __fish_seen_subcommand_from flush export help" -s n -l lines -d 'Only the last N processes (records, with --records) of the live file, like `tail -n`; with --follow, these first, then what is appended' -r
+complete -c metalift -n "__fish_metalift_using_subcommand audit; and not __fish_seen_subcommand_from flush export help" -l job -d 'Only processes of this CI job: any value of the job claims the shim read from the process\'s environment (GITHUB_RUN_ID, CI_JOB_ID, BUILDKITE_JOB_ID, BUILD_TAG, ...). Advisory: a process can claim any job. With --records: the decisions carrying it' -r
+complete -c metalift -n "__fish_metalift_using_subcommand audit; and not __fish_seen_subcommand_from flush export help" -l records -d 'Show the raw records instead of one line per process'
+complete -c metalift -n "__fish_metalift_using_subcommand audit; and not __fish_seen_subcommand_from flush export help" -l summary -d 'Print counts by result, rule and executable instead of lines'
+complete -c metalift -n "__fish_metalift_using_subcommand audit; and not __fish_seen_subcommand_from flush export help" -s f -l follow -d 'Follow the log from its end as records are appended, across rotations (Ctrl-C to stop)'
+complete -c metalift -n "__fish_metalift_using_subcommand audit; and not __fish_seen_subcommand_from flush export help" -l json -d 'JSON Lines: one object per process (with --records: each record as written)'
+complete -c metalift -n "__fish_metalift_using_subcommand audit; and not __fish_seen_subcommand_from flush export help" -l markdown -d 'A Markdown table of the unlocks (process, rule, result), e.g. for $GITHUB_STEP_SUMMARY: `metalift audit --job "$GITHUB_RUN_ID" --markdown`'
+complete -c metalift -n "__fish_metalift_using_subcommand audit; and not __fish_seen_subcommand_from flush export help" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c metalift -n "__fish_metalift_using_subcommand audit; and not __fish_seen_subcommand_from flush export help" -f -a "flush" -d 'Wait until every record written so far was delivered to the syslog collector'
+complete -c metalift -n "__fish_metalift_using_subcommand audit; and not __fish_seen_subcommand_from flush export help" -f -a "export" -d 'Write a self-contained bundle (this boot\'s records, the daemon\'s status, the live policy, SHA256SUMS) into a directory, e.g. a CI artifact'
+complete -c metalift -n "__fish_metalift_using_subcommand audit; and not __fish_seen_subcommand_from flush export help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c metalift -n "__fish_metalift_using_subcommand audit; and __fish_seen_subcommand_from flush" -l socket -d 'The daemon\'s socket (default as for `metalift status`)' -r -F
+complete -c metalift -n "__fish_metalift_using_subcommand audit; and __fish_seen_subcommand_from flush" -l timeout -d 'Give up after this many seconds' -r
+complete -c metalift -n "__fish_metalift_using_subcommand audit; and __fish_seen_subcommand_from flush" -s h -l help -d 'Print help'
 complete -c metalift -n "__fish_metalift_using_subcommand audit; and __fish_seen_subcommand_from export" -l to -d 'The directory the bundle goes into (created if missing)' -r -F
 complete -c metalift -n "__fish_metalift_using_subcommand audit; and __fish_seen_subcommand_from export" -l since -d 'Every record from WHEN on instead of this boot\'s (same forms as `metalift audit --since`)' -r
 complete -c metalift -n "__fish_metalift_using_subcommand audit; and __fish_seen_subcommand_from export" -l log -l audit-log -d 'The audit log; its rotated files are read first' -r -F
 complete -c metalift -n "__fish_metalift_using_subcommand audit; and __fish_seen_subcommand_from export" -l socket -d 'The daemon\'s socket, for its status [default: as `metalift status`]' -r -F
 complete -c metalift -n "__fish_metalift_using_subcommand audit; and __fish_seen_subcommand_from export" -s h -l help -d 'Print help'
+complete -c metalift -n "__fish_metalift_using_subcommand audit; and __fish_seen_subcommand_from help" -f -a "flush" -d 'Wait until every record written so far was delivered to the syslog collector'
 complete -c metalift -n "__fish_metalift_using_subcommand audit; and __fish_seen_subcommand_from help" -f -a "export" -d 'Write a self-contained bundle (this boot\'s records, the daemon\'s status, the live policy, SHA256SUMS) into a directory, e.g. a CI artifact'
 complete -c metalift -n "__fish_metalift_using_subcommand audit; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c metalift -n "__fish_metalift_using_subcommand exec" -l shim -d 'The shim to inject. Default: $METALIFT_SHIM, then ../lib/ and the directory of this executable, then /usr/local/metalift/lib' -r -F
@@ -139,6 +144,8 @@ complete -c metalift -n "__fish_metalift_using_subcommand verify" -l policy -d '
 complete -c metalift -n "__fish_metalift_using_subcommand verify" -l audit-log -l log -d 'The audit log the `verification` record is appended to' -r -F
 complete -c metalift -n "__fish_metalift_using_subcommand verify" -l socket -d 'The running daemon\'s socket: the host chip and macOS build are recorded as it reads them [default: as `metalift status`]' -r -F
 complete -c metalift -n "__fish_metalift_using_subcommand verify" -l timeout-ms -d 'The shim\'s verdict deadline for the probe (METALIFT_TIMEOUT_MS)' -r
+complete -c metalift -n "__fish_metalift_using_subcommand verify" -l kernel-timeout -d 'Each kernel\'s deadline: its probe child is killed then and the kernel is `hung` (the verification fails)' -r
+complete -c metalift -n "__fish_metalift_using_subcommand verify" -l timeout -d 'The whole verification\'s bound: kernels not started by then are `not_run` (the verification fails). Nothing is written until it ends' -r
 complete -c metalift -n "__fish_metalift_using_subcommand verify" -l json -d 'Print the record as one JSON object'
 complete -c metalift -n "__fish_metalift_using_subcommand verify" -s h -l help -d 'Print help'
 complete -c metalift -n "__fish_metalift_using_subcommand schema" -l audit-record -d 'Print the JSON Schema of one audit log record (every kind) instead'
@@ -158,4 +165,5 @@ complete -c metalift -n "__fish_metalift_using_subcommand help; and not __fish_s
 complete -c metalift -n "__fish_metalift_using_subcommand help; and not __fish_seen_subcommand_from validate explain status audit exec demo edit doctor verify schema completions __generate-docs help" -f -a "completions" -d 'Print the shell completion script for bash, zsh or fish'
 complete -c metalift -n "__fish_metalift_using_subcommand help; and not __fish_seen_subcommand_from validate explain status audit exec demo edit doctor verify schema completions __generate-docs help" -f -a "__generate-docs" -d 'Write the man pages and completion scripts under DIR (for the repository and the .pkg)'
 complete -c metalift -n "__fish_metalift_using_subcommand help; and not __fish_seen_subcommand_from validate explain status audit exec demo edit doctor verify schema completions __generate-docs help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c metalift -n "__fish_metalift_using_subcommand help; and __fish_seen_subcommand_from audit" -f -a "flush" -d 'Wait until every record written so far was delivered to the syslog collector'
 complete -c metalift -n "__fish_metalift_using_subcommand help; and __fish_seen_subcommand_from audit" -f -a "export" -d 'Write a self-contained bundle (this boot\'s records, the daemon\'s status, the live policy, SHA256SUMS) into a directory, e.g. a CI artifact'

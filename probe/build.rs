@@ -15,6 +15,7 @@
 //! | `lateclasses/` | classes in `libsimmetal_driver.so`, dlopened by `MTLCreateSystemDefaultDevice` | the dyld-order tests |
 //! | `nocompile/`   | the compute path's compiler rejects simdgroup functions (`compute.m`) | the verification tests |
 //! | `wrongresults/`| the compute path's simdgroup operations give wrong numbers (`compute.m`) | the verification tests |
+//! | `hang/`        | the simdgroup matrix kernel never completes (`compute.m`) | the bounded verification tests |
 //!
 //! Every variant also compiles `probe/simmetal/compute.m` (the compute path
 //! `metalift-probe --verify` uses; empty in the stub and tools images).
@@ -44,7 +45,7 @@ const COMPUTE: &str = "simmetal/compute.m";
 const HOSTILE: &str = "hostile/hostile.c";
 
 /// (directory, file, defines).
-const VARIANTS: [(&str, &str, &[&str]); 11] = [
+const VARIANTS: [(&str, &str, &[&str]); 12] = [
     ("normal", "libsimmetal.so", &[]),
     (
         "noinit",
@@ -72,6 +73,8 @@ const VARIANTS: [(&str, &str, &[&str]); 11] = [
         "libsimmetal.so",
         &["-DSIMMETAL_COMPUTE_WRONG"],
     ),
+    // A kernel that never completes (a separate entry: easy to merge).
+    ("hang", "libsimmetal.so", &["-DSIMMETAL_COMPUTE_HANG"]),
 ];
 
 fn main() {

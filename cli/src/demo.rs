@@ -22,13 +22,14 @@
 //! next to this executable.
 
 use std::io::BufRead;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitCode, Stdio};
+use std::path::Path;
+use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 
-use super::exec::{INSERT_VAR, SHIM_FILE};
+use crate::exec::INSERT_VAR;
+use crate::scratch_daemon::{Daemon, TempDir, Tools};
 
 /// Arguments of `metalift demo`.
 #[derive(Debug, clap::Args)]
@@ -44,9 +45,6 @@ pub struct Args {
     #[arg(long)]
     pub json: bool,
 }
-
-/// How long a daemon may take to start listening (a cold, loaded CI box).
-const DAEMON_START: Duration = Duration::from_secs(30);
 
 const ENFORCE_POLICY: &str = r#"# metalift demo: unlock the probe by name, refuse its renamed copy.
 version = 1
@@ -175,122 +173,6 @@ fn demo(tools: &Tools, dir: &Path, json: bool) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// The binaries the demo runs, all from this executable's directory (also what
-/// `metalift verify` runs).
-pub(crate) struct Tools {
-    pub(crate) daemon: PathBuf,
-    pub(crate) probe: PathBuf,
-    pub(crate) shim: PathBuf,
-    /// `--timeout-ms`, passed to the shim as METALIFT_TIMEOUT_MS.
-    pub(crate) timeout_ms: Option<u64>,
-}
-
-impl Tools {
-    pub(crate) fn find() -> anyhow::Result<Tools> {
-        let exe = std::env::current_exe().context("locating this executable")?;
-        let dir = exe.parent().context("this executable has no directory")?;
-        let need = |name: &str| -> anyhow::Result<PathBuf> {
-            [dir.join(name), dir.join("deps").join(name)]
-                .into_iter()
-                .find(|p| p.is_file())
-                .with_context(|| {
-                    format!(
-                        "{name} not found next to {} (run `cargo build --workspace` first)",
-                        exe.display()
-                    )
-                })
-        };
-        Ok(Tools {
-            daemon: need("metaliftd")?,
-            probe: need("metalift-probe")?,
-            shim: need(SHIM_FILE)?,
-            timeout_ms: None,
-        })
-    }
-}
-
-/// A running throw-away `metaliftd`.
-pub(crate) struct Daemon {
-    child: Child,
-    pub(crate) socket: PathBuf,
-    pub(crate) audit_log: PathBuf,
-}
-
-impl Daemon {
-    pub(crate) fn start(
-        tools: &Tools,
-        dir: &Path,
-        name: &str,
-        policy: &str,
-    ) -> anyhow::Result<Daemon> {
-        let policy_path = dir.join(format!("{name}-policy.toml"));
-        std::fs::write(&policy_path, policy).context("writing the demo policy")?;
-        let socket = dir.join(format!("{name}.sock"));
-        let audit_log = dir.join(format!("{name}-audit.jsonl"));
-        let stderr = std::fs::File::create(dir.join(format!("{name}-daemon.log")))
-            .context("creating the daemon's log")?;
-        let mut child = Command::new(&tools.daemon)
-            .arg("--policy")
-            .arg(&policy_path)
-            .arg("--socket")
-            .arg(&socket)
-            .arg("--audit-log")
-            .arg(&audit_log)
-            .arg("--allow-insecure-owner")
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(stderr)
-            .spawn()
-            .with_context(|| format!("starting {}", tools.daemon.display()))?;
-        let deadline = Instant::now() + DAEMON_START;
-        while !socket.exists() {
-            if let Some(status) = child.try_wait()? {
-                let log = std::fs::read_to_string(dir.join(format!("{name}-daemon.log")))
-                    .unwrap_or_default();
-                bail!("metaliftd ({name}) exited with {status}:\n{log}");
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                bail!(
-                    "metaliftd ({name}) did not listen on {} in time",
-                    socket.display()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Ok(Daemon {
-            child,
-            socket,
-            audit_log,
-        })
-    }
-
-    /// SIGTERM (the daemon records `daemon_stop`), then wait; SIGKILL if it lingers.
-    pub(crate) fn stop(mut self) {
-        let pid = rustix::process::Pid::from_child(&self.child);
-        let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
 /// One probe run, as the table shows it.
 struct Row {
     case: &'static str,
@@ -374,33 +256,5 @@ fn print_table(rows: &[Row]) {
             yes_no(r.metal3),
             r.elapsed.as_millis()
         );
-    }
-}
-
-/// A private directory under the system temp dir, removed on drop.
-pub(crate) struct TempDir(PathBuf);
-
-impl TempDir {
-    pub(crate) fn create() -> anyhow::Result<TempDir> {
-        let base = std::env::temp_dir();
-        for attempt in 0..100u32 {
-            let path = base.join(format!("metalift-demo-{}-{attempt}", std::process::id()));
-            match std::fs::create_dir(&path) {
-                Ok(()) => return Ok(TempDir(path)),
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-                Err(e) => return Err(e).context("creating the demo's temporary directory"),
-            }
-        }
-        bail!("no free temporary directory name under {}", base.display())
-    }
-
-    pub(crate) fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }

@@ -389,8 +389,22 @@ fn check_image(image: &Path, shim: &Path, warnings: &mut Vec<String>) {
             ));
             return;
         }
-        if let Some(problem) = macos::hardened_runtime_problem(image) {
-            warnings.push(format!("{problem} (it will run stock)"));
+        // The Mach-O reader below answers for files it can read; codesign for the rest.
+        if crate::macho::slices(&std::fs::read(image).unwrap_or_default()).is_err() {
+            if let Some(problem) = macos::hardened_runtime_problem(image) {
+                warnings.push(format!("{problem} (it will run stock)"));
+            }
+        }
+    }
+    // The code signature's flags and entitlements, read from the file (any platform).
+    if let Ok(slices) = std::fs::read(image).map(|b| crate::macho::slices(&b)) {
+        for unfit in crate::macho::shim_fit::check_slices(image, &slices.unwrap_or_default()) {
+            if unfit.kind != "no-slice" {
+                warnings.push(format!(
+                    "{} (it will run stock): {}",
+                    unfit.message, unfit.fix
+                ));
+            }
         }
     }
     if let (Ok(Format::Native(target)), Ok(Format::Native(shim_arches))) =

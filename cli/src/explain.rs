@@ -234,6 +234,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         if let Some(record) = &decision {
             print!("{}", compare_text(record, &verdict));
         }
+        if args.path.is_some() && matches!(verdict.action, metalift_policy::Action::Unlock { .. }) {
+            print!("{}", shim_fit_text(&subject.path));
+        }
     }
     Ok(ExitCode::from(live_ladder(judged.as_ref(), 0)))
 }
@@ -668,4 +671,12 @@ fn explain_json(chosen: &Chosen, s: &Subject, hash: &HashNote, v: &Verdict) -> V
             "capabilities": capabilities,
         },
     })
+}
+
+/// For an unlock of `--path`: why the executable would not take the shim anyway.
+fn shim_fit_text(path: &Path) -> String {
+    crate::macho::shim_fit::check(path)
+        .into_iter()
+        .map(|u| format!("warning: {}: it will run stock; {}\n", u.message, u.fix))
+        .collect()
 }

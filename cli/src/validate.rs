@@ -22,7 +22,6 @@ use metalift_policy::{
 };
 use serde_json::{json, Value};
 
-use metalift_daemon::live_policy::host::RealHost;
 use metalift_daemon::service::config::DEFAULT_POLICY;
 
 /// Arguments of `metalift validate`.
@@ -179,7 +178,7 @@ fn check(args: &Args) -> Result<Report, LoadError> {
     let host_warnings = if args.skip_host_checks {
         Vec::new()
     } else {
-        host_lints(&sources, &RealHost)
+        host_lints(&sources, &crate::macho::lint_host::LintHost)
     };
     let policy = if diagnostics.is_empty() {
         let chip = host.brand.clone();

@@ -44,6 +44,11 @@ pub trait Host {
     fn entries(&self, dir: &Path) -> Vec<PathBuf>;
     /// The user name of `uid`, as the daemon would look it up.
     fn user_name(&self, uid: u32) -> Option<String>;
+    /// Why the executable at `path` (exists, resolved) cannot take the shim, each
+    /// with what to do (`metalift validate` reads the Mach-O; default: nothing).
+    fn shim_problems(&self, _path: &Path) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// Checks every rule of `sources` (main file first) against `host`; warnings only.
@@ -77,6 +82,21 @@ pub fn host_lints(sources: &[Source], host: &dyn Host) -> Vec<Diagnostic> {
             }
             if let Some((span, msg)) = qualifier_problem(&label, rule, host) {
                 warn(span, msg);
+            }
+            // An unlock rule naming an executable that will not take the shim.
+            if let (Some(_), Some(at)) = (&rule.unlock, &rule.path) {
+                let text = at.value.as_str();
+                if text.starts_with('/')
+                    && !is_glob(text)
+                    && host.resolve(Path::new(text)) == PathFact::Resolved
+                {
+                    for problem in host.shim_problems(Path::new(text)) {
+                        warn(
+                            at.span.clone(),
+                            format!("{label}: the unlock never applies: {problem}"),
+                        );
+                    }
+                }
             }
         }
     }

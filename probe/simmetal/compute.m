@@ -447,6 +447,27 @@ static const char *run(const struct sim_dispatch *d)
     return "no compute pipeline state set";
 }
 
+/* ---- the hung-kernel variant (SIMMETAL_COMPUTE_HANG) ---------------------
+ * MODELLED: a kernel that never completes (a Metal test suite hung for 47 minutes
+ * on the paravirtual device, JustVugg/colibri#947). Built as `hang/` (probe/
+ * build.rs): -waitUntilCompleted never returns for a command buffer holding the
+ * simdgroup matrix kernel; every other kernel completes, so a test can see which
+ * one `metalift verify` names `hung`. */
+#ifdef SIMMETAL_COMPUTE_HANG
+#include <unistd.h>
+static void sim_hang_if_matrix(const struct sim_dispatch *d, int count)
+{
+    int i;
+    for (i = 0; i < count; i++)
+        if (d[i].kernel == SimKernelSimdgroupMM)
+            for (;;)
+                pause();
+}
+#define SIM_MAYBE_HANG(cb) sim_hang_if_matrix((cb)->_dispatches, (cb)->_count)
+#else
+#define SIM_MAYBE_HANG(cb) ((void)0)
+#endif
+
 @implementation SimCommandBuffer
 - (id)computeCommandEncoder
 {
@@ -470,6 +491,7 @@ static const char *run(const struct sim_dispatch *d)
 }
 - (void)waitUntilCompleted
 {
+    SIM_MAYBE_HANG(self);
 }
 - (NSUInteger)status
 {

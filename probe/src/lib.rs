@@ -51,6 +51,11 @@ pub struct Options {
     /// `--verify`: also compile and run a kernel for each capability the device
     /// claims, and exit with [`EXIT_VERIFY_FAILED`] unless all compute correctly.
     pub verify: bool,
+    /// `--kernel NAME` (with `--verify`): run only that kernel (a function name,
+    /// or `control`: the check that must come out `differs`, see
+    /// [`verify::control`]). `metalift verify` runs each in a child of its own,
+    /// killed at a deadline.
+    pub kernel: Option<String>,
     /// `--threads N` (Linux): first create N devices at once on N threads.
     pub threads: usize,
     /// Positional arguments (the library path for `metalift-probe-dlopen`).
@@ -73,6 +78,9 @@ pub const OPTIONS_HELP: &str = "  --json               one JSON document instead
                        NO for Apple(N+1))
   --verify             run a kernel for each claimed capability (simd_sum, simd_max, 8x8
                        simdgroup matrix, bfloat, threadgroup memory); exit 4 if any fails
+  --kernel NAME        with --verify: only that kernel (metalift_simd_sum, ...), or
+                       `control`: a check built to come out `differs` (its reference
+                       perturbed); it does not fail the verification
   -h, --help           print this and exit 0
   --threads N          (Linux) first create N devices at the same moment on N threads
   --simmetal-dir       print where the simulated Metal variants were built
@@ -90,6 +98,9 @@ impl Options {
                 "--json" => options.json = true,
                 "--simmetal-dir" => options.simmetal_dir = true,
                 "--verify" => options.verify = true,
+                "--kernel" => {
+                    options.kernel = Some(args.next().ok_or("--kernel needs a kernel name")?);
+                }
                 "--expect-family" => {
                     let value = args.next().ok_or("--expect-family needs N or =N")?;
                     options.expect_family =

@@ -13,7 +13,7 @@ fn main() -> ExitCode {
         Err(msg) => {
             return metalift_probe::usage(
                 "metalift-probe",
-                "metalift-probe [--json] [--expect-family N|=N] [--verify] [--threads N] [--simmetal-dir]",
+                "metalift-probe [--json] [--expect-family N|=N] [--verify [--kernel NAME]] [--threads N] [--simmetal-dir]",
                 &msg,
             );
         }
@@ -71,13 +71,14 @@ mod platform {
 
     /// The report, then the kernels it claims run on the simulated compute path.
     pub fn verify(
-        _options: &metalift_probe::Options,
+        options: &metalift_probe::Options,
     ) -> Result<(Report, metalift_probe::verify::Verification), String> {
         // SAFETY: the linked symbol is the simulated Metal's MTLCreateSystemDefaultDevice.
         let device = unsafe { sim::default_device(MTLCreateSystemDefaultDevice, Scope::Global) }?;
         let report = Report::probe(&device);
         let gpu = metalift_probe::sim_compute::SimCompute::new(&device)?;
-        let verification = metalift_probe::verify::verify(&gpu, &report);
+        let verification =
+            metalift_probe::verify::verify_selected(&gpu, &report, options.kernel.as_deref())?;
         Ok((report, verification))
     }
 }
@@ -95,12 +96,13 @@ mod platform {
 
     /// The report, then the kernels it claims run on the real Metal.
     pub fn verify(
-        _options: &metalift_probe::Options,
+        options: &metalift_probe::Options,
     ) -> Result<(Report, metalift_probe::verify::Verification), String> {
         let device = metalift_probe::macos::default_device()?;
         let report = Report::probe(&device);
         let gpu = metalift_probe::macos_compute::MetalCompute(&device);
-        let verification = metalift_probe::verify::verify(&gpu, &report);
+        let verification =
+            metalift_probe::verify::verify_selected(&gpu, &report, options.kernel.as_deref())?;
         Ok((report, verification))
     }
 }

@@ -30,10 +30,13 @@ pub fn profiles(
     crate::verify::coverage_here(&loaded.policy, &store)
         .into_iter()
         .map(|(name, coverage)| match coverage {
-            Coverage::Verified(_) => Check::new(
+            Coverage::Verified(record) => Check::new(
                 "verified unlock",
                 Status::Ok,
-                format!("profile `{name}`: verified for this host chip and macOS build"),
+                format!(
+                    "profile `{name}`: verified for this host chip and macOS build{}",
+                    not_needed(&record)
+                ),
             ),
             Coverage::Unverified(why) => Check::new(
                 "verified unlock",
@@ -43,4 +46,15 @@ pub fn profiles(
             .fix(format!("sudo metalift verify --profile {name}")),
         })
         .collect()
+}
+
+/// What the verification's receipt says when the stock device (shim disabled)
+/// already answered everything the profile claims.
+fn not_needed(record: &metalift_daemon::audit::verification::VerificationRecord) -> &'static str {
+    match record.receipt.as_ref().and_then(|r| r.unlock_needed) {
+        Some(false) => {
+            "; the stock device already answers what it claims: the unlock is not needed here"
+        }
+        _ => "",
+    }
 }

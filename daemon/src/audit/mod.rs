@@ -12,6 +12,7 @@
 //! - [`rotation`]: [`Rotation`] settings and the file-name scheme of rotated files.
 //! - [`line`]: one line read back as the writer's typed [`Record`] (or a newer kind, or corrupt).
 //! - [`reader`]: reading the log back (rotated files first), and following it, for `metalift audit`.
+//! - [`receipt`]: what a `verification` record proves it ran (hashes, stock and effective answers, the control).
 //! - [`verification`]: the `verification` record (`metalift verify`), shared with the verification file.
 //! - [`forward`]: forwarding every record to a syslog collector (`[audit.forward]`).
 //! - [`tail`]: where the last N lines start, read backwards (`metalift audit -f -n N`).
@@ -21,6 +22,7 @@ pub mod forward;
 pub mod line;
 pub mod log_lock;
 pub mod reader;
+pub mod receipt;
 pub mod record;
 pub mod refused;
 pub mod rfc3339;

@@ -8,6 +8,7 @@ use std::time::SystemTime;
 use metalift_policy::Capabilities;
 use serde::{Deserialize, Serialize};
 
+use super::receipt::Receipt;
 use super::rfc3339;
 
 /// One kernel of a verification (`metalift-probe --verify`'s JSON row).
@@ -15,11 +16,16 @@ use super::rfc3339;
 pub struct KernelLine {
     /// The kernel's function name, e.g. `metalift_simd_sum`.
     pub kernel: String,
-    /// `pass`, `differs`, `compile_failed`, `run_failed` or `not_claimed`.
+    /// `pass`, `differs`, `compile_failed`, `run_failed`, `not_claimed`, `hung`
+    /// (killed at its deadline) or `not_run` (the verification's bound was reached).
     pub result: String,
     /// Where it differed or why it failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
+    /// How long its probe child ran, in milliseconds (`None`: recorded before
+    /// kernels were timed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ms: Option<u64>,
 }
 
 /// One verification: a line of the verification file, and the audit log's
@@ -55,6 +61,10 @@ pub struct VerificationRecord {
     pub error: Option<String>,
     /// Who ran `metalift verify` (advisory: the file's owner is what counts).
     pub recorded_by_uid: u32,
+    /// What ran, the stock and effective answers, the control, the bounds
+    /// (`None`: recorded by a metalift without receipts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub receipt: Option<Receipt>,
 }
 
 impl VerificationRecord {

@@ -462,9 +462,11 @@ mod tests {
                 kernel: "metalift_simd_sum".into(),
                 result: if passed { "pass" } else { "differs" }.into(),
                 detail: None,
+                ms: None,
             }],
             error: None,
             recorded_by_uid: 0,
+            receipt: None,
         }
     }
 

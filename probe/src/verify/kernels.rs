@@ -266,6 +266,25 @@ fn floats(values: &[f32]) -> Vec<u8> {
 }
 
 impl Expected {
+    /// The same answer with its first value changed: the control, a check built
+    /// to come out `differs` (see `super::control`).
+    #[must_use]
+    pub fn perturbed(mut self) -> Expected {
+        match &mut self {
+            Expected::Floats(v) => {
+                if let Some(x) = v.first_mut() {
+                    *x += 1.0;
+                }
+            }
+            Expected::Words(v) => {
+                if let Some(x) = v.first_mut() {
+                    *x = x.wrapping_add(1);
+                }
+            }
+        }
+        self
+    }
+
     /// `None` when `bytes` holds the expected answer, else where it first differs.
     #[must_use]
     pub fn mismatch(&self, bytes: &[u8]) -> Option<String> {

@@ -109,8 +109,12 @@ pub struct KernelResult {
 /// Every kernel's result.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Verification {
-    /// In [`Capability::ALL`] order.
+    /// In [`Capability::ALL`] order (only the one asked for with `--kernel`).
     pub kernels: Vec<KernelResult>,
+    /// The control's outcome, when it ran (`--kernel control`): it must be
+    /// `differs`; anything else means the comparison cannot fail, and
+    /// `metalift verify` calls the verification void.
+    pub control: Option<Outcome>,
     /// The threadgroup memory the device claimed (and the kernel allocated).
     pub threadgroup_memory: u64,
 }
@@ -127,9 +131,71 @@ pub fn claims(report: &Report, capability: Capability) -> bool {
     }
 }
 
+/// The control's function name as `--kernel` takes it and the JSON names it.
+pub const CONTROL: &str = "control";
+
+/// Test rigs only: with this set to `1` the control's reference is not perturbed
+/// (a comparison that cannot fail), so a test can show `metalift verify` calls such
+/// a run void. Never set it on a real machine.
+pub const BREAK_CONTROL_ENV: &str = "METALIFT_VERIFY_BREAK_CONTROL";
+
+/// The control: the threadgroup-memory kernel (every device claims some), checked
+/// against its CPU answer with one value changed. A comparison that works says
+/// `differs`; `pass` means the check cannot fail (broken comparison, or a GPU and
+/// probe that agree on anything) and nothing it says is evidence.
+pub fn control(gpu: &dyn Compute, report: &Report, perturb: bool) -> Outcome {
+    let (job, expected) =
+        kernels::job(Capability::ThreadgroupMemory, report.max_threadgroup_memory);
+    let expected = if perturb {
+        expected.perturbed()
+    } else {
+        expected
+    };
+    check(gpu, &job, &expected)
+}
+
 /// Runs every kernel `report`'s device claims on `gpu`.
 pub fn verify(gpu: &dyn Compute, report: &Report) -> Verification {
-    let kernels = Capability::ALL
+    verify_capabilities(gpu, report, &Capability::ALL)
+}
+
+/// [`verify`], or with `only` (`--kernel`) just that kernel, or the control.
+///
+/// # Errors
+/// `only` names no kernel.
+pub fn verify_selected(
+    gpu: &dyn Compute,
+    report: &Report,
+    only: Option<&str>,
+) -> Result<Verification, String> {
+    match only {
+        None => Ok(verify(gpu, report)),
+        Some(CONTROL) => {
+            let perturb = std::env::var(BREAK_CONTROL_ENV).as_deref() != Ok("1");
+            Ok(Verification {
+                kernels: Vec::new(),
+                control: Some(control(gpu, report, perturb)),
+                threadgroup_memory: report.max_threadgroup_memory,
+            })
+        }
+        Some(name) => {
+            let capability = Capability::ALL
+                .into_iter()
+                .find(|c| c.function() == name)
+                .ok_or_else(|| {
+                    let names: Vec<&str> = Capability::ALL.iter().map(|c| c.function()).collect();
+                    format!(
+                        "--kernel {name}: no such kernel (kernels: {}, {CONTROL})",
+                        names.join(", ")
+                    )
+                })?;
+            Ok(verify_capabilities(gpu, report, &[capability]))
+        }
+    }
+}
+
+fn verify_capabilities(gpu: &dyn Compute, report: &Report, which: &[Capability]) -> Verification {
+    let kernels = which
         .iter()
         .map(|&capability| {
             let outcome = if claims(report, capability) {
@@ -146,6 +212,7 @@ pub fn verify(gpu: &dyn Compute, report: &Report) -> Verification {
         .collect();
     Verification {
         kernels,
+        control: None,
         threadgroup_memory: report.max_threadgroup_memory,
     }
 }
@@ -190,6 +257,15 @@ impl Verification {
                 k.outcome.detail().unwrap_or("")
             ));
         }
+        if let Some(c) = &self.control {
+            out.push_str(&format!(
+                "  {:<24} {:<26} {:<15} {}\n",
+                CONTROL,
+                "(must differ)",
+                c.as_str(),
+                c.detail().unwrap_or("")
+            ));
+        }
         out.push_str(if self.passed() {
             "verification: passed\n"
         } else {
@@ -210,6 +286,10 @@ impl Verification {
                 "result": k.outcome.as_str(),
                 "detail": k.outcome.detail(),
             })).collect::<Vec<_>>(),
+            "control": self.control.as_ref().map(|c| serde_json::json!({
+                "result": c.as_str(),
+                "detail": c.detail(),
+            })),
         })
     }
 }
@@ -284,5 +364,24 @@ mod tests {
         assert!(!v.passed());
         assert_eq!(v.kernels[0].outcome.as_str(), "compile_failed");
         assert_eq!(v.to_json()["passed"], false);
+    }
+
+    #[test]
+    fn the_control_differs_on_a_right_gpu_and_passes_only_unperturbed() {
+        let report = Report::probe(&Apple(1007));
+        assert_eq!(control(&Cpu::Right, &report, true).as_str(), "differs");
+        assert_eq!(control(&Cpu::Right, &report, false).as_str(), "pass");
+    }
+
+    #[test]
+    fn kernel_selects_one_row_and_control_alone_passes() {
+        let report = Report::probe(&Apple(1007));
+        let v = verify_selected(&Cpu::Right, &report, Some("metalift_bfloat")).unwrap();
+        assert_eq!(v.kernels.len(), 1);
+        assert_eq!(v.kernels[0].capability, Capability::Bfloat);
+        let c = verify_selected(&Cpu::Right, &report, Some(CONTROL)).unwrap();
+        assert!(c.kernels.is_empty() && c.passed());
+        assert_eq!(c.to_json()["control"]["result"], "differs");
+        assert!(verify_selected(&Cpu::Right, &report, Some("nope")).is_err());
     }
 }

@@ -3,16 +3,21 @@
 //!
 //! 1. Reads the profile from the policy (`--policy`), `"host"` and the host's
 //!    ceiling resolved as metaliftd resolves them.
-//! 2. Starts a throw-away `metaliftd` (sibling of this executable) whose policy
-//!    unlocks `metalift-probe` with exactly that profile, and runs
-//!    `metalift-probe --verify --json` with libmetalift injected: the device as the
-//!    shim leaves it, one kernel per claimed capability, compared with the CPU.
-//!    The system daemon is not asked: a profile with `require_verified = true` is
-//!    stock there until this command has recorded a pass.
-//! 3. Appends a `verification` record to the audit log (`--audit-log`) and then
-//!    the same record to the verification file beside the policy
-//!    (`verifications.jsonl`), which the daemon reads: audited before it takes
-//!    effect, as every decision is. Both are root's files, so only root records a
+//! 2. Probes the stock device (the shim disabled, `METALIFT_DISABLE=1`), then
+//!    starts a throw-away `metaliftd` (`crate::scratch_daemon`) whose policy
+//!    unlocks `metalift-probe` with exactly that profile and runs, with
+//!    libmetalift injected, the probe's report, each kernel
+//!    (`metalift-probe --verify --json --kernel NAME`) and the control, each in a
+//!    child killed at its deadline (`runs`, `bounded`): a kernel that does not
+//!    finish is `hung`, and the whole run ends by `--timeout`. The control must
+//!    come out `differs`, or the run is void (recorded as failed). The system
+//!    daemon is not asked: a profile with `require_verified = true` is stock there
+//!    until this command has recorded a pass.
+//! 3. Appends a `verification` record with its receipt (`receipt`: hashes of
+//!    the shim and probe, stock and effective answers, times) to the audit log
+//!    (`--audit-log`) and then the same record to the verification file beside the
+//!    policy (`verifications.jsonl`, replaced whole: `store`), which the daemon
+//!    reads: audited before it takes effect, as every decision is. Both are root's files, so only root records a
 //!    verification the daemon trusts (`metalift_daemon::live_policy::verification`).
 //!
 //! The record names what the result depends on: the profile's capabilities, the
@@ -21,20 +26,23 @@
 //! its host chip and build passed: after a macOS update it answers stock until
 //! this command is run again.
 
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
+mod bounded;
+mod receipt;
+mod runs;
+mod store;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode, Stdio};
-use std::time::SystemTime;
+use std::process::ExitCode;
+use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{bail, Context};
+use metalift_daemon::audit::receipt::Receipt;
 use metalift_daemon::audit::{AuditLog, Record, Rotation};
-use metalift_daemon::live_policy::verification::{self, KernelLine, VerificationRecord};
+use metalift_daemon::live_policy::verification::{self, VerificationRecord};
 use metalift_daemon::live_policy::{host_chip, host_os};
 use metalift_policy::{Capabilities, LoadOptions};
 
-use crate::demo::{Daemon, TempDir, Tools};
-use crate::exec::INSERT_VAR;
+use crate::scratch_daemon::{Daemon, TempDir, Tools};
 
 /// Exit status when the verification ran and failed (the answer is no).
 pub const FAILED: u8 = 1;
@@ -44,8 +52,9 @@ pub const FAILED: u8 = 1;
 #[command(after_help = "Exit status:\n  \
     0  every claimed kernel computed correctly (recorded: the daemon may unlock\n     \
        the profile on this host chip and macOS build)\n  \
-    1  a kernel failed to compile, to run, or computed wrongly (recorded: the\n     \
-       daemon answers stock for it)\n  \
+    1  a kernel failed to compile, to run, computed wrongly, or hung; or the\n     \
+       control did not come out `differs` (void) (recorded: the daemon answers\n     \
+       stock for it)\n  \
     2  the verification could not run (nothing recorded)")]
 pub struct Args {
     /// The profile to verify (`[profile.NAME]` in the policy).
@@ -76,6 +85,14 @@ pub struct Args {
     /// The shim's verdict deadline for the probe (METALIFT_TIMEOUT_MS).
     #[arg(long, value_name = "MS")]
     pub timeout_ms: Option<u64>,
+    /// Each kernel's deadline: its probe child is killed then and the kernel is
+    /// `hung` (the verification fails).
+    #[arg(long, value_name = "SECONDS", default_value_t = 60)]
+    pub kernel_timeout: u64,
+    /// The whole verification's bound: kernels not started by then are
+    /// `not_run` (the verification fails). Nothing is written until it ends.
+    #[arg(long, value_name = "SECONDS", default_value_t = 300)]
+    pub timeout: u64,
     /// Print the record as one JSON object.
     #[arg(long)]
     pub json: bool,
@@ -83,6 +100,7 @@ pub struct Args {
 
 /// Runs `metalift verify`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let started = Instant::now();
     // Ownership is the daemon's to enforce when it loads the policy; here the file
     // is only read for the profile's values.
     let loaded = host_chip::load(
@@ -101,18 +119,31 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             args.profile
         );
     };
+    if args.timeout == 0 || args.kernel_timeout == 0 {
+        bail!("--timeout and --kernel-timeout must be at least 1 second");
+    }
+    let bounds = runs::Bounds {
+        per_kernel: Duration::from_secs(args.kernel_timeout),
+        end: started + Duration::from_secs(args.timeout),
+    };
     let tools = find_tools(args.timeout_ms)?;
     let dir = TempDir::create()?;
+    let (_, stock) = runs::answers(&tools, None, &bounds)?;
     let daemon = Daemon::start(
         &tools,
         dir.path(),
         "verify",
         &private_policy(&args.profile, &capabilities),
     )?;
-    let probe = run_probe(&tools, &daemon.socket);
+    let unlocked =
+        runs::answers(&tools, Some(&daemon.socket), &bounds).and_then(|(report, effective)| {
+            check_unlocked(&report, &capabilities)?;
+            let kernels = runs::kernels(&tools, &daemon.socket, &bounds)?;
+            let control = runs::control(&tools, &daemon.socket, &bounds)?;
+            Ok((effective, kernels, control))
+        });
     daemon.stop();
-    let report = probe?;
-    check_unlocked(&report, &capabilities)?;
+    let (effective, kernels, control) = unlocked?;
     // The chip and build exactly as the running daemon reads them (what it will
     // compare this record with), not as this process would.
     let socket = args
@@ -124,6 +155,30 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         eprintln!("metalift: verify: note: {note}");
     }
 
+    let void = (control != "differs").then(|| {
+        format!(
+            "the control (a check whose reference is deliberately wrong) came out `{control}`, \
+             not `differs`: this run's comparisons are not evidence"
+        )
+    });
+    let kernels_pass = kernels
+        .iter()
+        .all(|k| k.result == "pass" || k.result == "not_claimed");
+    let receipt = Receipt {
+        shim: tools.shim.display().to_string(),
+        shim_sha256: receipt::sha256_file(&tools.shim),
+        probe: tools.probe.display().to_string(),
+        probe_sha256: receipt::sha256_file(&tools.probe),
+        os_product_version: receipt::os_product_version(),
+        unlock_needed: Some(receipt::unlock_needed(&stock, &effective, &capabilities)),
+        stock: Some(stock),
+        effective: Some(effective),
+        control,
+        void,
+        kernel_timeout_ms: args.kernel_timeout * 1000,
+        timeout_ms: args.timeout * 1000,
+        elapsed_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+    };
     let record = VerificationRecord {
         time: SystemTime::now(),
         profile: args.profile.clone(),
@@ -133,17 +188,18 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         host_chip: host.chip,
         os_build: host.os_build,
         metalift_version: env!("CARGO_PKG_VERSION").to_owned(),
-        passed: report["verification"]["passed"].as_bool() == Some(true),
-        kernels: kernels(&report)?,
-        error: None,
+        passed: kernels_pass && receipt.void.is_none(),
+        kernels,
+        error: receipt.void.clone(),
         recorded_by_uid: rustix::process::getuid().as_raw(),
+        receipt: Some(receipt),
     };
     let file = verification::path_beside(&args.policy);
     // Audited first: a verification the daemon acts on is always in the log.
     AuditLog::open(&args.audit_log, Rotation::default())
         .and_then(|log| log.append(&Record::Verification(record.clone())))
         .with_context(|| format!("appending to the audit log {}", args.audit_log.display()))?;
-    append(&file, &record)?;
+    store::append_atomically(&file, &record)?;
 
     if args.json {
         println!("{}", serde_json::to_string(&record)?);
@@ -199,31 +255,6 @@ fn private_policy(profile: &str, capabilities: &Capabilities) -> String {
     text
 }
 
-/// `metalift-probe --verify --json` under the shim, asking `socket`.
-fn run_probe(tools: &Tools, socket: &Path) -> anyhow::Result<serde_json::Value> {
-    let mut cmd = Command::new(&tools.probe);
-    cmd.args(["--verify", "--json"])
-        .stdin(Stdio::null())
-        .env(INSERT_VAR, &tools.shim)
-        .env("METALIFT_SOCKET", socket)
-        .env_remove("METALIFT_DISABLE");
-    if let Some(ms) = tools.timeout_ms {
-        cmd.env("METALIFT_TIMEOUT_MS", ms.to_string());
-    }
-    let output = cmd
-        .output()
-        .with_context(|| format!("running {}", tools.probe.display()))?;
-    // 0: every kernel passed; 4: one failed (metalift-probe's EXIT_VERIFY_FAILED).
-    if !matches!(output.status.code(), Some(0 | 4)) {
-        bail!(
-            "the probe failed ({}): {}",
-            output.status,
-            String::from_utf8_lossy(&output.stderr).trim()
-        );
-    }
-    serde_json::from_slice(&output.stdout).context("the probe printed no JSON")
-}
-
 /// The verification means something only if the probe saw the profile applied.
 fn check_unlocked(report: &serde_json::Value, capabilities: &Capabilities) -> anyhow::Result<()> {
     let family = report["apple_family"].as_u64();
@@ -241,34 +272,6 @@ fn check_unlocked(report: &serde_json::Value, capabilities: &Capabilities) -> an
         );
     }
     Ok(())
-}
-
-fn kernels(report: &serde_json::Value) -> anyhow::Result<Vec<KernelLine>> {
-    let rows = report["verification"]["kernels"]
-        .as_array()
-        .context("the probe's JSON has no verification (an older probe?)")?;
-    Ok(rows
-        .iter()
-        .map(|k| KernelLine {
-            kernel: k["kernel"].as_str().unwrap_or("?").to_owned(),
-            result: k["result"].as_str().unwrap_or("?").to_owned(),
-            detail: k["detail"].as_str().map(str::to_owned),
-        })
-        .collect())
-}
-
-/// One line appended with one `write(2)` (`O_APPEND`); created 0644 (root's, as
-/// the daemon requires).
-fn append(file: &Path, record: &VerificationRecord) -> anyhow::Result<()> {
-    let mut line = serde_json::to_vec(record)?;
-    line.push(b'\n');
-    std::fs::OpenOptions::new()
-        .append(true)
-        .create(true)
-        .mode(0o644)
-        .open(file)
-        .and_then(|mut f| f.write_all(&line))
-        .with_context(|| format!("appending to {}", file.display()))
 }
 
 fn print_text(record: &VerificationRecord, file: &Path) {
