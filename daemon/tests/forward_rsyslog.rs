@@ -210,11 +210,16 @@ impl Env {
         files
             .iter()
             .flat_map(|(_, p)| {
-                std::fs::read_to_string(p)
-                    .unwrap()
-                    .lines()
-                    .map(str::to_owned)
-                    .collect::<Vec<_>>()
+                // A file rotation removed between the listing and the read holds
+                // nothing local any more (seen once under load on 2 busy cores).
+                match std::fs::read_to_string(p) {
+                    Ok(text) => text,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+                    Err(e) => panic!("{}: {e}", p.display()),
+                }
+                .lines()
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
             })
             .collect()
     }

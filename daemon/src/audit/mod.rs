@@ -17,8 +17,8 @@
 //! - [`forward`]: forwarding every record to a syslog collector (`[audit.forward]`).
 //! - [`tail`]: where the last N lines start, read backwards (`metalift audit -f -n N`).
 
-pub mod host;
 pub mod forward;
+pub mod host;
 pub mod line;
 pub mod log_lock;
 pub mod reader;

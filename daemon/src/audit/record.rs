@@ -384,7 +384,7 @@ impl Record {
             | Record::PolicyRejected { time, .. }
             | Record::DaemonStart { time, .. }
             | Record::DaemonStop { time, .. }
-            | Record::RecordsLost { time, .. } => *time,
+            | Record::RecordsLost { time, .. }
             | Record::ForwardGap { time, .. } => *time,
         }
     }
