@@ -120,7 +120,6 @@ pub enum Command {
 }
 
 /// Runs `metalift audit`.
-
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if let Some(Command::Export(export)) = args.command {
         return export::run(export);

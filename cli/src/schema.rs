@@ -82,7 +82,7 @@ fn labels_schema() -> Value {
     })
 }
 
-/// `[audit.forward]` (policy/src/forward.rs): where audit records are forwarded.
+/// `[audit.forward]` (policy/src/model/forward.rs): where audit records are forwarded.
 fn forward_schema() -> Value {
     let path = |what: &str| json!({"type": "string", "pattern": "^/", "description": format!("{what}: an absolute path to a PEM file")});
     json!({

@@ -12,6 +12,8 @@ use toml::Spanned;
 use crate::diagnostic::{Diagnostic, LineIndex, Severity, Source};
 
 mod flat;
+pub mod forward;
+pub mod labels;
 
 /// A value and the byte range of the file it came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
