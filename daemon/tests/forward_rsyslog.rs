@@ -323,9 +323,6 @@ fn wait_all_received(env: &Env, out: &Path) -> HashMap<String, usize> {
 }
 
 #[test]
-#[ignore = "KNOWN BUG (issue 30 open): after kill -9 and a restart amid rotation, 5-10 of 89 records \
-            never reach the collector while the forwarder reports nothing behind; passes alone, \
-            fails about 2 runs in 3 on the merged tree. Run with --ignored."]
 fn every_record_arrives_once_over_rotation_and_a_kill_9_with_duplicates_only_past_the_cursor() {
     let _serial = serial();
     let env = Env::new();

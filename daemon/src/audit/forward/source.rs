@@ -58,7 +58,7 @@ impl Source {
         let chain = source.chain();
         let start = match cursor {
             None => 0,
-            Some(c) => match chain.iter().position(|(_, m)| c.is_file(m)) {
+            Some(c) => match chain.iter().position(|h| h.dev == c.dev && h.ino == c.ino) {
                 Some(i) => {
                     source.offset = c.offset;
                     i
@@ -72,41 +72,43 @@ impl Source {
                 }
             },
         };
-        for (path, _) in chain.into_iter().skip(start) {
-            source.hold(&path);
-        }
+        source.held = chain.into_iter().skip(start).collect();
         (source, gaps)
     }
 
-    /// The log's files that exist now, oldest first, with their metadata.
-    fn chain(&self) -> Vec<(PathBuf, std::fs::Metadata)> {
-        let mut paths: Vec<PathBuf> = (1..=self.keep)
-            .rev()
-            .map(|n| rotated_path(&self.log, n))
-            .collect();
-        paths.push(self.log.clone());
-        paths
-            .into_iter()
-            .filter_map(|p| std::fs::metadata(&p).ok().map(|m| (p, m)))
-            .collect()
-    }
-
-    fn hold(&mut self, path: &Path) {
-        let Ok(file) = File::open(path) else { return };
-        let Ok(meta) = file.metadata() else { return };
-        if self
-            .held
-            .iter()
-            .any(|h| h.dev == meta.dev() && h.ino == meta.ino())
-        {
-            return;
+    /// The log's files that exist now, oldest first, each held open.
+    ///
+    /// Walked from the live file toward the oldest: a rotation during the walk
+    /// renames every file one number up, so a file can be met twice (kept once),
+    /// never skipped, and the order stays oldest first. Identities are the opened
+    /// descriptors', so a name that moved between a look and an open cannot put
+    /// the wrong file at the cursor (the first version listed metadata oldest
+    /// first and opened by name afterwards: a rotation in between lost records at
+    /// a restart, seen in forward_rsyslog's kill -9 test).
+    fn chain(&self) -> Vec<Held> {
+        let mut paths = vec![self.log.clone()];
+        paths.extend((1..=self.keep).map(|n| rotated_path(&self.log, n)));
+        let mut newest_first: Vec<Held> = Vec::new();
+        for path in paths {
+            let Ok(file) = File::open(&path) else {
+                continue;
+            };
+            let Ok(meta) = file.metadata() else { continue };
+            if newest_first
+                .iter()
+                .any(|h| h.dev == meta.dev() && h.ino == meta.ino())
+            {
+                continue;
+            }
+            newest_first.push(Held {
+                dev: meta.dev(),
+                ino: meta.ino(),
+                name: path,
+                file,
+            });
         }
-        self.held.push_back(Held {
-            dev: meta.dev(),
-            ino: meta.ino(),
-            name: path.to_owned(),
-            file,
-        });
+        newest_first.reverse();
+        newest_first
     }
 
     /// Picks up files created by rotation since, and turns files deleted before
@@ -118,7 +120,7 @@ impl Source {
         while let Some(front) = self.held.front() {
             if chain
                 .iter()
-                .any(|(_, m)| m.dev() == front.dev && m.ino() == front.ino)
+                .any(|h| h.dev == front.dev && h.ino == front.ino)
             {
                 break;
             }
@@ -132,41 +134,18 @@ impl Source {
                 });
             }
         }
-        for (path, meta) in chain {
-            let newer = self
-                .held
-                .back()
-                .is_none_or(|b| !(b.dev == meta.dev() && b.ino == meta.ino()));
-            let known = self
-                .held
-                .iter()
-                .any(|h| h.dev == meta.dev() && h.ino == meta.ino());
-            if newer && !known {
-                // Only files newer than the held ones: older ones were forwarded.
-                let position = self.chain_position(&meta);
-                if position.is_some() {
-                    self.hold(&path);
-                }
-            }
-        }
+        // Only files newer than the newest held one: older ones were forwarded.
+        let from = match self.held.back() {
+            None => 0,
+            Some(b) => match chain.iter().position(|h| h.dev == b.dev && h.ino == b.ino) {
+                Some(last) => last + 1,
+                // The newest held file is gone while an older one is not: nothing
+                // newer can be told apart; look again next time.
+                None => return gaps,
+            },
+        };
+        self.held.extend(chain.into_iter().skip(from));
         gaps
-    }
-
-    /// Whether `meta` comes after every held file in the chain (so it is new).
-    fn chain_position(&self, meta: &std::fs::Metadata) -> Option<()> {
-        let chain = self.chain();
-        let idx = chain
-            .iter()
-            .position(|(_, m)| m.dev() == meta.dev() && m.ino() == meta.ino())?;
-        let last_held = self.held.back().and_then(|b| {
-            chain
-                .iter()
-                .position(|(_, m)| m.dev() == b.dev && m.ino() == b.ino)
-        });
-        match last_held {
-            Some(l) if idx <= l => None,
-            _ => Some(()),
-        }
     }
 
     /// Up to `max` bytes of whole lines after the cursor, or `None` when caught up.
