@@ -138,6 +138,10 @@ pub fn expected_verdict(decoded: Result<Message, WireError>) -> Result<VerdictMs
         Err(WireError::Truncated) => Err(CWireError::Truncated),
         Err(WireError::Version(v)) => Err(CWireError::Version(v)),
         Err(WireError::UnknownKind(k)) => Err(CWireError::UnknownKind(k)),
+        // A job claim exists only in a check-in (kind 1), which the C verdict
+        // decoder refuses by its kind before it reads a field (found by the
+        // wire_decode_c fuzz target once the check-in gained its job tag).
+        Err(WireError::BadField("job")) => Err(CWireError::NotVerdict(1)),
         Err(WireError::BadField(f)) => Err(CWireError::BadField(f.to_owned())),
         Err(WireError::Missing(f)) => Err(CWireError::Missing(f.to_owned())),
     }
