@@ -1,19 +1,19 @@
-//! The server core driven through an in-memory stand-in for the XPC transport, on
-//! any OS: the proof that the XPC path decides and audits nothing on its own.
+//! The server core driven through the daemon's own XPC exchange over an
+//! in-memory link, on any OS: the proof that the XPC path decides and audits
+//! nothing on its own.
 //!
-//! The stand-in is a hand copy of what `daemon/src/checkin/transport/xpc/peer_task.rs`
-//! does between libxpc and the core, minus libxpc (a copy, so it can drift: keep
-//! the two in step; one known difference: on a check-in without its own audit
-//! token the real transport also replies `Declined(UseSocket)` before it refuses,
-//! which only the macOS build checks): messages are dictionaries in the real
-//! key layout (`metalift_xpc::dict`), the order and checks of a peer's
-//! messages are the transport's own (`metalift_xpc::exchange`) — both pure and
-//! built on every platform — the asker's
-//! identity comes with each message from "the kernel" (never from the
-//! dictionary), and the core is called exactly as the XPC transport calls it. Whatever differs between a shim that asks over
-//! XPC and one that asks over the socket is therefore only the dictionary mapping
-//! and how the kernel identity is read (`checkin/peer/macos.rs`); both are covered here or
-//! listed as type-checked only in `daemon/src/macos/mod.rs`.
+//! What an XPC peer goes through is one function, `xpc_peer::serve` (its steps
+//! `checkin::session`'s, which the Unix socket calls too); the real transport
+//! runs it over libxpc (`daemon/src/checkin/transport/xpc/peer_task.rs`), these
+//! tests over [`stand_in::Memory`]. The stand-in is therefore no copy of the
+//! peer task: it only moves dictionaries, in the real key layout
+//! (`metalift_xpc::dict`), with "the kernel's" identity beside each message
+//! (never in the dictionary), and identifies on the core's blocking pool as the
+//! real link does. A drift test reads both links and fails if either does any
+//! step itself. Whatever differs between a shim that asks over XPC and one that
+//! asks over the socket is therefore only the libxpc calls and how the kernel
+//! identity is read (`checkin/peer/macos.rs`), listed as type-checked only in
+//! `daemon/src/macos/mod.rs`.
 
 #[path = "record_schema.rs"]
 mod record_schema;
@@ -22,7 +22,10 @@ use std::sync::Arc;
 
 use metalift_daemon::audit::{AuditLog, Rotation};
 use metalift_daemon::checkin::peer::{CodeSignature, PeerFacts};
-use metalift_daemon::checkin::server::{Core, Refusing};
+use metalift_daemon::checkin::server::Core;
+use metalift_daemon::checkin::session::{Places, Session};
+use metalift_daemon::checkin::transport::xpc_peer::{self, PeerError, PEER_QUEUE};
+use metalift_daemon::checkin::transport::Limits;
 use metalift_daemon::live_policy::store::PolicyStore;
 use metalift_policy::wire::{
     Answers, CheckIn, DeclineReason, Declined, Message, Outcome, OutcomeResult, VerdictMsg,
@@ -33,8 +36,8 @@ use serde_json::Value;
 
 use metalift_xpc::dict as wire_dict;
 use metalift_xpc::dict::MapDict;
-use metalift_xpc::exchange::{self, Admission, Refusal, Sender, Serving};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use metalift_xpc::exchange::{Refusal, Sender, Serving};
+use tokio::sync::mpsc;
 
 /// The transport name the XPC transport records.
 const XPC: &str = "xpc";
@@ -114,34 +117,41 @@ impl Kernel {
     }
 }
 
-/// One peer connection, served as `checkin/transport/xpc/peer_task.rs`'s `PeerTask` serves it: the
-/// exchange's checks are the transport's own code (`metalift_xpc::exchange`), and
-/// refusals are recorded through the same `Core::refuse`.
+/// One peer connection, served by the daemon's own XPC exchange
+/// (`xpc_peer::serve`, the function `checkin/transport/xpc/peer_task.rs` runs)
+/// over [`Memory`], an in-memory link in place of libxpc. The test holds the
+/// other end: it sends dictionaries with "the kernel's" identity and reads the
+/// replies.
 struct Peer {
-    core: Arc<Core>,
-    /// Whether this daemon decides XPC check-ins (`exchange::Serving`).
-    serving: Serving,
-    /// The transport's places (`Limits::max_waiting`), shared by every peer.
-    places: Arc<Semaphore>,
-    /// Held from admission until the outcome (or the end of the outcome wait:
-    /// this peer dropped).
-    place: Option<OwnedSemaphorePermit>,
-    /// After the check-in: the decision given, to whom, and who that was.
-    given: Option<(u64, Sender, PeerFacts)>,
+    /// Messages to the exchange, each with the kernel's stamp (`None`: none).
+    to_exchange: Option<mpsc::Sender<(MapDict, Option<Kernel>)>>,
+    /// The exchange's replies.
+    replies: mpsc::UnboundedReceiver<MapDict>,
+    /// The exchange itself, and whether it has ended.
+    exchange: tokio::task::JoinHandle<Result<(), PeerError>>,
+    ended: Option<Result<(), Refusal>>,
 }
 
 impl Peer {
     fn new(core: &Arc<Core>) -> Peer {
-        Peer::on(core, Serving::Identities, &Arc::new(Semaphore::new(1024)))
+        Peer::on(core, Serving::Identities, &Places::new(64, 1024))
     }
 
-    fn on(core: &Arc<Core>, serving: Serving, places: &Arc<Semaphore>) -> Peer {
+    /// A peer of a transport that decides as `serving` says, within `places`
+    /// (shared by every peer given them, as the transport's are).
+    fn on(core: &Arc<Core>, serving: Serving, places: &Places) -> Peer {
+        let session = Session::new(Arc::clone(core), places.clone(), XPC);
+        let (to_exchange, inbox) = mpsc::channel(PEER_QUEUE);
+        let (outbox, replies) = mpsc::unbounded_channel();
+        let exchange = tokio::spawn(async move {
+            let mut link = stand_in::Memory { inbox, outbox };
+            xpc_peer::serve(&session, serving, Limits::default(), &mut link, ()).await
+        });
         Peer {
-            core: Arc::clone(core),
-            serving,
-            places: Arc::clone(places),
-            place: None,
-            given: None,
+            to_exchange: Some(to_exchange),
+            replies,
+            exchange,
+            ended: None,
         }
     }
 
@@ -155,83 +165,121 @@ impl Peer {
     }
 
     /// Delivers one message, with the kernel's per-message identity or (`None`)
-    /// without one.
+    /// without one. Returns its reply, or how the exchange ended without one.
     async fn deliver_stamped(
         &mut self,
         message: &MapDict,
         kernel: Option<&Kernel>,
     ) -> Result<Option<MapDict>, Refusal> {
-        let decoded = wire_dict::decode(message);
-        match self.given.take() {
-            None => {
-                let request = match exchange::first(decoded) {
-                    Ok(request) => request,
-                    Err(refusal) => {
-                        if refusal == Refusal::Unexpected("outcome") {
-                            self.refuse(&refusal, "outcome", kernel, None, None);
-                        }
-                        return Err(refusal);
-                    }
-                };
-                let place = Arc::clone(&self.places).try_acquire_owned().ok();
-                match exchange::admit(request, self.serving, place.is_some()) {
-                    Admission::Status => {
-                        let json =
-                            serde_json::to_string(&self.core.status()).expect("status encodes");
-                        Ok(Some(to_dict(&Message::Status(json))))
-                    }
-                    Admission::Decline(declined) => Ok(Some(to_dict(&Message::Declined(declined)))),
-                    Admission::Decide(req) => {
-                        let Some(kernel) = kernel else {
-                            let refusal = Refusal::NoAuditToken;
-                            self.refuse(&refusal, "check_in", None, None, None);
-                            return Err(refusal);
-                        };
-                        let facts = kernel.facts();
-                        let verdict = self.core.check_in(&facts, req, XPC).await;
-                        let reply = to_dict(&Message::Verdict(verdict.clone()));
-                        self.given = Some((verdict.decision_id, kernel.sender(), facts));
-                        self.place = place;
-                        Ok(Some(reply))
-                    }
-                }
-            }
-            Some((given, asker, facts)) => {
-                let sent_by = kernel.map(Kernel::sender);
-                match exchange::outcome(decoded, sent_by, asker, given) {
-                    Ok(outcome) => {
-                        self.core.outcome(&facts, outcome).await;
-                        self.place = None;
-                        Ok(None)
-                    }
-                    Err(refusal) => {
-                        self.refuse(&refusal, "outcome", kernel, Some(&facts), Some(given));
-                        Err(refusal)
-                    }
-                }
+        let to = self.to_exchange.as_ref().expect("the peer is open");
+        to.send((message.clone(), kernel.cloned()))
+            .await
+            .expect("the exchange is still reading");
+        tokio::select! {
+            biased;
+            Some(reply) = self.replies.recv() => Ok(Some(reply)),
+            end = &mut self.exchange, if self.ended.is_none() => {
+                let end = Peer::refusal(end);
+                self.ended = Some(end.clone());
+                end.map(|()| None)
             }
         }
     }
 
-    fn refuse(
-        &self,
-        refusal: &Refusal,
-        message: &'static str,
-        sent_by: Option<&Kernel>,
-        asker: Option<&PeerFacts>,
-        given: Option<u64>,
-    ) {
-        self.core.refuse(Refusing {
-            message,
-            reason: refusal.code(),
-            detail: refusal.to_string(),
-            sender_pid: sent_by.map(|k| k.pid),
-            asker,
-            sent_by_asker: asker.is_some() && *refusal != Refusal::OtherProcess,
-            decision_id: given,
-            transport: XPC,
-        });
+    /// Closes the peer's side (the shim cancels its connection) and returns how
+    /// the exchange ended.
+    async fn close(mut self) -> Result<(), Refusal> {
+        drop(self.to_exchange.take());
+        match self.ended.take() {
+            Some(end) => end,
+            None => Peer::refusal((&mut self.exchange).await),
+        }
     }
+
+    fn refusal(end: Result<Result<(), PeerError>, tokio::task::JoinError>) -> Result<(), Refusal> {
+        match end.expect("the exchange does not panic") {
+            Ok(()) => Ok(()),
+            Err(PeerError::Refused(refusal)) => Err(refusal),
+            Err(other) => panic!("the exchange ended with {other}"),
+        }
+    }
+}
+
+/// The stand-in for libxpc: only a link, like `peer_task.rs`'s `Libxpc`. What
+/// happens to a message is `xpc_peer::serve`'s and `session`'s, never this
+/// module's (`the_stand_in_and_the_xpc_peer_task_are_only_links` reads both).
+mod stand_in {
+    // stand-in begins
+    use std::time::Duration;
+
+    use metalift_daemon::checkin::peer::PeerFacts;
+    use metalift_daemon::checkin::session::Session;
+    use metalift_daemon::checkin::transport::xpc_peer::{Event, PeerError, PeerLink, Stamp};
+    use metalift_policy::wire::Message;
+    use metalift_xpc::dict::{self as wire_dict, MapDict};
+    use tokio::sync::mpsc;
+
+    use super::{to_dict, Kernel};
+
+    /// The test's end of one peer connection.
+    pub(super) struct Memory {
+        /// What the peer sends, each with the kernel's stamp (libxpc's event
+        /// handler forwards messages the same way, `PEER_QUEUE` deep).
+        pub(super) inbox: mpsc::Receiver<(MapDict, Option<Kernel>)>,
+        /// What the daemon answers.
+        pub(super) outbox: mpsc::UnboundedSender<MapDict>,
+    }
+
+    impl PeerLink for Memory {
+        type Token = Kernel;
+        /// Every request the shim sends carries a reply handler.
+        type Reply = ();
+
+        fn stamp(token: &Kernel) -> Stamp {
+            Stamp {
+                sender: token.sender(),
+                uid: token.euid,
+            }
+        }
+
+        async fn next(&mut self, wait: Duration) -> Event<Kernel, ()> {
+            match tokio::time::timeout(wait, self.inbox.recv()).await {
+                Err(_) => Event::TimedOut,
+                Ok(None) => Event::Closed,
+                Ok(Some((dict, token))) => Event::Message {
+                    message: wire_dict::decode(&dict),
+                    token,
+                    reply: Some(()),
+                },
+            }
+        }
+
+        fn reply(&mut self, (): (), message: &Message) {
+            let _ = self.outbox.send(to_dict(message));
+        }
+
+        /// "The kernel's" facts, on the core's blocking pool within the uid's
+        /// share, where the real link runs `facts_from_audit_token`.
+        async fn identify(
+            &mut self,
+            session: &Session,
+            uid: u32,
+            token: Kernel,
+        ) -> Result<PeerFacts, PeerError> {
+            Ok(session
+                .core()
+                .blocking()
+                .run_for(uid, move || token.facts())
+                .await?)
+        }
+
+        async fn linger(&mut self, wait: Duration) {
+            let inbox = &mut self.inbox;
+            let closed = async { while inbox.recv().await.is_some() {} };
+            let _ = tokio::time::timeout(wait, closed).await;
+        }
+    }
+    // stand-in ends
 }
 
 /// The shim's side: what it sends and how it reads the reply.
@@ -685,7 +733,7 @@ async fn given_a_daemon_that_serves_no_xpc_identities_then_each_check_in_is_told
 {
     let d = Daemon::start();
     let kernel = Kernel::process("/opt/llama.cpp/bin/llama-cli");
-    let places = Arc::new(Semaphore::new(8));
+    let places = Places::new(64, 8);
     for serving in [Serving::new(false, true), Serving::new(true, false)] {
         assert_ne!(serving, Serving::Identities);
         let mut peer = Peer::on(&d.core, serving, &places);
@@ -708,22 +756,18 @@ async fn given_a_daemon_that_serves_no_xpc_identities_then_each_check_in_is_told
     }
     assert_eq!(Serving::new(true, true), Serving::Identities);
     assert!(d.records("decision").is_empty(), "nothing decided over XPC");
-    assert_eq!(
-        places.available_permits(),
-        8,
-        "a declined peer holds no place"
-    );
+    assert_eq!(places.waiting_free(), 8, "a declined peer holds no place");
 }
 
 /// Issue 23 item 2: an idle peer cannot keep a place another process needs. With
 /// every place taken a check-in is answered "busy" at once (never a silent
-/// cancel); the place comes back when the outcome arrives, or when the outcome
-/// wait ends (the peer task ends: here, the peer dropped).
+/// cancel); the place comes back when the outcome arrives, or when the
+/// exchange ends without one (here, the peer closes).
 #[tokio::test]
 async fn given_every_place_taken_then_a_check_in_is_answered_busy_until_an_outcome_frees_one() {
     let d = Daemon::start();
     let kernel = Kernel::process("/opt/llama.cpp/bin/llama-cli");
-    let places = Arc::new(Semaphore::new(1));
+    let places = Places::new(64, 1);
 
     let mut first = Peer::on(&d.core, Serving::Identities, &places);
     let verdict = read_verdict(
@@ -758,23 +802,32 @@ async fn given_every_place_taken_then_a_check_in_is_answered_busy_until_an_outco
             .unwrap(),
     );
     // No outcome: the place is held until the outcome wait ends.
-    assert_eq!(places.available_permits(), 0);
-    drop(second);
-    assert_eq!(places.available_permits(), 1);
+    assert_eq!(places.waiting_free(), 0);
+    assert_eq!(second.close().await, Ok(()));
+    assert_eq!(places.waiting_free(), 1);
     assert_eq!(d.records("decision").len(), 2);
 }
 
 /// Issue 24 item 3: no identity from the connection's token. A check-in or an
-/// outcome that carries no audit token of its own is refused and recorded.
+/// outcome that carries no audit token of its own is refused and recorded; the
+/// check-in is answered "use the socket" (the shim asks there within its
+/// deadline), and holds no place.
 #[tokio::test]
 async fn given_a_message_without_its_own_audit_token_then_it_is_refused_and_recorded() {
     let d = Daemon::start();
     let kernel = Kernel::process("/opt/llama.cpp/bin/llama-cli");
 
-    let refused = Peer::new(&d.core)
-        .deliver_stamped(&check_in_claiming(None), None)
-        .await;
-    assert_eq!(refused, Err(Refusal::NoAuditToken));
+    let places = Places::new(64, 8);
+    let mut unstamped = Peer::on(&d.core, Serving::Identities, &places);
+    let declined = read_declined(
+        unstamped
+            .deliver_stamped(&check_in_claiming(None), None)
+            .await
+            .unwrap(),
+    );
+    assert_eq!(declined.reason, DeclineReason::UseSocket);
+    assert_eq!(places.waiting_free(), 8, "its place was given back");
+    assert_eq!(unstamped.close().await, Err(Refusal::NoAuditToken));
     assert!(d.records("decision").is_empty());
 
     let mut peer = Peer::new(&d.core);
@@ -891,4 +944,91 @@ async fn given_code_that_no_longer_matches_its_file_then_sha256_rules_do_not_mat
         decisions[1]["identity_error"],
         "file hashes not used: the running code no longer matches its file (errSecCSStaticCodeChanged)"
     );
+}
+
+/// `source` without its `//` comments (docs name the steps they do not take).
+fn code_of(source: &str) -> String {
+    source
+        .lines()
+        .map(|line| line.split("//").next().unwrap_or_default())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Issue 31 item 9: the stand-in is no hand copy of the XPC peer task. Both are
+/// links to the one exchange (`xpc_peer::serve`), and neither takes a step of
+/// its own: if either starts to decide, check, record, refuse or hold a place
+/// itself, or stops running the shared exchange, or the two stop reading and
+/// identifying the same way, the tests above no longer prove anything about
+/// the real XPC path, and this fails.
+#[test]
+fn the_stand_in_and_the_xpc_peer_task_are_only_links_to_one_exchange() {
+    let peer_task = include_str!("../src/checkin/transport/xpc/peer_task.rs");
+    let this_file = include_str!("core_in_memory.rs");
+    let begin = this_file
+        .find("// stand-in begins")
+        .expect("the stand-in's start marker");
+    let end = this_file
+        .find("// stand-in ends")
+        .expect("the stand-in's end marker");
+    let stand_in = &this_file[begin..end];
+    // The peer handle (outside the markers) starts the exchange for the stand-in.
+    let handle = &this_file[this_file.find("impl Peer {").expect("impl Peer")..begin];
+
+    // What each link must do the same way: run the shared exchange (once), be a
+    // `PeerLink`, decode the real dictionary layout, wait with tokio's timer,
+    // and identify on the core's blocking pool within the uid's share.
+    let same_in_both = [
+        "impl PeerLink for",
+        "wire_dict::decode(",
+        "tokio::time::timeout(wait",
+        ".blocking()",
+        ".run_for(uid,",
+    ];
+    // Steps that are the session's or the exchange's alone.
+    let steps = [
+        "exchange::first",
+        "exchange::admit",
+        "exchange::outcome",
+        "exchange::decided_outcome",
+        "exchange::sender",
+        "Refusing",
+        ".check_in(",
+        ".outcome(",
+        ".refuse(",
+        ".note_unidentified(",
+        ".first(",
+        ".admit(",
+        ".decide(",
+        ".activate(",
+        ".refuse_unstamped(",
+        ".unidentified(",
+        ".answered(",
+        ".status(",
+        "count_waiting",
+        "count_active",
+        "try_acquire",
+        "acquire_owned",
+        "Semaphore",
+        "UserLimit",
+    ];
+    for (name, link, starts) in [
+        ("peer_task.rs", code_of(peer_task), code_of(peer_task)),
+        ("the stand-in", code_of(stand_in), code_of(handle)),
+    ] {
+        assert_eq!(
+            starts.matches("xpc_peer::serve(").count(),
+            1,
+            "{name}: the peer is served by the shared exchange, once"
+        );
+        for needed in same_in_both {
+            assert!(link.contains(needed), "{name} no longer does `{needed}`");
+        }
+        for step in steps {
+            assert!(
+                !link.contains(step) && !starts.contains(step),
+                "{name} takes a step of its own (`{step}`): it belongs in checkin::session"
+            );
+        }
+    }
 }

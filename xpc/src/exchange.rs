@@ -39,7 +39,7 @@ pub enum Request {
 }
 
 /// Why a connection is closed without (further) answer.
-#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
     /// The dictionary is not a valid message.
     #[error("bad message: {0}")]
@@ -141,7 +141,7 @@ pub fn admit(request: Request, serving: Serving, place_free: bool) -> Admission 
         }),
         Request::CheckIn(_) if !place_free => Admission::Decline(Declined {
             reason: DeclineReason::Busy,
-            detail: "every XPC place for a check-in awaiting its outcome is taken".to_owned(),
+            detail: "every place for a check-in awaiting its outcome is taken".to_owned(),
         }),
         Request::CheckIn(req) => Admission::Decide(req),
     }
@@ -173,6 +173,16 @@ pub fn outcome(
     if self::sender(sender)? != asker {
         return Err(Refusal::OtherProcess);
     }
+    decided_outcome(message, given)
+}
+
+/// The message after a verdict `given` was sent, on a transport whose
+/// connection names its one sender (a Unix socket): only its outcome, naming
+/// `given` (or 0). [`outcome`] is this after the per-message sender check.
+pub fn decided_outcome(
+    message: Result<Message, WireError>,
+    given: u64,
+) -> Result<Outcome, Refusal> {
     match message? {
         Message::Outcome(o) if o.decision_id == 0 || o.decision_id == given => Ok(o),
         Message::Outcome(o) => Err(Refusal::WrongDecision {

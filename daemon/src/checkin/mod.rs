@@ -7,6 +7,8 @@
 //! - [`blocking_pool`]: where identity work runs: blocking threads, bounded.
 //! - [`per_user`]: each uid's share of every bound (places, workers).
 //! - [`identity_cache`]: executable sha256 by (dev, ino, size, mtime, ctime).
+//! - [`session`]: a check-in's steps from admission to outcome, written once
+//!   for every transport (places, the token check, refusals).
 //! - [`server`]: the transport-independent core: decide, audit, then answer;
 //!   `decision`: what a decision becomes (its audit record, the wire verdict).
 
@@ -16,4 +18,5 @@ pub mod identity_cache;
 pub mod peer;
 pub mod per_user;
 pub mod server;
+pub mod session;
 pub mod transport;

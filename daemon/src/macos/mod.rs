@@ -63,8 +63,11 @@
 //! - **Uninstall**: refuses (exit 1, nothing changed) while a plist, `launchctl
 //!   getenv`, a profile or a process environment names the shim; `--force` leaves the
 //!   inert stub at the shim's path (tests; the stub's object code is checked above).
-//! - **XPC dictionaries** (`metalift_xpc::dict`) and the exchange's checks
-//!   (`metalift_xpc::exchange`) against the real core (`daemon/tests/core_in_memory.rs`).
+//! - **XPC dictionaries** (`metalift_xpc::dict`), the exchange's checks
+//!   (`metalift_xpc::exchange`) and a peer's whole exchange
+//!   (`checkin/transport/xpc_peer.rs`, the function `xpc/peer_task.rs` runs over
+//!   libxpc) against the real core (`daemon/tests/core_in_memory.rs`, over an
+//!   in-memory link; only the libxpc link itself is macOS-only).
 //! - **The shim's arm64e object code** (PAC on every indirect branch and function
 //!   pointer): `scripts/shim-arm64e-check.sh` (the shim's own check).
 //!
@@ -234,7 +237,7 @@
 //!     connection unanswered with a `refused` record, reason `uid_changed`, `uid`
 //!     the user's (`metalift audit --kind refused` lists it).
 //! 22. **Refused XPC outcomes are records** (issue 24 items 2 and 3;
-//!     `checkin/transport/xpc/peer_task.rs`, `Core::refuse`): by hand, a small client that
+//!     `checkin/session.rs`, `Core::refuse`): by hand, a small client that
 //!     checks in over XPC from one process and sends the outcome from a forked
 //!     child on a second connection gets `refused` with reason `unexpected`; an
 //!     outcome naming another decision id, `wrong_decision`. That libxpc always

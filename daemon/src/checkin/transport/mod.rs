@@ -7,7 +7,12 @@
 //!
 //! - [`unix`]: length-prefixed frames on a Unix socket (Linux, and the macOS fallback);
 //!   [`socket_file`]: that socket's file, from creation to removal.
-//! - `xpc` (macOS): the XPC mach service, plugged into the same core.
+//! - `xpc` (macOS): the XPC mach service, plugged into the same core;
+//!   [`xpc_peer`]: one XPC peer's exchange (any OS), behind a link to libxpc
+//!   or to the tests' in-memory stand-in.
+//!
+//! The steps of a check-in between reading and answering are
+//! [`crate::checkin::session`]'s, the same for every transport.
 //!
 //! metaliftd runs both on macOS (XPC first choice of the shim, the socket its
 //! fallback), with one shutdown and one [`Core`](crate::checkin::server::Core).
@@ -18,6 +23,7 @@ pub mod socket_file;
 pub mod unix;
 #[cfg(target_os = "macos")]
 pub mod xpc;
+pub mod xpc_peer;
 
 /// Resource limits of a transport, so no client can starve the others.
 ///

@@ -47,6 +47,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use metalift_policy::wire::{self, Message, WireError};
+use metalift_xpc::exchange::{Refusal, Serving};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{broadcast, mpsc, OwnedSemaphorePermit, Semaphore};
@@ -54,8 +55,8 @@ use tokio::time::Instant;
 
 use super::Limits;
 use crate::checkin::peer::{self, IdentifyPeer, KernelIdentity, PeerFacts};
-use crate::checkin::per_user::{user_share, UserLimit, UserPermit};
-use crate::checkin::server::{Core, Counted, Refusing};
+use crate::checkin::server::Core;
+use crate::checkin::session::{Active, Admission, Admitted, Origin, Places, Session};
 
 /// The transport's name in audit records.
 pub const TRANSPORT: &str = "unix";
@@ -84,14 +85,14 @@ pub async fn run_with_identity(
     let (shutdown_complete_tx, mut shutdown_complete_rx) = mpsc::channel::<()>(1);
     let mut server = Listener {
         listener,
-        core,
+        session: Session::new(
+            core,
+            Places::new(limits.max_active, limits.max_waiting),
+            TRANSPORT,
+        ),
         limits,
         identity,
         pending: Arc::new(Semaphore::new(limits.max_pending)),
-        active: Arc::new(Semaphore::new(limits.max_active.max(1))),
-        waiting: Arc::new(Semaphore::new(limits.max_waiting)),
-        active_per_user: UserLimit::new(user_share(limits.max_active.max(1))),
-        waiting_per_user: UserLimit::new(user_share(limits.max_waiting)),
         notify_shutdown,
         shutdown_complete_tx,
     };
@@ -113,20 +114,14 @@ pub async fn run_with_identity(
 /// The accepting half of the server.
 struct Listener {
     listener: UnixListener,
-    core: Arc<Core>,
+    /// The check-in steps, with this transport's active and waiting places
+    /// (per user as well as global: [`crate::checkin::per_user`]).
+    session: Session,
     limits: Limits,
     /// Who is asking (the kernel, or a test's stand-in).
     identity: Arc<dyn IdentifyPeer>,
     /// Places for connections waiting for their first frame (see [`Limits::max_pending`]).
     pending: Arc<Semaphore>,
-    /// Places for connections being read or answered (see [`Limits::max_active`]).
-    active: Arc<Semaphore>,
-    /// Places for check-ins from admission to outcome (see [`Limits::max_waiting`]).
-    waiting: Arc<Semaphore>,
-    /// Each uid's share of the active places, taken first ([`crate::checkin::per_user`]).
-    active_per_user: UserLimit,
-    /// Each uid's share of the waiting places, taken first.
-    waiting_per_user: UserLimit,
     /// Dropped at shutdown: every connection's receiver then wakes.
     notify_shutdown: broadcast::Sender<()>,
     /// Cloned into every connection; when all clones are dropped, they are done.
@@ -162,13 +157,9 @@ impl Listener {
                     buf: Vec::with_capacity(256),
                     read_timeout: self.limits.read_timeout,
                 },
-                core: Arc::clone(&self.core),
+                session: self.session.clone(),
                 identity: Arc::clone(&self.identity),
                 limits: self.limits,
-                active: Arc::clone(&self.active),
-                waiting: Arc::clone(&self.waiting),
-                active_per_user: self.active_per_user.clone(),
-                waiting_per_user: self.waiting_per_user.clone(),
                 shutdown: self.notify_shutdown.subscribe(),
                 _shutdown_complete: self.shutdown_complete_tx.clone(),
             };
@@ -192,13 +183,9 @@ impl Listener {
 /// One client connection.
 struct Connection {
     frames: Frames,
-    core: Arc<Core>,
+    session: Session,
     identity: Arc<dyn IdentifyPeer>,
     limits: Limits,
-    active: Arc<Semaphore>,
-    waiting: Arc<Semaphore>,
-    active_per_user: UserLimit,
-    waiting_per_user: UserLimit,
     /// Wakes (with an error: the sender is dropped) when the daemon stops.
     shutdown: broadcast::Receiver<()>,
     /// Held, never used: its drop tells [`run`] this connection is done.
@@ -218,10 +205,8 @@ enum ConnError {
     Truncated,
     #[error("bad frame: {0}")]
     Wire(#[from] WireError),
-    #[error("unexpected {0} message")]
-    Unexpected(&'static str),
-    #[error("outcome for decision {got}, but this connection was given {given}")]
-    WrongDecision { got: u64, given: u64 },
+    #[error("{0}")]
+    Refused(#[from] Refusal),
     #[error("cannot identify the peer: {0}")]
     Peer(#[from] peer::PeerError),
 }
@@ -269,81 +254,51 @@ impl Connection {
         // The connecting uid, from the kernel (SO_PEERCRED / LOCAL_PEERCRED: no
         // blocking): every place below is taken within its share first.
         let uid = self.frames.stream.peer_cred().map_or(u32::MAX, |c| c.uid());
-        // A check-in takes its waiting place at admission, as over XPC: none
-        // free (for this uid, or at all) and it is declined as busy before
-        // anything is decided, so no decision ever loses its outcome.
-        let admitted = match &first {
-            Message::CheckIn(_) => match admit(&self.waiting_per_user, &self.waiting, uid) {
-                Some(place) => Some(place),
-                None => {
-                    drop(pending);
-                    tracing::debug!(
-                        uid,
-                        "every waiting place is taken: check-in declined as busy"
-                    );
-                    return self
-                        .frames
-                        .write(&Message::Declined(wire::Declined {
-                            reason: wire::DeclineReason::Busy,
-                            detail: "every place for a waiting check-in is taken".into(),
-                        }))
-                        .await;
-                }
-            },
-            _ => None,
-        };
-        // Deciding takes an active place (this uid's share first); the pending
-        // one is given back.
-        let user_active = self.active_per_user.acquire(uid).await;
-        let Ok(permit) = Arc::clone(&self.active).acquire_owned().await else {
-            return Ok(()); // never closed
-        };
-        drop(pending);
-        let active = (user_active, permit, self.core.count_active());
-        match first {
-            Message::StatusRequest => {
-                let json = serde_json::to_string(&self.core.status())
+        let request = self.session.first(Ok(first), Origin::Connection)?;
+        // The socket decides every check-in: its kernel names the connection.
+        match self.session.admit(request, Serving::Identities, uid) {
+            Admission::Decline(declined) => {
+                drop(pending);
+                tracing::debug!(uid, detail = %declined.detail, "check-in declined");
+                self.frames.write(&Message::Declined(declined)).await
+            }
+            Admission::Status => {
+                let Some(active) = self.session.activate(uid).await else {
+                    return Ok(()); // never closed
+                };
+                drop(pending);
+                let status = self
+                    .session
+                    .status()
                     .map_err(|e| ConnError::Io(io::Error::other(e)))?;
-                self.frames.write(&Message::Status(json)).await
+                let written = self.frames.write(&status).await;
+                drop(active);
+                written
             }
-            Message::CheckIn(req) => match admitted {
-                Some(place) => self.check_in(req, active, place).await,
-                None => Ok(()),
-            },
-            Message::Outcome(outcome) => {
-                // An outcome on a connection that was given no decision: an
-                // attempt to put a report in the log for someone's decision.
-                let refusal = ConnError::Unexpected("outcome");
-                self.core.refuse(Refusing {
-                    message: "outcome",
-                    reason: "unexpected",
-                    detail: format!(
-                        "an outcome for decision {} on a connection that checked in for none",
-                        outcome.decision_id
-                    ),
-                    sender_pid: None,
-                    asker: None,
-                    sent_by_asker: false,
-                    decision_id: None,
-                    transport: TRANSPORT,
-                });
-                Err(refusal)
+            Admission::Decide(admitted) => {
+                // Deciding takes an active place (this uid's share first); the
+                // pending one is given back.
+                let Some(active) = self.session.activate(uid).await else {
+                    return Ok(()); // never closed
+                };
+                drop(pending);
+                self.check_in(admitted, active, uid).await
             }
-            other => Err(ConnError::Unexpected(other.kind_name())),
         }
     }
 
     async fn check_in(
         &mut self,
-        req: metalift_policy::wire::CheckIn,
-        active: (UserPermit, OwnedSemaphorePermit, Counted),
-        place: (UserPermit, OwnedSemaphorePermit),
+        admitted: Admitted,
+        active: Active,
+        uid: u32,
     ) -> Result<(), ConnError> {
         // Only what the live policy's rules need is read (no executable opened
         // without a sha256 rule, no parent without a parent rule). A reload between
         // here and the decision can add such a rule: this one check-in is then
         // decided without that fact, so that rule cannot match it (stock).
-        let wants = peer::Wants::from_needs(self.core.needs());
+        let core = Arc::clone(self.session.core());
+        let wants = peer::Wants::from_needs(core.needs());
         // The blocking thread gets its own descriptor for the same socket; the
         // stream stays here. Not raced against shutdown (a check-in that arrived
         // is decided); a slow identification holds this connection's active
@@ -351,9 +306,7 @@ impl Connection {
         let identified = if self.identity.may_block(wants) {
             let socket = self.frames.stream.as_fd().try_clone_to_owned()?;
             let identity = Arc::clone(&self.identity);
-            let uid = self.frames.stream.peer_cred().map_or(u32::MAX, |c| c.uid());
-            self.core
-                .blocking()
+            core.blocking()
                 .run_for(uid, move || identity.identify(socket.as_fd(), wants))
                 .await
         } else {
@@ -364,7 +317,7 @@ impl Connection {
         let facts: PeerFacts = match identified {
             Ok(Ok(facts)) => facts,
             Ok(Err(error)) => {
-                self.core.note_unidentified(&error, TRANSPORT);
+                self.session.unidentified(&error);
                 return Err(error.into());
             }
             Err(_) => {
@@ -373,56 +326,29 @@ impl Connection {
                 )))
             }
         };
-        // Not raced against shutdown: a check-in that arrived is decided and recorded.
-        let verdict = self.core.check_in(&facts, req, TRANSPORT).await;
-        let given = verdict.decision_id;
-        // The outcome record needs the pid and path only: a waiting connection
-        // holds its socket and no other descriptor.
-        let facts = PeerFacts {
-            exe_file: None,
-            ..facts
-        };
+        let (verdict, answered) = self
+            .session
+            .decide(admitted, facts, Origin::Connection, active)
+            .await;
         self.frames.write(&Message::Verdict(verdict)).await?;
 
         // Answered: the active place goes back; the waiting place, taken at
         // admission, is held until the outcome.
-        let _waiting = (place, self.core.count_waiting());
-        drop(active);
-        let refusal = match self
+        let awaiting = answered.answered();
+        let message = match self
             .read_or_stop(Wait::Idle(self.limits.outcome_idle))
             .await
         {
             Ok(None) => return Ok(()),
-            Ok(Some(Message::Outcome(outcome)))
-                if outcome.decision_id == 0 || outcome.decision_id == given =>
-            {
-                self.core.outcome(&facts, outcome).await;
-                return Ok(());
-            }
-            Ok(Some(Message::Outcome(outcome))) => ConnError::WrongDecision {
-                got: outcome.decision_id,
-                given,
-            },
-            Ok(Some(other)) => ConnError::Unexpected(other.kind_name()),
-            Err(error @ ConnError::Wire(_)) => error,
+            Ok(Some(message)) => Ok(message),
+            Err(ConnError::Wire(error)) => Err(error),
             // Silence, a hang-up, a deadline: nothing was refused.
             Err(error) => return Err(error),
         };
-        self.core.refuse(Refusing {
-            message: "outcome",
-            reason: match refusal {
-                ConnError::WrongDecision { .. } => "wrong_decision",
-                ConnError::Unexpected(_) => "unexpected",
-                _ => "malformed",
-            },
-            detail: refusal.to_string(),
-            sender_pid: None,
-            asker: Some(&facts),
-            sent_by_asker: true,
-            decision_id: Some(given),
-            transport: TRANSPORT,
-        });
-        Err(refusal)
+        self.session
+            .outcome(awaiting, message, Origin::Connection)
+            .await?;
+        Ok(())
     }
 
     /// Reads one frame, or `None` if the daemon stops first or the client closed
@@ -433,18 +359,6 @@ impl Connection {
             _ = self.shutdown.recv() => Ok(None),
         }
     }
-}
-
-/// A waiting place for `uid`: its share first, then a global one; `None` when
-/// either is full (the share given back at once).
-fn admit(
-    per_user: &UserLimit,
-    global: &Arc<Semaphore>,
-    uid: u32,
-) -> Option<(UserPermit, OwnedSemaphorePermit)> {
-    let user = per_user.try_acquire(uid)?;
-    let place = Arc::clone(global).try_acquire_owned().ok()?;
-    Some((user, place))
 }
 
 /// A stream and its read buffer, with the frame deadlines.

@@ -3,7 +3,9 @@
 //!
 //! Like [`super::unix`], it only reads a message within its limits, learns the
 //! asker from the kernel and hands both to the core: it decides and audits nothing
-//! itself (`daemon/tests/core_in_memory.rs` drives the core the same way).
+//! itself. A peer's steps are [`crate::checkin::session`]'s, in the order of
+//! [`super::xpc_peer::serve`], which `daemon/tests/core_in_memory.rs` drives
+//! with an in-memory link on any OS; `peer_task` is the libxpc link.
 //!
 //! # Messages
 //!
@@ -72,13 +74,13 @@ use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use crate::checkin::per_user::{user_share, UserLimit};
 use block2::RcBlock;
 use dispatch2::DispatchQueue;
 use tokio::sync::{broadcast, mpsc, OwnedSemaphorePermit, Semaphore};
 
 use super::Limits;
 use crate::checkin::server::Core;
+use crate::checkin::session::{Places, Session};
 use crate::macos::audit_token::AuditToken;
 use crate::macos::panic_boundary;
 use metalift_xpc::dict as wire_dict;
@@ -100,8 +102,8 @@ use peer_task::PeerTask;
 pub const TRANSPORT: &str = "xpc";
 /// The mach service metaliftd's launchd plists advertise (`MachServices`).
 pub const DEFAULT_SERVICE: &str = wire_dict::DEFAULT_SERVICE;
-/// Messages a peer may have queued before further ones are dropped: a shim sends two.
-pub const PEER_QUEUE: usize = 4;
+/// Messages a peer may have queued before further ones are dropped.
+pub use super::xpc_peer::PEER_QUEUE;
 
 /// Why the XPC listener could not start. The Unix socket is unaffected.
 #[derive(Debug, thiserror::Error)]
@@ -156,24 +158,22 @@ pub async fn run(
 
     let (notify_shutdown, _) = broadcast::channel::<()>(1);
     let (done_tx, mut done_rx) = mpsc::channel::<()>(1);
-    let active = Arc::new(Semaphore::new(limits.max_active.max(1)));
-    let places = Arc::new(Semaphore::new(limits.max_waiting.max(1)));
-    // Each uid's share of both, taken first (crate::checkin::per_user).
-    let active_per_user = UserLimit::new(user_share(limits.max_active.max(1)));
-    let places_per_user = UserLimit::new(user_share(limits.max_waiting.max(1)));
+    // Each bound per user as well as global (crate::checkin::per_user); at
+    // least one waiting place (XPC peers hold no descriptor of the fd budget).
+    let session = Session::new(
+        core,
+        Places::new(limits.max_active, limits.max_waiting.max(1)),
+        TRANSPORT,
+    );
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
             accepted = accepted_rx.recv() => {
                 let Some(accepted) = accepted else { break };
                 let task = PeerTask {
-                    core: Arc::clone(&core),
+                    session: session.clone(),
                     limits,
                     serving,
-                    active: Arc::clone(&active),
-                    places: Arc::clone(&places),
-                    active_per_user: active_per_user.clone(),
-                    places_per_user: places_per_user.clone(),
                     shutdown: notify_shutdown.subscribe(),
                     _done: done_tx.clone(),
                 };
