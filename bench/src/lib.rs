@@ -15,6 +15,8 @@
 //!   empty preloaded C library.
 //! - [`identity_hop`] (Linux): issue 24 item 6, a check-in with the peer identified
 //!   inline and on the blocking pool, in one run.
+//! - [`versus`] (Linux): issue 31, 23.4 and 24.6 for an older build and this
+//!   tree in one run (`metalift-bench versus <old-build-dir>`).
 //!
 //! Every figure is compared with a baseline measured in the same run, and the
 //! harness asserts nothing about time: a missed target is printed as missed.
@@ -41,6 +43,8 @@ pub mod stalls;
 pub mod startup;
 #[cfg(target_os = "linux")]
 pub mod throughput;
+#[cfg(target_os = "linux")]
+pub mod versus;
 
 /// One target of issue 7 and what this run measured against it.
 #[derive(Debug, Clone)]

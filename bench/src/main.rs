@@ -47,6 +47,14 @@ enum Cmd {
     Reload,
     /// Item 5: a 100 MB executable under a sha256 rule, first vs later decisions.
     BigExe,
+    /// Issue 31: 23.4 and 24.6 for an older build and this tree in one run, with
+    /// ratios; and what a fresh marker adds to the first device creation.
+    Versus {
+        /// The older build's directory (its metaliftd, metalift-probe and
+        /// libmetalift.so: `cargo build --release -p metalift-daemon -p
+        /// metalift-probe -p metalift-shim` in a checkout of that commit).
+        old_build_dir: std::path::PathBuf,
+    },
     /// Internal: the transport-only baseline server.
     #[command(hide = true)]
     ServeBaseline {
@@ -81,7 +89,7 @@ fn run(args: Args) -> anyhow::Result<()> {
     use metalift_bench::harness::{self, Artifacts};
     use metalift_bench::{
         big_exe, identity_hop, probe_cost, reload, stalls, startup, summary_table, throughput,
-        Section,
+        versus, Section,
     };
 
     let q = args.quick;
@@ -147,6 +155,21 @@ fn run(args: Args) -> anyhow::Result<()> {
                 Cmd::Reload => vec![reloads(&art)?],
                 Cmd::BigExe => vec![big(&art)?],
                 Cmd::Stalls => vec![stall(&art)?],
+                Cmd::Versus { old_build_dir } => {
+                    let builds = versus::Builds::in_dir(&old_build_dir, art.clone())?;
+                    let (rounds, length, iterations, stall_rounds) = if q {
+                        (2, Duration::from_millis(500), 10, 1)
+                    } else {
+                        (6, Duration::from_secs(2), 100, 3)
+                    };
+                    vec![versus::run(
+                        &builds,
+                        rounds,
+                        length,
+                        iterations,
+                        stall_rounds,
+                    )?]
+                }
                 _ => {
                     let mut all = Vec::new();
                     for (name, bench) in [

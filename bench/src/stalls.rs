@@ -40,7 +40,7 @@ const NEXT: usize = 10;
 /// The verdict deadline every injected probe is given (`METALIFT_TIMEOUT_MS`,
 /// set explicitly so the table's deadline is the run's): the shim's default
 /// (shim/c/metalift_shim.h ML_DEFAULT_TIMEOUT_MS).
-const DEADLINE_MS: u64 = 2_000;
+pub(crate) const DEADLINE_MS: u64 = 2_000;
 const DEADLINE_US: f64 = DEADLINE_MS as f64 * 1000.0;
 /// What the first process may take beyond the deadline: its own start, Metal's
 /// load and the probe's report around the wait.
@@ -50,7 +50,7 @@ const SLACK_US: f64 = 50_000.0;
 const PROBE_US: f64 = 50_000.0;
 
 /// The probe with libmetalift asking `socket`; markers go to `markers`.
-fn injected(art: &Artifacts, socket: &Path, markers: &Path) -> Command {
+pub(crate) fn injected(art: &Artifacts, socket: &Path, markers: &Path) -> Command {
     let mut cmd = clean(&art.probe);
     cmd.env("LD_PRELOAD", &art.shim)
         .env("METALIFT_SOCKET", socket)
@@ -76,13 +76,13 @@ fn creation_us(report: &serde_json::Value) -> anyhow::Result<f64> {
 }
 
 /// Injected minus uninjected first device creation, one pair.
-fn added(art: &Artifacts, injected: Command) -> anyhow::Result<f64> {
+pub(crate) fn added(art: &Artifacts, injected: Command) -> anyhow::Result<f64> {
     let plain = creation_us(&report(clean(&art.probe), &[])?)?;
     Ok(creation_us(&report(injected, &[])?)? - plain)
 }
 
 /// Removes every unresponsive marker from `dir` (a round starts without one).
-fn clear_markers(dir: &Path) -> anyhow::Result<()> {
+pub(crate) fn clear_markers(dir: &Path) -> anyhow::Result<()> {
     for entry in std::fs::read_dir(dir)? {
         let entry = entry?;
         if entry
@@ -98,7 +98,7 @@ fn clear_markers(dir: &Path) -> anyhow::Result<()> {
 
 /// `rounds` rounds of one first process, one probe and [`NEXT`] later ones
 /// against an unresponsive `socket`.
-fn unresponsive(
+pub(crate) fn unresponsive(
     art: &Artifacts,
     socket: &Path,
     markers: &Path,
@@ -119,7 +119,7 @@ fn unresponsive(
 
 /// Leaves a fresh marker of one timeout for `socket` in `markers`, named as
 /// the shim names it (uid, FNV-1a of the socket path).
-fn fresh_marker(markers: &Path, socket: &Path) -> anyhow::Result<()> {
+pub(crate) fn fresh_marker(markers: &Path, socket: &Path) -> anyhow::Result<()> {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     for byte in socket.as_os_str().as_encoded_bytes() {
