@@ -300,7 +300,11 @@ fn read_verdict(reply: Option<MapDict>) -> VerdictMsg {
 }
 
 fn outcome(decision_id: u64) -> MapDict {
-    to_dict(&Message::Outcome(Outcome {
+    to_dict(&outcome_message(decision_id))
+}
+
+fn outcome_message(decision_id: u64) -> Message {
+    Message::Outcome(Outcome {
         decision_id,
         result: OutcomeResult::Applied,
         reason: String::new(),
@@ -315,7 +319,7 @@ fn outcome(decision_id: u64) -> MapDict {
             threadgroup_memory: 32768,
             working_set: 0,
         },
-    }))
+    })
 }
 
 // ---------------------------------------------------------------------------
@@ -1029,6 +1033,197 @@ fn the_stand_in_and_the_xpc_peer_task_are_only_links_to_one_exchange() {
                 !link.contains(step) && !starts.contains(step),
                 "{name} takes a step of its own (`{step}`): it belongs in checkin::session"
             );
+        }
+    }
+}
+
+/// The socket's peer, as "the kernel" names it to the Unix transport: the same
+/// process the XPC exchanges name.
+#[derive(Debug)]
+struct SocketKernel(Kernel);
+
+impl metalift_daemon::checkin::peer::IdentifyPeer for SocketKernel {
+    fn identify(
+        &self,
+        _socket: std::os::fd::BorrowedFd<'_>,
+        _wants: metalift_daemon::checkin::peer::Wants,
+    ) -> Result<PeerFacts, metalift_daemon::checkin::peer::PeerError> {
+        Ok(self.0.facts())
+    }
+}
+
+/// What a shim sends after its verdict.
+#[derive(Debug, Clone, Copy)]
+enum After {
+    /// Its outcome.
+    Outcome,
+    /// An outcome naming another decision.
+    WrongDecision,
+    /// An outcome that does not decode.
+    Malformed,
+    /// Nothing: it closes.
+    Nothing,
+}
+
+const EXCHANGES: [After; 4] = [
+    After::Outcome,
+    After::WrongDecision,
+    After::Malformed,
+    After::Nothing,
+];
+
+/// Reads frames until the daemon closes; returns the first.
+async fn read_to_close(stream: &mut tokio::net::UnixStream) -> Option<Message> {
+    use tokio::io::AsyncReadExt;
+    let mut buf = Vec::new();
+    loop {
+        if let Ok(Some((msg, _))) = metalift_policy::wire::decode_frame(&buf) {
+            return Some(msg);
+        }
+        if stream.read_buf(&mut buf).await.unwrap_or(0) == 0 {
+            return None;
+        }
+    }
+}
+
+/// [`EXCHANGES`] and then an outcome sent first, over the Unix socket.
+async fn over_the_socket(socket: &Path) {
+    use metalift_policy::wire::encode_frame;
+    use tokio::io::AsyncWriteExt;
+    for after in EXCHANGES {
+        let mut stream = tokio::net::UnixStream::connect(socket)
+            .await
+            .expect("connect");
+        let check_in = encode_frame(&Message::CheckIn(CheckIn::default()));
+        stream.write_all(&check_in).await.expect("send");
+        let Some(Message::Verdict(verdict)) = read_to_close(&mut stream).await else {
+            panic!("a verdict");
+        };
+        let id = verdict.decision_id;
+        let frame = match after {
+            After::Outcome => Some(encode_frame(&outcome_message(id))),
+            After::WrongDecision => Some(encode_frame(&outcome_message(id + 1))),
+            After::Malformed => {
+                let mut frame = encode_frame(&outcome_message(id));
+                // The body's first byte is the protocol version.
+                frame[metalift_policy::wire::LENGTH_PREFIX] ^= 0xff;
+                Some(frame)
+            }
+            After::Nothing => None,
+        };
+        if let Some(frame) = frame {
+            stream.write_all(&frame).await.expect("send");
+        }
+        let _ = stream.shutdown().await;
+        // Recorded by the time the daemon closes its side.
+        assert!(read_to_close(&mut stream).await.is_none());
+    }
+    let mut stream = tokio::net::UnixStream::connect(socket)
+        .await
+        .expect("connect");
+    let frame = encode_frame(&outcome_message(77));
+    stream.write_all(&frame).await.expect("send");
+    assert!(read_to_close(&mut stream).await.is_none());
+}
+
+/// [`EXCHANGES`] and then an outcome sent first, over the XPC exchange.
+async fn over_xpc(core: &Arc<Core>, kernel: &Kernel) {
+    for after in EXCHANGES {
+        let mut peer = Peer::new(core);
+        let verdict = read_verdict(
+            peer.deliver(&check_in_claiming(None), kernel)
+                .await
+                .unwrap(),
+        );
+        let id = verdict.decision_id;
+        let dict = match after {
+            After::Outcome => Some(outcome(id)),
+            After::WrongDecision => Some(outcome(id + 1)),
+            After::Malformed => {
+                let mut dict = outcome(id);
+                dict.0.remove(wire_dict::key::VERSION);
+                Some(dict)
+            }
+            After::Nothing => None,
+        };
+        if let Some(dict) = dict {
+            let _ = peer.deliver(&dict, kernel).await;
+        } else {
+            assert_eq!(peer.close().await, Ok(()));
+        }
+    }
+    let refused = Peer::new(core).deliver(&outcome(77), kernel).await;
+    assert_eq!(refused, Err(Refusal::Unexpected("outcome")));
+}
+
+/// A record as a user of the log compares them across transports: what was
+/// decided, reported or refused, about whom, and whether it names the
+/// decision before it.
+fn in_common(records: &[Value]) -> Vec<Value> {
+    let mut last_decision = Value::Null;
+    records
+        .iter()
+        .filter(|r| ["decision", "outcome", "refused"].contains(&r["kind"].as_str().unwrap_or("")))
+        .map(|r| {
+            let names_last = !r["decision_id"].is_null() && r["decision_id"] == last_decision;
+            if r["kind"] == "decision" {
+                last_decision = r["decision_id"].clone();
+            }
+            let keep = [
+                "kind", "action", "rule", "exe", "uid", "message", "reason", "result",
+            ];
+            let mut common = serde_json::Map::new();
+            for key in keep {
+                common.insert(key.into(), r[key].clone());
+            }
+            common.insert("names_the_decision".into(), names_last.into());
+            Value::Object(common)
+        })
+        .collect()
+}
+
+/// Issue 31 item 9: the steps exist once, so the same exchanges over the Unix
+/// socket and over XPC leave the same records, but for the transport's name
+/// (and for what only XPC's kernel says: the pid of a sender that checked in
+/// for nothing, and the pids in an other-process refusal). If either
+/// transport decided, checked or recorded on its own, they would differ.
+#[tokio::test]
+async fn given_the_same_exchanges_over_the_socket_and_over_xpc_then_the_records_match() {
+    let kernel = Kernel::process("/opt/llama.cpp/bin/llama-cli");
+
+    let over_socket = Daemon::start();
+    let socket = over_socket._dir.path().join("metalift.sock");
+    let listener = tokio::net::UnixListener::bind(&socket).expect("bind");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(
+        metalift_daemon::checkin::transport::unix::run_with_identity(
+            listener,
+            Arc::clone(&over_socket.core),
+            Limits::default(),
+            Arc::new(SocketKernel(kernel.clone())),
+            async {
+                let _ = stopped.await;
+            },
+        ),
+    );
+    over_the_socket(&socket).await;
+    let _ = stop.send(());
+    server.await.expect("the socket transport stops");
+
+    let over_xpc_daemon = Daemon::start();
+    over_xpc(&over_xpc_daemon.core, &kernel).await;
+
+    let socket_records = records(&over_socket.audit_path);
+    let xpc_records = records(&over_xpc_daemon.audit_path);
+    let (by_socket, by_xpc) = (in_common(&socket_records), in_common(&xpc_records));
+    assert_eq!(by_socket.len(), 4 + 3 + 1, "{by_socket:#?}");
+    assert_eq!(by_socket, by_xpc);
+    for (records, transport) in [(&socket_records, "unix"), (&xpc_records, "xpc")] {
+        for r in records
+            .iter()
+            .filter(|r| r["kind"] == "decision" || r["kind"] == "refused")
+        {
+            assert_eq!(r["transport"], transport);
         }
     }
 }

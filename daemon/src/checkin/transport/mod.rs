@@ -46,10 +46,11 @@ pub struct Limits {
     /// Connections being read or answered at once. Further clients queue in the
     /// listen backlog; each active one is bounded by `read_timeout`.
     pub max_active: usize,
-    /// Answered connections kept open for an outcome report. When full: on the
-    /// Unix socket an answered connection is closed right after its verdict (its
-    /// outcome is lost, its decision is not); over XPC, where a place is taken
-    /// when a check-in is admitted, a check-in is answered `Declined(Busy)` at once.
+    /// Check-ins from admission to their outcome report. A place is taken when a
+    /// check-in is admitted, on either transport ([`crate::checkin::session`]);
+    /// with none free (for its uid, or at all) it is answered `Declined(Busy)` at
+    /// once and nothing is decided, so no decision loses its outcome for want of
+    /// a place.
     pub max_waiting: usize,
     /// A frame must arrive complete within this long of the connection being
     /// accepted (the first frame) or of its first byte (later frames). This is the
