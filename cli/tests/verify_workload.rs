@@ -183,7 +183,11 @@ fn a_workload_that_hangs_is_killed_at_the_timeout_with_its_children() {
     let dir = DaemonDir::new("verify-workload-hang");
     write_policy(&dir);
     let pid_file = dir.path("workload.pid");
-    let script = format!("echo $$ > {}; sleep 600; echo never", pid_file.display());
+    // The shell's child holds its pipes and does not know the deadline.
+    let script = format!(
+        "sleep 600 & echo $! > {}; wait; echo never",
+        pid_file.display()
+    );
     let workload = ["sh".to_owned(), "-c".to_owned(), script];
     let (output, json, took) = verify(&dir, &["--timeout", "8"], &workload);
     let record = record(&output, json);
@@ -200,41 +204,31 @@ fn a_workload_that_hangs_is_killed_at_the_timeout_with_its_children() {
         "{w}"
     );
     // The shell led a process group of its own; its `sleep` went with it.
-    let pgid: u32 = std::fs::read_to_string(&pid_file)
+    let sleep: u32 = std::fs::read_to_string(&pid_file)
         .expect("the workload started")
         .trim()
         .parse()
         .expect("a pid");
-    // Killed processes linger as zombies until init reaps them: give it a moment.
+    // A killed process lingers as a zombie until init reaps it: give it a moment.
     let deadline = Instant::now() + Duration::from_secs(10);
-    while !live_in_group(pgid).is_empty() && Instant::now() < deadline {
+    while alive(sleep) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(100));
     }
-    assert_eq!(live_in_group(pgid), Vec::<u32>::new(), "left running");
+    assert!(
+        !alive(sleep),
+        "the workload's child {sleep} was left running"
+    );
     // One whole record in the file, nothing half-written.
     assert_eq!(file_records(&dir).len(), 1);
 }
 
-/// The processes of process group `pgid` that are not zombies (`/proc/PID/stat`:
-/// the state is the field after the parenthesised name, the group the fourth).
-fn live_in_group(pgid: u32) -> Vec<u32> {
-    let mut live = Vec::new();
-    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
-            continue;
-        };
-        let Some((_, rest)) = stat.rsplit_once(") ") else {
-            continue;
-        };
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        if fields.get(2) == Some(&pgid.to_string().as_str()) && fields.first() != Some(&"Z") {
-            live.push(pid);
-        }
-    }
-    live
+/// Whether `pid` is a process that is not a zombie (`/proc/PID/stat`: the state
+/// is the field after the parenthesised name).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit_once(") ")
+            .is_some_and(|(_, rest)| !rest.starts_with('Z'))
+    })
 }
 
 #[test]
