@@ -143,6 +143,17 @@ pub(crate) fn run(tools: &Tools, socket: &Path, bounds: &Bounds, spec: &Spec) ->
         return receipt;
     }
     receipt.tests = tests(&stock, &unlocked);
+    // JSON has no infinity or NaN (serde_json would write null, which no reader
+    // takes back): a test that reported 0 tokens per second is a failed run.
+    if let Some(t) = receipt.tests.iter().find(|t| !t.speedup.0.is_finite()) {
+        receipt.result = "run_failed".to_owned();
+        receipt.detail = Some(format!(
+            "{}: no speed-up can be computed (stock median {}, unlocked median {})",
+            t.test, t.stock_median.0, t.unlocked_median.0
+        ));
+        receipt.tests.clear();
+        return receipt;
+    }
     let lowest = |prefix: Option<&str>| {
         receipt
             .tests
