@@ -817,7 +817,7 @@ _metalift() {
             return 0
             ;;
         metalift__subcmd__verify)
-            opts="-h --profile --policy --log --audit-log --socket --timeout-ms --kernel-timeout --timeout --json --help"
+            opts="-h --profile --policy --log --audit-log --socket --timeout-ms --kernel-timeout --timeout --json --workload --workload-runs --min-speedup --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -852,6 +852,14 @@ _metalift() {
                     return 0
                     ;;
                 --timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --workload-runs)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --min-speedup)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

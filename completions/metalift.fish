@@ -146,7 +146,10 @@ complete -c metalift -n "__fish_metalift_using_subcommand verify" -l socket -d '
 complete -c metalift -n "__fish_metalift_using_subcommand verify" -l timeout-ms -d 'The shim\'s verdict deadline for the probe (METALIFT_TIMEOUT_MS)' -r
 complete -c metalift -n "__fish_metalift_using_subcommand verify" -l kernel-timeout -d 'Each kernel\'s deadline: its probe child is killed then and the kernel is `hung` (the verification fails)' -r
 complete -c metalift -n "__fish_metalift_using_subcommand verify" -l timeout -d 'The whole verification\'s bound: kernels not started by then are `not_run` (the verification fails). Nothing is written until it ends' -r
+complete -c metalift -n "__fish_metalift_using_subcommand verify" -l workload-runs -d 'How many times the workload runs each way (stock, unlocked; alternately)' -r
+complete -c metalift -n "__fish_metalift_using_subcommand verify" -l min-speedup -d 'Fail the verification (exit 1) when any test\'s speed-up (median unlocked over median stock) is below X, e.g. 2' -r
 complete -c metalift -n "__fish_metalift_using_subcommand verify" -l json -d 'Print the record as one JSON object'
+complete -c metalift -n "__fish_metalift_using_subcommand verify" -l workload -d 'Also run the command after `--` stock (the shim disabled) and unlocked, and record its speed-up: each test\'s tokens per second for llama-bench\'s `-o json`, wall time for anything else. It runs after the kernels, within `--timeout` (killed at it: the verification fails)'
 complete -c metalift -n "__fish_metalift_using_subcommand verify" -s h -l help -d 'Print help'
 complete -c metalift -n "__fish_metalift_using_subcommand schema" -l audit-record -d 'Print the JSON Schema of one audit log record (every kind) instead'
 complete -c metalift -n "__fish_metalift_using_subcommand schema" -s h -l help -d 'Print help'

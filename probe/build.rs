@@ -100,13 +100,15 @@ fn main() {
     std::fs::create_dir_all(&bin_dir).expect("create OUT_DIR/bin");
     hostile(&cc, &normal, &bin_dir.join("metalift-hostile"), false);
     hostile(&cc, &normal, &bin_dir.join("metalift-hostile-late"), true);
-    let bin = "metalift-probe";
-    println!("cargo:rustc-link-arg-bin={bin}=-L{}", normal.display());
-    println!("cargo:rustc-link-arg-bin={bin}=-lsimmetal");
-    println!(
-        "cargo:rustc-link-arg-bin={bin}=-Wl,-rpath,{}",
-        normal.display()
-    );
+    // The probe, and the stand-in llama-bench (`metalift verify --workload`).
+    for bin in ["metalift-probe", "metalift-llama-bench"] {
+        println!("cargo:rustc-link-arg-bin={bin}=-L{}", normal.display());
+        println!("cargo:rustc-link-arg-bin={bin}=-lsimmetal");
+        println!(
+            "cargo:rustc-link-arg-bin={bin}=-Wl,-rpath,{}",
+            normal.display()
+        );
+    }
 }
 
 fn hostile(cc: &str, normal: &Path, output: &Path, late: bool) {

@@ -13,7 +13,13 @@
 //!    come out `differs`, or the run is void (recorded as failed). The system
 //!    daemon is not asked: a profile with `require_verified = true` is stock there
 //!    until this command has recorded a pass.
-//! 3. Appends a `verification` record with its receipt (`receipt`: hashes of
+//! 3. With `--workload -- CMD…` (`workload`), runs the command stock and unlocked
+//!    (the scratch daemon's policy unlocks every process it serves, so the
+//!    command's children too), `--workload-runs` times each, within `--timeout`,
+//!    and records each test's speed-up (llama-bench's tokens per second, prompt
+//!    and generation apart; else wall time). Below `--min-speedup` the
+//!    verification fails.
+//! 4. Appends a `verification` record with its receipt (`receipt`: hashes of
 //!    the shim and probe, stock and effective answers, times) to the audit log
 //!    (`--audit-log`) and then the same record to the verification file beside the
 //!    policy (`verifications.jsonl`, replaced whole: `store`), which the daemon
@@ -30,6 +36,7 @@ mod bounded;
 mod receipt;
 mod runs;
 mod store;
+mod workload;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -53,8 +60,9 @@ pub const FAILED: u8 = 1;
     0  every claimed kernel computed correctly (recorded: the daemon may unlock\n     \
        the profile on this host chip and macOS build)\n  \
     1  a kernel failed to compile, to run, computed wrongly, or hung; or the\n     \
-       control did not come out `differs` (void) (recorded: the daemon answers\n     \
-       stock for it)\n  \
+       control did not come out `differs` (void); or (--workload) the workload\n     \
+       failed, hung, or its speed-up was below --min-speedup (recorded: the\n     \
+       daemon answers stock for it)\n  \
     2  the verification could not run (nothing recorded)")]
 pub struct Args {
     /// The profile to verify (`[profile.NAME]` in the policy).
@@ -96,6 +104,22 @@ pub struct Args {
     /// Print the record as one JSON object.
     #[arg(long)]
     pub json: bool,
+    /// Also run the command after `--` stock (the shim disabled) and unlocked,
+    /// and record its speed-up: each test's tokens per second for llama-bench's
+    /// `-o json`, wall time for anything else. It runs after the kernels, within
+    /// `--timeout` (killed at it: the verification fails).
+    #[arg(long, requires = "command")]
+    pub workload: bool,
+    /// How many times the workload runs each way (stock, unlocked; alternately).
+    #[arg(long, value_name = "N", default_value_t = 3, requires = "workload")]
+    pub workload_runs: u32,
+    /// Fail the verification (exit 1) when any test's speed-up (median unlocked
+    /// over median stock) is below X, e.g. 2.
+    #[arg(long, value_name = "X", requires = "workload")]
+    pub min_speedup: Option<f64>,
+    /// The workload (`--workload`): a command and its arguments.
+    #[arg(last = true, value_name = "CMD", requires = "workload")]
+    pub command: Vec<String>,
 }
 
 /// Runs `metalift verify`.
@@ -126,6 +150,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         per_kernel: Duration::from_secs(args.kernel_timeout),
         end: started + Duration::from_secs(args.timeout),
     };
+    let workload = args
+        .workload
+        .then(|| workload::Spec::new(args.command.clone(), args.workload_runs, args.min_speedup))
+        .transpose()?;
     let tools = find_tools(args.timeout_ms)?;
     let dir = TempDir::create()?;
     let (_, stock) = runs::answers(&tools, None, &bounds)?;
@@ -133,17 +161,20 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         &tools,
         dir.path(),
         "verify",
-        &private_policy(&args.profile, &capabilities),
+        &private_policy(&args.profile, &capabilities, workload.is_some()),
     )?;
     let unlocked =
         runs::answers(&tools, Some(&daemon.socket), &bounds).and_then(|(report, effective)| {
             check_unlocked(&report, &capabilities)?;
             let kernels = runs::kernels(&tools, &daemon.socket, &bounds)?;
             let control = runs::control(&tools, &daemon.socket, &bounds)?;
-            Ok((effective, kernels, control))
+            let workload = workload
+                .as_ref()
+                .map(|spec| workload::run(&tools, &daemon.socket, &bounds, spec));
+            Ok((effective, kernels, control, workload))
         });
     daemon.stop();
-    let (effective, kernels, control) = unlocked?;
+    let (effective, kernels, control, workload) = unlocked?;
     // The chip and build exactly as the running daemon reads them (what it will
     // compare this record with), not as this process would.
     let socket = args
@@ -159,6 +190,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         format!(
             "the control (a check whose reference is deliberately wrong) came out `{control}`, \
              not `differs`: this run's comparisons are not evidence"
+        )
+    });
+    let workload_failure = workload.as_ref().filter(|w| w.result != "pass").map(|w| {
+        format!(
+            "workload: {}{}",
+            w.result,
+            w.detail
+                .as_deref()
+                .map_or(String::new(), |d| format!(" ({d})"))
         )
     });
     let kernels_pass = kernels
@@ -178,7 +218,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         kernel_timeout_ms: args.kernel_timeout * 1000,
         timeout_ms: args.timeout * 1000,
         elapsed_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        workload,
     };
+    let error = [receipt.void.clone(), workload_failure.clone()]
+        .into_iter()
+        .flatten()
+        .reduce(|a, b| format!("{a}; {b}"));
     let record = VerificationRecord {
         time: SystemTime::now(),
         profile: args.profile.clone(),
@@ -188,9 +233,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         host_chip: host.chip,
         os_build: host.os_build,
         metalift_version: env!("CARGO_PKG_VERSION").to_owned(),
-        passed: kernels_pass && receipt.void.is_none(),
+        passed: kernels_pass && receipt.void.is_none() && workload_failure.is_none(),
         kernels,
-        error: receipt.void.clone(),
+        error,
         recorded_by_uid: rustix::process::getuid().as_raw(),
         receipt: Some(receipt),
     };
@@ -238,8 +283,11 @@ fn find_tools(timeout_ms: Option<u64>) -> anyhow::Result<Tools> {
     })
 }
 
-/// A policy that unlocks the probe (by name) with exactly `capabilities`.
-fn private_policy(profile: &str, capabilities: &Capabilities) -> String {
+/// A policy that unlocks the probe (by name) with exactly `capabilities`, and
+/// with `workload` every process it is asked about: only this verification's
+/// children know its socket, and the process that calls Metal may be the
+/// command's child (a script, a server's worker).
+fn private_policy(profile: &str, capabilities: &Capabilities, workload: bool) -> String {
     let mut text = format!(
         "# metalift verify: unlock the probe with profile {profile:?} as the policy defines it.\n\
          version = 1\nmode = \"enforce\"\n\n[profile.{profile:?}]\n\
@@ -252,6 +300,11 @@ fn private_policy(profile: &str, capabilities: &Capabilities) -> String {
     text.push_str(&format!(
         "\n[[rule]]\nid = \"metalift-verify\"\nname = \"metalift-probe\"\nunlock = {profile:?}\n"
     ));
+    if workload {
+        text.push_str(&format!(
+            "\n[[rule]]\nid = \"metalift-verify-workload\"\npath = \"/**\"\nunlock = {profile:?}\n"
+        ));
+    }
     text
 }
 
@@ -294,6 +347,9 @@ fn print_text(record: &VerificationRecord, file: &Path) {
             k.detail.as_deref().unwrap_or("")
         );
     }
+    if let Some(w) = record.receipt.as_ref().and_then(|r| r.workload.as_ref()) {
+        print_workload(w);
+    }
     if record.recorded_by_uid != 0 {
         println!(
             "note: recorded as uid {}: metaliftd trusts {} only when root owns it and only root can write it \
@@ -313,6 +369,35 @@ fn print_text(record: &VerificationRecord, file: &Path) {
             file.display(),
             record.profile,
             record.failures().join(", ")
+        );
+    }
+}
+
+fn print_workload(w: &metalift_daemon::audit::receipt::WorkloadReceipt) {
+    println!(
+        "workload: {} ({} runs each way, {}): {}{}",
+        w.command.join(" "),
+        w.runs,
+        w.measure,
+        w.result,
+        w.detail
+            .as_deref()
+            .map_or(String::new(), |d| format!(": {d}"))
+    );
+    if w.tests.is_empty() {
+        return;
+    }
+    println!(
+        "  {:<16} {:>18} {:>18} {:>9}",
+        "test", "stock", "unlocked", "speed-up"
+    );
+    for t in &w.tests {
+        println!(
+            "  {:<16} {:>18} {:>18} {:>8.2}x",
+            t.test,
+            format!("{:.2} {}", t.stock_median.0, t.unit),
+            format!("{:.2} {}", t.unlocked_median.0, t.unit),
+            t.speedup.0
         );
     }
 }

@@ -44,8 +44,16 @@ impl Bounds {
 /// The probe under the shim: stock (`socket` `None`: `METALIFT_DISABLE=1`) or
 /// asking the scratch daemon at `socket`.
 fn probe(tools: &Tools, socket: Option<&Path>, args: &[&str]) -> Command {
-    let mut cmd = Command::new(&tools.probe);
-    cmd.args(args).env(INSERT_VAR, &tools.shim);
+    let mut cmd = under_shim(tools, socket, &tools.probe);
+    cmd.args(args);
+    cmd
+}
+
+/// `program` with the shim inserted, stock (`socket` `None`) or asking the
+/// scratch daemon at `socket` (the probe, and `--workload`'s command).
+pub(crate) fn under_shim(tools: &Tools, socket: Option<&Path>, program: &Path) -> Command {
+    let mut cmd = Command::new(program);
+    cmd.env(INSERT_VAR, &tools.shim);
     match socket {
         Some(socket) => {
             cmd.env("METALIFT_SOCKET", socket)
