@@ -795,7 +795,7 @@ _metalift() {
             return 0
             ;;
         metalift__subcmd__validate)
-            opts="-h --main --strict --json --skip-host-checks --allow-insecure-owner --host-chip-brand --help"
+            opts="-h --main --strict --json --skip-host-checks --allow-insecure-owner --host-chip-brand --socket --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -806,6 +806,10 @@ _metalift() {
                     return 0
                     ;;
                 --host-chip-brand)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --socket)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

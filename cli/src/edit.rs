@@ -28,14 +28,15 @@ use std::time::Duration;
 
 use anyhow::{bail, Context as _};
 use metalift_policy::{
-    compile_sources_with, load, CompileOptions, Diagnostic, HostFamily, LoadError, LoadOptions,
-    Loaded, Source,
+    compile_sources_with, load_within, CompileOptions, Diagnostic, HostFamily, LoadError,
+    LoadOptions, Loaded, Source,
 };
 use serde_json::json;
 
 use self::live::Live;
 use self::lock::EditLock;
 use self::seen::{Change, Seen};
+use crate::judgement::{self, Judgement, Limits};
 use metalift_daemon::service::config::DEFAULT_POLICY;
 
 /// Exit status: installed (or nothing to install).
@@ -156,9 +157,24 @@ fn target_path(args: &Args) -> anyhow::Result<PathBuf> {
         .join(name))
 }
 
+/// The daemon's socket: `--socket`, else the one `metalift status` asks.
+fn socket(args: &Args) -> Option<PathBuf> {
+    args.socket
+        .clone()
+        .or_else(|| metalift_daemon::service::config::default_client_socket().ok())
+}
+
+/// The daemon's judgement now, when a socket is known.
+fn judged(args: &Args) -> Option<Judgement> {
+    socket(args).map(|s| judgement::ask(&s, judgement::TIMEOUT))
+}
+
 /// Runs `metalift edit`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let target = target_path(&args)?;
+    // The limits the edit is validated with: the daemon's (its status), as
+    // `doctor` takes them, not this CLI's compiled defaults.
+    let limits = Limits::of(judged(&args).as_ref());
     let interactive = io::stdin().is_terminal();
     let _lock = EditLock::take(&args.policy, interactive)?;
     if args.dropin.is_some() {
@@ -201,7 +217,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("cannot read {} to see if it changed", target.display()))?;
         let change = match now {
             Some(change) => change,
-            None => match install_valid(&args, &target, &scratch, &edited, &base, interactive)? {
+            None => match install_valid(
+                &args,
+                &limits,
+                &target,
+                &scratch,
+                &edited,
+                &base,
+                interactive,
+            )? {
                 Attempt::Over(code) => return Ok(code),
                 Attempt::EditAgain => continue,
                 Attempt::Changed(change) => change,
@@ -232,15 +256,17 @@ enum Attempt {
 /// `base` saw.
 fn install_valid(
     args: &Args,
+    limits: &Limits,
     target: &Path,
     scratch: &Scratch,
     edited: &[u8],
     base: &Base,
     interactive: bool,
 ) -> anyhow::Result<Attempt> {
-    match check(args, target, &scratch.0, edited)? {
+    match check(args, limits, target, &scratch.0, edited)? {
         Ok(loaded) => {
-            for warning in &loaded.warnings {
+            // `"host"` on a chip unknown here is a note, as in every tool.
+            for warning in crate::host_severity::judged(loaded.warnings.clone()) {
                 eprintln!("{}\n", warning.render(&loaded.sources));
             }
             let before = live::snapshot(args.socket.as_deref());
@@ -334,9 +360,11 @@ struct Problems {
 }
 
 /// Validates `edited` as the new contents of `target`, with the drop-ins installed
-/// now, named as metaliftd names them (so the hash is the one it will report).
+/// now, named as metaliftd names them (so the hash is the one it will report),
+/// within the daemon's `limits` (size and host chip).
 fn check(
     args: &Args,
+    limits: &Limits,
     target: &Path,
     scratch: &Path,
     edited: &[u8],
@@ -356,7 +384,15 @@ fn check(
     let opts = LoadOptions {
         allow_insecure_owner: args.allow_insecure_owner,
     };
-    let read = |path: &Path| match load(path, &opts) {
+    // `apple_family_max = "host"` resolves for the daemon's chip (else this
+    // machine's), as `metalift validate --socket` and `doctor` do.
+    let options = CompileOptions {
+        host: HostFamily {
+            brand: limits.host_chip_brand.clone(),
+        },
+    };
+    let max = limits.max_policy_bytes;
+    let read = |path: &Path| match load_within(path, &opts, &options, max) {
         Ok(loaded) => Ok(loaded.sources),
         Err(LoadError::Invalid { sources, .. }) => Ok(sources),
         Err(e) => {
@@ -388,12 +424,21 @@ fn check(
             }
         }
     }
-    // `apple_family_max = "host"` resolves for this machine, as `metalift validate` does.
-    let options = CompileOptions {
-        host: HostFamily {
-            brand: metalift_daemon::live_policy::host_chip::machine_brand(),
-        },
-    };
+    let bytes = sources
+        .iter()
+        .map(|s| s.text.len() as u64)
+        .fold(0, u64::saturating_add);
+    if bytes > max {
+        let line = format!(
+            "{name}: error: the policy would be {bytes} bytes (with policy.d/), over the \
+             daemon's {max}-byte limit (metaliftd --max-policy-bytes): it would refuse it unread"
+        );
+        return Ok(Err(Problems {
+            text: format!("{line}\n"),
+            lines: vec![line],
+            summary: "1 error".into(),
+        }));
+    }
     match compile_sources_with(sources, &options) {
         Ok(loaded) => Ok(Ok(loaded)),
         Err(LoadError::Invalid {
@@ -453,6 +498,8 @@ fn finish(
         None | Some(Live::Serving { .. } | Live::NoDaemon(_)) => DONE,
         Some(Live::Refused(_) | Live::Timeout { .. } | Live::NoAnswer(_)) => NOT_LIVE,
     };
+    // The daemon's state after the edit, as every tool judges it.
+    let judged = judged(args);
     if args.json {
         let daemon = live.as_ref().map(Live::to_json);
         println!(
@@ -463,6 +510,7 @@ fn finish(
                 "changed": hash.is_some(),
                 "sha256": hash,
                 "daemon": daemon,
+                "judgement": judged.as_ref().map(Judgement::to_json),
                 "code": code,
             })
         );
@@ -475,6 +523,10 @@ fn finish(
         }
         _ if target.exists() => println!("no changes: {} unchanged", target.display()),
         _ => println!("no changes: {} not created", target.display()),
+    }
+    // When it answered: that no daemon answers is said once, by the line above.
+    if let Some(judged) = judged.as_ref().filter(|j| j.report.is_some()) {
+        println!("{}", judged.line());
     }
     Ok(ExitCode::from(code))
 }

@@ -128,6 +128,9 @@ struct Chosen {
     /// `--live`: the daemon's policy path and host chip, where and for what the
     /// verifications that gate `require_verified` profiles are judged.
     daemon: Option<(PathBuf, Option<String>)>,
+    /// The compiled policy's warnings and notes, each weighed as every tool
+    /// weighs it ([`crate::host_severity`]: `"host"` on an unknown chip is a note).
+    diagnostics: Vec<metalift_policy::Diagnostic>,
 }
 
 /// Runs `metalift explain`.
@@ -227,6 +230,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         if let Some(note) = &chosen.note {
             println!("{note}");
         }
+        for d in &chosen.diagnostics {
+            println!("{d}");
+        }
         print!(
             "{}",
             explain_text(&chosen, &subject, given.as_deref(), &hash_note, &verdict)
@@ -279,13 +285,16 @@ fn file_policy(args: &Args, compile: &CompileOptions) -> Result<Chosen, ExitCode
     let origin = args.policy.display().to_string();
     match load_with(&args.policy, &opts, compile) {
         Ok(Loaded {
-            policy, sources, ..
+            policy,
+            sources,
+            warnings,
         }) => Ok(Chosen {
             policy,
             files: sources.into_iter().map(|s| s.name).collect(),
             origin,
             note: None,
             daemon: None,
+            diagnostics: crate::host_severity::judged(warnings),
         }),
         Err(LoadError::NotFound { path }) => Ok(Chosen {
             policy: Policy::empty(),
@@ -296,6 +305,7 @@ fn file_policy(args: &Args, compile: &CompileOptions) -> Result<Chosen, ExitCode
                 path.display()
             )),
             daemon: None,
+            diagnostics: Vec::new(),
         }),
         Err(LoadError::Invalid {
             diagnostics,
@@ -637,6 +647,13 @@ fn explain_json(chosen: &Chosen, s: &Subject, hash: &HashNote, v: &Verdict) -> V
             "sha256": policy.sha256_hex(),
             "mode": policy.mode().as_str(),
             "rules": policy.rule_count(),
+            "diagnostics": chosen.diagnostics.iter().map(|d| json!({
+                "severity": d.severity.as_str(),
+                "file": d.file,
+                "line": d.line,
+                "col": d.col,
+                "message": d.message,
+            })).collect::<Vec<_>>(),
         },
         "subject": {
             "path": s.path.display().to_string(),

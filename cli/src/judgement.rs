@@ -183,6 +183,67 @@ impl Judgement {
             .and_then(|r| r.max_policy_bytes)
             .unwrap_or(DEFAULT_MAX_POLICY_BYTES)
     }
+
+    /// The host chip's brand as the daemon reads it (its status); `None` when it
+    /// did not answer, is older, or cannot read its chip either.
+    #[must_use]
+    pub fn host_chip_brand(&self) -> Option<String> {
+        self.report.as_ref().and_then(|r| r.host_chip_brand.clone())
+    }
+
+    /// The one line every tool that is not `status` prints about the daemon:
+    /// `metaliftd: <level>: <cause> (<code>)`, or that it is healthy.
+    #[must_use]
+    pub fn line(&self) -> String {
+        match self.cause_line() {
+            Some(cause) => format!("metaliftd: {}: {cause}", self.level.word()),
+            None => format!(
+                "metaliftd: {}: it unlocks as the file on disk says",
+                self.level.word()
+            ),
+        }
+    }
+
+    /// The judgement as a JSON member (`"daemon"` of `validate --json`, `"judgement"`
+    /// of `edit --json`): `{"state", "code", "cause", "findings", "pid",
+    /// "max_policy_bytes", "host_chip_brand", "error"}`.
+    #[must_use]
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "state": self.level.word(),
+            "code": self.exit_code(),
+            "cause": self.cause(),
+            "findings": self.findings,
+            "pid": self.report.as_ref().map(|r| r.pid),
+            "max_policy_bytes": self.max_policy_bytes(),
+            "host_chip_brand": self.host_chip_brand(),
+            "error": self.error,
+        })
+    }
+}
+
+/// The limits a policy is judged with where it will be loaded: the daemon's
+/// (from its status) when one was asked and answered, else the compiled
+/// default and this machine's chip. `edit` and `validate` take these, as `doctor` does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    /// The total policy size the daemon loads.
+    pub max_policy_bytes: u64,
+    /// What `apple_family_max = "host"` resolves to (`None`: unknown here).
+    pub host_chip_brand: Option<String>,
+}
+
+impl Limits {
+    /// From `judged` (a daemon's answer), falling back for what it did not report.
+    #[must_use]
+    pub fn of(judged: Option<&Judgement>) -> Limits {
+        Limits {
+            max_policy_bytes: judged.map_or(DEFAULT_MAX_POLICY_BYTES, Judgement::max_policy_bytes),
+            host_chip_brand: judged
+                .and_then(Judgement::host_chip_brand)
+                .or_else(metalift_daemon::live_policy::host_chip::machine_brand),
+        }
+    }
 }
 
 /// The host chip and macOS build as the daemon on `socket` reads them (its
@@ -228,6 +289,15 @@ pub fn daemon_host_build(
                 "{e}: recorded this process's host chip and build (the daemon's may differ)"
             )),
         ),
+    }
+}
+
+/// Says the judgement of the daemon on `socket` on stderr, as `metalift: <tool>:
+/// metaliftd: <level>: <cause>` (for a tool whose stdout is its own result, e.g.
+/// `verify`); nothing when no socket is known.
+pub fn say_on_stderr(tool: &str, socket: Option<&Path>) {
+    if let Some(socket) = socket {
+        eprintln!("metalift: {tool}: {}", ask(socket, TIMEOUT).line());
     }
 }
 

@@ -21,6 +21,7 @@
 //! - [`reference`]: the exit status table and the command-line reference, for `--help` and the guide.
 //! - [`report`]: `--json`, exit codes and how an error ends the process.
 //! - [`sigpipe`]: a closed pipe ends the CLI quietly.
+//! - [`host_severity`]: how much `"host"` on a chip unknown here weighs, for every tool.
 #![deny(unsafe_code)]
 
 pub mod audit;
@@ -31,6 +32,7 @@ pub mod doctor;
 pub mod edit;
 pub mod exec;
 pub mod explain;
+pub mod host_severity;
 pub mod judgement;
 pub mod macho;
 pub mod reference;

@@ -10,6 +10,11 @@
 //! the installed main policy and its other drop-ins (replacing an installed drop-in
 //! of the same file name), and prints the hash the policy will have once installed.
 //!
+//! With `--socket` (or `METALIFT_SOCKET`) it asks that daemon first: the policy is
+//! judged with the daemon's `--max-policy-bytes` and host chip (its status), not
+//! the compiled defaults, and the daemon's state is printed as every tool prints
+//! it ([`crate::judgement`]); it does not change the exit status, which is the file's.
+//!
 //! Exit codes: 0 valid (warnings allowed), 1 invalid (or, with `--strict`, any
 //! warning about the policy's contents), 2 unreadable (missing file, I/O error).
 
@@ -17,9 +22,11 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use metalift_policy::{
-    compile_sources_with, host_lints, read_file, read_policy, Basis, CompileOptions, Diagnostic,
-    HostFamily, LoadError, PermissionProblem, Severity, Source,
+    compile_sources_with, host_lints, read_file_within, read_policy_within, Basis, CompileOptions,
+    Diagnostic, HostFamily, LoadError, PermissionProblem, Severity, Source,
 };
+
+use crate::judgement::{self, Judgement, Limits};
 use serde_json::{json, Value};
 
 use metalift_daemon::service::config::DEFAULT_POLICY;
@@ -57,6 +64,10 @@ pub struct Args {
     /// note and a ceiling of 9 or more a warning).
     #[arg(long, value_name = "BRAND")]
     pub host_chip_brand: Option<String>,
+    /// Ask the daemon on this socket for its policy size limit and host chip (used
+    /// instead of the compiled defaults) and print its state as `status` judges it.
+    #[arg(long, value_name = "PATH", env = "METALIFT_SOCKET")]
+    pub socket: Option<PathBuf>,
 }
 
 /// Exit code for a valid policy.
@@ -91,7 +102,16 @@ struct Facts {
 
 /// Runs `metalift validate`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let report = match check(&args) {
+    let judged = args
+        .socket
+        .as_deref()
+        .map(|socket| judgement::ask(socket, judgement::TIMEOUT));
+    let limits = Limits::of(judged.as_ref());
+    let daemon_json = judged.as_ref().map(Judgement::to_json);
+    if let (Some(judged), false) = (&judged, args.json) {
+        println!("{}", judged.line());
+    }
+    let report = match check(&args, &limits) {
         Ok(r) => r,
         Err(e) => {
             let message = match &e {
@@ -114,6 +134,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                         "ownership": [],
                         "files": [],
                         "policy": null,
+                        "daemon": daemon_json,
                         "error": message,
                     }))?
                 );
@@ -134,7 +155,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.json {
         println!(
             "{}",
-            serde_json::to_string_pretty(&report_json(&args, &report, code))?
+            serde_json::to_string_pretty(&report_json(&args, &report, code, daemon_json))?
         );
     } else {
         print!("{}", report_text(&args, &report, errors, warnings));
@@ -143,10 +164,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 /// Reads, compiles and lints; `Err` only when nothing could be read.
-fn check(args: &Args) -> Result<Report, LoadError> {
+/// `limits`: the daemon's size limit and chip when one answered, else the defaults.
+fn check(args: &Args, limits: &Limits) -> Result<Report, LoadError> {
+    let max = limits.max_policy_bytes;
     let (mut sources, mut ownership, mut diagnostics, placement) = match &args.main {
         None => {
-            let read = read_policy(&args.path)?;
+            let read = read_policy_within(&args.path, max)?;
             (
                 read.sources,
                 read.permission_problems,
@@ -155,13 +178,25 @@ fn check(args: &Args) -> Result<Report, LoadError> {
             )
         }
         Some(main) => {
-            let read = read_policy(main)?;
-            let (candidate, problem, encoding) = read_file(&args.path)?;
+            let read = read_policy_within(main, max)?;
+            let (candidate, problem, encoding) = read_file_within(&args.path, max)?;
             let mut ownership = read.permission_problems;
             ownership.extend(problem);
             let mut diagnostics = read.encoding_errors;
             diagnostics.extend(encoding);
             let (sources, placement) = place_drop_in(read.sources, candidate, main);
+            // Together, as metaliftd will read them (its limit is on all files).
+            let bytes = sources
+                .iter()
+                .map(|s| s.text.len() as u64)
+                .fold(0, u64::saturating_add);
+            if bytes > max {
+                return Err(LoadError::TooLarge {
+                    path: main.clone(),
+                    bytes,
+                    limit: max,
+                });
+            }
             (sources, ownership, diagnostics, Some(placement))
         }
     };
@@ -172,7 +207,7 @@ fn check(args: &Args) -> Result<Report, LoadError> {
         brand: match &args.host_chip_brand {
             Some(brand) => Some(brand.clone()),
             None if args.skip_host_checks => None,
-            None => metalift_daemon::live_policy::host_chip::machine_brand(),
+            None => limits.host_chip_brand.clone(),
         },
     };
     let host_warnings = if args.skip_host_checks {
@@ -231,29 +266,16 @@ fn check(args: &Args) -> Result<Report, LoadError> {
 }
 
 /// The diagnostics as this machine can judge them. With `no_chip`
-/// (`--skip-host-checks` and no `--host-chip-brand`) none about the host chip. Otherwise what `"host"` resolves to on a chip unknown here is
-/// a note, not a warning: `"host"` is the recommended ceiling, the policy has nothing
-/// to change, and metaliftd resolves it with its own host's chip; so `--strict`
-/// passes it on every machine, as the README promises.
+/// (`--skip-host-checks` and no `--host-chip-brand`) none about the host chip;
+/// otherwise `"host"` on a chip unknown here weighs what [`crate::host_severity`]
+/// decides for every tool (a note: `--strict` passes it on every machine).
 fn judged_here(diagnostics: Vec<Diagnostic>, no_chip: bool) -> Vec<Diagnostic> {
-    diagnostics
-        .into_iter()
-        .filter(|d| !no_chip || d.basis == Basis::Text)
-        .map(|d| {
-            if d.basis == Basis::HostChipUnknown && d.severity == Severity::Warning {
-                Diagnostic {
-                    severity: Severity::Note,
-                    message: format!(
-                        "{}; `\"host\"` is resolved where metaliftd runs: check it for one host with --host-chip-brand \"Apple M2 (Virtual)\"",
-                        d.message
-                    ),
-                    ..d
-                }
-            } else {
-                d
-            }
-        })
-        .collect()
+    crate::host_severity::judged(
+        diagnostics
+            .into_iter()
+            .filter(|d| !no_chip || d.basis == Basis::Text)
+            .collect(),
+    )
 }
 
 /// Puts `candidate` among the installed sources as metaliftd would read it from
@@ -391,8 +413,9 @@ fn diagnostic_json(d: &Diagnostic) -> Value {
 
 /// `{"path", "status": "valid"|"invalid"|"unreadable", "strict", "errors", "warnings",
 /// "diagnostics": [...], "ownership": [{"path", "reason"}], "files": [...],
-/// "placement": str|null, "policy": {...}|null, "error": str|null}`.
-fn report_json(args: &Args, r: &Report, code: u8) -> Value {
+/// "placement": str|null, "policy": {...}|null, "daemon": {...}|null, "error": str|null}`;
+/// `daemon` is the judgement of the daemon asked with `--socket` (`null`: none asked).
+fn report_json(args: &Args, r: &Report, code: u8, daemon: Option<Value>) -> Value {
     let errors = r.diagnostics.iter().filter(|d| d.is_error()).count();
     json!({
         "path": args.path.display().to_string(),
@@ -415,6 +438,7 @@ fn report_json(args: &Args, r: &Report, code: u8) -> Value {
             "profiles": p.profiles,
             "require_verified": crate::verify::coverage_json(&p.verification),
         })),
+        "daemon": daemon,
         "error": null,
     })
 }

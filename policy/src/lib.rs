@@ -176,8 +176,9 @@ pub use diagnostic::{Basis, Diagnostic, Severity, Source};
 pub use expect_family::FamilyExpectation;
 pub use host::{host_lints, Host, PathFact};
 pub use load::{
-    load, load_with, load_within, policy_files, read_file, read_policy, read_policy_within,
-    LoadError, LoadOptions, PermissionProblem, ReadPolicy, DEFAULT_MAX_POLICY_BYTES,
+    load, load_with, load_within, policy_files, read_file, read_file_within, read_policy,
+    read_policy_within, LoadError, LoadOptions, PermissionProblem, ReadPolicy,
+    DEFAULT_MAX_POLICY_BYTES,
 };
 #[doc(hidden)]
 pub use model::fast_parse_agrees;

@@ -227,9 +227,19 @@ pub fn read_policy_within(policy_path: &Path, max_bytes: u64) -> Result<ReadPoli
 }
 
 /// Reads one policy file (say, a candidate drop-in) under its display path, with its
-/// ownership problem if any, and a diagnostic if it is not UTF-8.
+/// ownership problem if any, and a diagnostic if it is not UTF-8; within the
+/// compiled default limit (see [`read_file_within`] for the daemon's).
 pub fn read_file(
     path: &Path,
+) -> Result<(Source, Option<PermissionProblem>, Option<Diagnostic>), LoadError> {
+    read_file_within(path, DEFAULT_MAX_POLICY_BYTES)
+}
+
+/// As [`read_file`], refusing a file larger than `max_bytes` (a daemon's
+/// `--max-policy-bytes`, as its status reports it) before reading it.
+pub fn read_file_within(
+    path: &Path,
+    max_bytes: u64,
 ) -> Result<(Source, Option<PermissionProblem>, Option<Diagnostic>), LoadError> {
     let meta = match fs::metadata(path) {
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
@@ -246,18 +256,18 @@ pub fn read_file(
         Ok(m) => m,
     };
     let problem = owner_problem(path, &meta);
-    if meta.len() > DEFAULT_MAX_POLICY_BYTES {
+    if meta.len() > max_bytes {
         return Err(LoadError::TooLarge {
             path: path.to_path_buf(),
             bytes: meta.len(),
-            limit: DEFAULT_MAX_POLICY_BYTES,
+            limit: max_bytes,
         });
     }
-    let (source, error) = read_source_within(path, DEFAULT_MAX_POLICY_BYTES).map_err(|e| {
+    let (source, error) = read_source_within(path, max_bytes).map_err(|e| {
         e.unwrap_or_else(|bytes| LoadError::TooLarge {
             path: path.to_path_buf(),
             bytes,
-            limit: DEFAULT_MAX_POLICY_BYTES,
+            limit: max_bytes,
         })
     })?;
     Ok((source, problem, error))

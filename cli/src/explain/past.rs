@@ -101,6 +101,7 @@ pub(super) fn archived_policy(
                     "the policy {what} is the empty policy (no policy file): everything stock"
                 )),
                 daemon: None,
+                diagnostics: Vec::new(),
             });
         }
         eprintln!(
@@ -121,6 +122,7 @@ pub(super) fn archived_policy(
             origin,
             note: None,
             daemon: None,
+            diagnostics: crate::host_severity::judged(loaded.warnings),
         }),
         Ok(loaded) => {
             eprintln!(

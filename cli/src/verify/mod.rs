@@ -245,6 +245,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .and_then(|log| log.append(&Record::Verification(record.clone())))
         .with_context(|| format!("appending to the audit log {}", args.audit_log.display()))?;
     store::append_atomically(&file, &record)?;
+    crate::judgement::say_on_stderr("verify", socket.as_deref());
 
     if args.json {
         println!("{}", serde_json::to_string(&record)?);
