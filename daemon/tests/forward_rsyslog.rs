@@ -94,6 +94,8 @@ fn rsyslog(dir: &Path, example: &str, port: u16, vars: &[(&str, String)]) -> Rsy
 /// One message rsyslog received, parsed as RFC 5424.
 #[derive(Debug)]
 struct Message {
+    /// TIMESTAMP, as received.
+    time: String,
     msgid: String,
     json: String,
 }
@@ -110,7 +112,7 @@ fn received(out: &Path) -> Vec<Message> {
                 pri_ver, "<110>1",
                 "PRI facility 13 severity 6, version 1: {l}"
             );
-            let time = parts.next().unwrap();
+            let time = parts.next().unwrap().to_owned();
             assert!(time.ends_with('Z') && time.contains('T'), "timestamp: {l}");
             let host = parts.next().unwrap();
             assert!(!host.is_empty() && host != "-", "hostname: {l}");
@@ -125,7 +127,12 @@ fn received(out: &Path) -> Vec<Message> {
             let json = parts.next().expect("MSG").to_owned();
             let v: Value = serde_json::from_str(&json).expect("MSG is the JSON record");
             assert_eq!(v["kind"], msgid.as_str(), "MSGID is the record's kind");
-            Message { msgid, json }
+            assert_eq!(
+                v["time"],
+                time.as_str(),
+                "TIMESTAMP is the record's own time, not the send time: {l}"
+            );
+            Message { time, msgid, json }
         })
         .collect()
 }
@@ -413,11 +420,22 @@ fn a_collector_down_for_a_while_then_up_gets_every_record() {
         status.last_error.as_deref().unwrap().contains("refused"),
         "{status:?}"
     );
+    // Sent only after the collector is up, well after they were written.
+    std::thread::sleep(Duration::from_millis(1500));
+    let up_at = std::time::SystemTime::now();
     let collector = rsyslog(env.dir.path(), "rsyslog.conf", port, &[]);
     let seen = wait_all_received(&env, &collector.out);
     assert!(
         seen.values().all(|&n| n == 1),
         "exactly once without a restart"
+    );
+    let late = received(&collector.out)
+        .into_iter()
+        .filter(|m| humantime::parse_rfc3339(&m.time).unwrap() < up_at)
+        .count();
+    assert!(
+        late >= 20,
+        "the records written during the outage keep their own time: {late} stamped before the collector was up"
     );
     let start = Instant::now();
     while env.status().forwarder.unwrap().records_behind != 0 {
