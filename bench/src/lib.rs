@@ -15,6 +15,8 @@
 //!   empty preloaded C library.
 //! - [`identity_hop`] (Linux): issue 24 item 6, a check-in with the peer identified
 //!   inline and on the blocking pool, in one run.
+//! - [`forwarding`] (Linux): issue 30, check-ins with audit forwarding to a real
+//!   rsyslogd on vs off, and RSS with the collector down.
 //!
 //! Every figure is compared with a baseline measured in the same run, and the
 //! harness asserts nothing about time: a missed target is printed as missed.
@@ -27,6 +29,8 @@ pub mod stats;
 pub mod baseline;
 #[cfg(target_os = "linux")]
 pub mod big_exe;
+#[cfg(target_os = "linux")]
+pub mod forwarding;
 #[cfg(target_os = "linux")]
 pub mod harness;
 #[cfg(target_os = "linux")]
