@@ -17,6 +17,8 @@
 //!   inline and on the blocking pool, in one run.
 //! - [`versus`] (Linux): issue 31, 23.4 and 24.6 for an older build and this
 //!   tree in one run (`metalift-bench versus <old-build-dir>`).
+//! - [`forwarding`] (Linux): issue 30, check-ins with audit forwarding to a real
+//!   rsyslogd on vs off, and RSS with the collector down.
 //!
 //! Every figure is compared with a baseline measured in the same run, and the
 //! harness asserts nothing about time: a missed target is printed as missed.
@@ -29,6 +31,8 @@ pub mod stats;
 pub mod baseline;
 #[cfg(target_os = "linux")]
 pub mod big_exe;
+#[cfg(target_os = "linux")]
+pub mod forwarding;
 #[cfg(target_os = "linux")]
 pub mod harness;
 #[cfg(target_os = "linux")]

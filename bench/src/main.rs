@@ -55,6 +55,9 @@ enum Cmd {
         /// metalift-probe -p metalift-shim` in a checkout of that commit).
         old_build_dir: std::path::PathBuf,
     },
+    /// Issue 30: check-ins with audit forwarding (to a local rsyslogd) on vs off, and
+    /// RSS with the collector down through 100,000 records.
+    Forwarding,
     /// Internal: the transport-only baseline server.
     #[command(hide = true)]
     ServeBaseline {
@@ -88,8 +91,8 @@ fn run(args: Args) -> anyhow::Result<()> {
     use anyhow::Context as _;
     use metalift_bench::harness::{self, Artifacts};
     use metalift_bench::{
-        big_exe, identity_hop, probe_cost, reload, stalls, startup, summary_table, throughput,
-        versus, Section,
+        big_exe, forwarding, identity_hop, probe_cost, reload, stalls, startup, summary_table,
+        throughput, versus, Section,
     };
 
     let q = args.quick;
@@ -110,6 +113,13 @@ fn run(args: Args) -> anyhow::Result<()> {
             (5, Duration::from_secs(2))
         };
         identity_hop::run(art, rounds, length)
+    };
+    let forward = |art: &Artifacts| {
+        if q {
+            forwarding::run(art, 2, Duration::from_millis(500), 10_000)
+        } else {
+            forwarding::run(art, 5, Duration::from_secs(2), 100_000)
+        }
     };
     let reloads = |art: &Artifacts| reload::run(art, if q { 10 } else { 100 });
     let stall = |art: &Artifacts| {
@@ -154,6 +164,7 @@ fn run(args: Args) -> anyhow::Result<()> {
                 Cmd::IdentityHop => vec![hop(&art)?],
                 Cmd::Reload => vec![reloads(&art)?],
                 Cmd::BigExe => vec![big(&art)?],
+                Cmd::Forwarding => vec![forward(&art)?],
                 Cmd::Stalls => vec![stall(&art)?],
                 Cmd::Versus { old_build_dir } => {
                     let builds = versus::Builds::in_dir(&old_build_dir, art.clone())?;

@@ -94,6 +94,8 @@ fn rsyslog(dir: &Path, example: &str, port: u16, vars: &[(&str, String)]) -> Rsy
 /// One message rsyslog received, parsed as RFC 5424.
 #[derive(Debug)]
 struct Message {
+    /// TIMESTAMP, as received.
+    time: String,
     msgid: String,
     json: String,
 }
@@ -110,7 +112,7 @@ fn received(out: &Path) -> Vec<Message> {
                 pri_ver, "<110>1",
                 "PRI facility 13 severity 6, version 1: {l}"
             );
-            let time = parts.next().unwrap();
+            let time = parts.next().unwrap().to_owned();
             assert!(time.ends_with('Z') && time.contains('T'), "timestamp: {l}");
             let host = parts.next().unwrap();
             assert!(!host.is_empty() && host != "-", "hostname: {l}");
@@ -125,7 +127,12 @@ fn received(out: &Path) -> Vec<Message> {
             let json = parts.next().expect("MSG").to_owned();
             let v: Value = serde_json::from_str(&json).expect("MSG is the JSON record");
             assert_eq!(v["kind"], msgid.as_str(), "MSGID is the record's kind");
-            Message { msgid, json }
+            assert_eq!(
+                v["time"],
+                time.as_str(),
+                "TIMESTAMP is the record's own time, not the send time: {l}"
+            );
+            Message { time, msgid, json }
         })
         .collect()
 }
@@ -413,11 +420,22 @@ fn a_collector_down_for_a_while_then_up_gets_every_record() {
         status.last_error.as_deref().unwrap().contains("refused"),
         "{status:?}"
     );
+    // Sent only after the collector is up, well after they were written.
+    std::thread::sleep(Duration::from_millis(1500));
+    let up_at = std::time::SystemTime::now();
     let collector = rsyslog(env.dir.path(), "rsyslog.conf", port, &[]);
     let seen = wait_all_received(&env, &collector.out);
     assert!(
         seen.values().all(|&n| n == 1),
         "exactly once without a restart"
+    );
+    let late = received(&collector.out)
+        .into_iter()
+        .filter(|m| humantime::parse_rfc3339(&m.time).unwrap() < up_at)
+        .count();
+    assert!(
+        late >= 20,
+        "the records written during the outage keep their own time: {late} stamped before the collector was up"
     );
     let start = Instant::now();
     while env.status().forwarder.unwrap().records_behind != 0 {
@@ -511,15 +529,151 @@ fn test_ca(dir: &Path, name: &str) -> (PathBuf, PathBuf, PathBuf) {
     (ca, cert, key)
 }
 
+/// A client certificate (`clientAuth`) signed by the CA `name` that [`test_ca`]
+/// made in `dir`; returns (client.pem, client.key).
+fn client_cert(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
+    let p = |f: &str| dir.join(format!("{name}-{f}"));
+    let s = |x: &PathBuf| x.to_str().unwrap().to_owned();
+    let (key, csr, cert, ext) = (
+        p("client.key"),
+        p("client.csr"),
+        p("client.pem"),
+        p("client-ext.cnf"),
+    );
+    std::fs::write(
+        &ext,
+        "basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n",
+    )
+    .unwrap();
+    for args in [
+        vec![
+            "req".to_owned(),
+            "-newkey".into(),
+            "rsa:2048".into(),
+            "-nodes".into(),
+            "-keyout".into(),
+            s(&key),
+            "-out".into(),
+            s(&csr),
+            "-subj".into(),
+            "/CN=metaliftd test client".into(),
+        ],
+        vec![
+            "x509".to_owned(),
+            "-req".into(),
+            "-in".into(),
+            s(&csr),
+            "-CA".into(),
+            s(&p("ca.pem")),
+            "-CAkey".into(),
+            s(&p("ca.key")),
+            "-CAcreateserial".into(),
+            "-out".into(),
+            s(&cert),
+            "-days".into(),
+            "2".into(),
+            "-extfile".into(),
+            s(&ext),
+        ],
+    ] {
+        let out = Command::new("openssl").args(&args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    (cert, key)
+}
+
 fn tls_collector(env: &Env, port: u16, name: &str) -> (Rsyslog, PathBuf) {
+    tls_collector_with(env, port, name, "anon")
+}
+
+/// An rsyslog over TLS with a certificate from the CA `name`, `StreamDriver.AuthMode`
+/// `auth_mode` (`anon`, or `x509/certvalid`: a client certificate from the same CA
+/// is required). Returns the collector and the CA's certificate.
+fn tls_collector_with(env: &Env, port: u16, name: &str, auth_mode: &str) -> (Rsyslog, PathBuf) {
     let (ca, cert, key) = test_ca(env.dir.path(), name);
     let vars = [
         ("@CA@", ca.display().to_string()),
         ("@CERT@", cert.display().to_string()),
         ("@KEY@", key.display().to_string()),
-        ("@AUTHMODE@", "anon".to_owned()),
+        ("@AUTHMODE@", auth_mode.to_owned()),
     ];
     (rsyslog(env.dir.path(), "rsyslog-tls.conf", port, &vars), ca)
+}
+
+/// The forwarder's last error once it has one that differs from `before`.
+fn next_error(env: &Env, before: Option<&str>) -> metalift_daemon::audit::forward::ForwarderStatus {
+    let start = Instant::now();
+    loop {
+        let f = env.status().forwarder.unwrap();
+        if f.last_error.is_some() && f.last_error.as_deref() != before {
+            return f;
+        }
+        assert!(start.elapsed() < GUARD, "no new forwarding error: {f:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_collector_requiring_a_client_certificate_refuses_none_and_an_untrusted_one_and_takes_ours() {
+    let _serial = serial();
+    let env = Env::new();
+    let port = free_port();
+    let (collector, ca) = tls_collector_with(&env, port, "good", "x509/certvalid");
+    let tls = format!(
+        "address = \"127.0.0.1:{port}\"\ntransport = \"tls\"\nca = \"{}\"\nserver_name = \"localhost\"",
+        ca.display()
+    );
+    // No client certificate.
+    env.policy(&tls);
+    let daemon = env.start(1024 * 1024);
+    reloads(&env, &daemon, 3);
+    let f = next_error(&env, None);
+    let no_cert = f.last_error.clone().unwrap();
+    assert!(!f.connected && f.delivered_records == 0, "{f:?}");
+    assert!(
+        no_cert.contains("client certificate"),
+        "status says a client certificate may be what is missing: {no_cert}"
+    );
+    // A client certificate from another CA ("rogue").
+    test_ca(env.dir.path(), "rogue");
+    let (rogue_cert, rogue_key) = client_cert(env.dir.path(), "rogue");
+    env.policy(&format!(
+        "{tls}\nclient_cert = \"{}\"\nclient_key = \"{}\"",
+        rogue_cert.display(),
+        rogue_key.display()
+    ));
+    reloads(&env, &daemon, 1);
+    let f = next_error(&env, Some(&no_cert));
+    let rogue = f.last_error.clone().unwrap();
+    assert!(!f.connected && f.delivered_records == 0, "{f:?}");
+    assert!(
+        rogue.contains("refused our client certificate") && rogue.contains("rogue-client.pem"),
+        "status says the collector refused the certificate: {rogue}"
+    );
+    assert!(
+        received(&collector.out).is_empty(),
+        "nothing delivered without a trusted client certificate"
+    );
+    let text = env.status().to_text();
+    assert!(text.contains("last error:"), "{text}");
+    println!("without a client certificate: {no_cert}\nwith an untrusted one: {rogue}");
+    // Ours, from the CA the collector trusts.
+    let (cert, key) = client_cert(env.dir.path(), "good");
+    env.policy(&format!(
+        "{tls}\nclient_cert = \"{}\"\nclient_key = \"{}\"",
+        cert.display(),
+        key.display()
+    ));
+    reloads(&env, &daemon, 2);
+    let seen = wait_all_received(&env, &collector.out);
+    assert!(seen.values().all(|&n| n == 1), "{seen:?}");
+    let f = env.status().forwarder.unwrap();
+    assert!(f.connected, "{f:?}");
+    drop(daemon);
 }
 
 #[test]

@@ -240,9 +240,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         receipt: Some(receipt),
     };
     let file = verification::path_beside(&args.policy);
-    // Audited first: a verification the daemon acts on is always in the log.
+    // Audited first: a verification the daemon acts on is always in the log. With
+    // the policy's `[audit.labels]`, as the daemon's own records carry them.
     AuditLog::open(&args.audit_log, Rotation::default())
-        .and_then(|log| log.append(&Record::Verification(record.clone())))
+        .and_then(|log| {
+            log.set_labels(loaded.policy.labels());
+            log.append(&Record::Verification(record.clone()))
+        })
         .with_context(|| format!("appending to the audit log {}", args.audit_log.display()))?;
     store::append_atomically(&file, &record)?;
     crate::judgement::say_on_stderr("verify", socket.as_deref());

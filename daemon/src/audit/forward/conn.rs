@@ -67,18 +67,11 @@ impl Conn {
                     .set_read_timeout(Some(Duration::from_millis(200)))?;
                 let mut probe = [0u8; 1];
                 match io::Read::read(&mut stream, &mut probe) {
-                    Ok(0) => anyhow::bail!(
-                        "{} closed the TLS connection after the handshake",
-                        cfg.address
-                    ),
+                    Ok(0) => return Err(closed_after_handshake(cfg, None)),
                     Err(e)
                         if e.kind() == io::ErrorKind::WouldBlock
                             || e.kind() == io::ErrorKind::TimedOut => {}
-                    Err(e) => {
-                        return Err(
-                            anyhow::Error::new(e).context(format!("TLS with {}", cfg.address))
-                        )
-                    }
+                    Err(e) => return Err(closed_after_handshake(cfg, Some(e))),
                     Ok(_) => {}
                 }
                 stream.sock.set_read_timeout(Some(IO_TIMEOUT))?;
@@ -126,6 +119,59 @@ impl Conn {
         let _ = sock.set_nonblocking(false);
         closed
     }
+}
+
+/// The collector ended the connection right after the handshake: in TLS 1.3 this
+/// is where a server that checks client certificates refuses one (the client's
+/// handshake is complete before the server has verified its certificate). With an
+/// alert about a certificate it said so; rsyslog's gtls driver in
+/// `x509/certvalid` mode just closes the socket (seen in
+/// `forward_rsyslog::a_collector_requiring_a_client_certificate_*`), so the message
+/// names the likely cause from what we sent.
+fn closed_after_handshake(cfg: &Forward, error: Option<io::Error>) -> anyhow::Error {
+    let alert = error.as_ref().and_then(|e| {
+        let tls = e.get_ref()?.downcast_ref::<rustls::Error>()?;
+        match tls {
+            rustls::Error::AlertReceived(a) => Some(*a),
+            _ => None,
+        }
+    });
+    let ours = match &cfg.client_cert {
+        Some(cert) => format!("our client certificate {cert}"),
+        None => {
+            "a client certificate (none is configured: set client_cert and client_key)".to_owned()
+        }
+    };
+    let what = match alert {
+        Some(
+            a @ (rustls::AlertDescription::BadCertificate
+            | rustls::AlertDescription::CertificateRequired
+            | rustls::AlertDescription::UnknownCA
+            | rustls::AlertDescription::UnsupportedCertificate
+            | rustls::AlertDescription::CertificateRevoked
+            | rustls::AlertDescription::CertificateExpired
+            | rustls::AlertDescription::CertificateUnknown
+            | rustls::AlertDescription::AccessDenied),
+        ) => format!(
+            "{} refused {ours} after the TLS handshake (alert {a:?})",
+            cfg.address
+        ),
+        Some(a) => format!(
+            "{} ended the TLS connection after the handshake (alert {a:?}); it may require {ours}",
+            cfg.address
+        ),
+        None => format!(
+            "{} closed the TLS connection right after the handshake: {}{}",
+            cfg.address,
+            if cfg.client_cert.is_some() {
+                format!("it likely refused {ours}")
+            } else {
+                format!("it likely requires {ours}")
+            },
+            error.map(|e| format!(" ({e})")).unwrap_or_default()
+        ),
+    };
+    anyhow::anyhow!(what)
 }
 
 fn tls_config(cfg: &Forward) -> anyhow::Result<rustls::ClientConfig> {

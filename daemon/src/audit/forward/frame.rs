@@ -1,12 +1,15 @@
 //! One audit record as an RFC 5424 syslog message in RFC 6587 octet-counting framing.
 //!
 //! `<110>1 TIMESTAMP HOSTNAME metaliftd PROCID MSGID - JSON`: PRI 110 is facility 13
-//! ("log audit", RFC 5424 §6.2.1) at severity 6 (informational); MSGID is the
-//! record's `"kind"`; MSG is the record's JSON line exactly as the local log holds
-//! it (no BOM: RFC 5424 allows MSG-ANY, and collectors keep JSON bytes untouched).
-//! The frame is `MSG-LEN SP SYSLOG-MSG` (RFC 6587 §3.4.1, also RFC 5425 §4.3).
+//! ("log audit", RFC 5424 §6.2.1) at severity 6 (informational); TIMESTAMP is the
+//! record's own `"time"` (when it happened, not when it was sent: a record
+//! forwarded after a collector outage keeps its time; RFC 5424 §6.2.3 has the
+//! originator's time there); MSGID is the record's `"kind"`; MSG is the record's
+//! JSON line exactly as the local log holds it (no BOM: RFC 5424 allows MSG-ANY,
+//! and collectors keep JSON bytes untouched). The frame is `MSG-LEN SP SYSLOG-MSG`
+//! (RFC 6587 §3.4.1, also RFC 5425 §4.3).
 
-use std::time::SystemTime;
+use std::borrow::Cow;
 
 /// PRI: facility 13 (log audit) × 8 + severity 6 (informational).
 pub const PRI: u8 = 13 * 8 + 6;
@@ -33,13 +36,19 @@ impl Header {
 }
 
 /// Appends `line` (one JSON record, without its newline) as one framed message.
-pub fn push(out: &mut Vec<u8>, header: &Header, line: &[u8], now: SystemTime) {
-    let kind = record_kind(line).map_or_else(|| "-".to_owned(), |k| sanitize(&k, 32));
+pub fn push(out: &mut Vec<u8>, header: &Header, line: &[u8]) {
+    let head = Head::of(line);
+    let kind = head
+        .as_ref()
+        .map_or_else(|| "-".to_owned(), |h| sanitize(&h.kind, 32));
+    let time = head
+        .as_ref()
+        .and_then(|h| h.time.as_deref())
+        .and_then(timestamp)
+        .unwrap_or_else(|| "-".to_owned());
     let msg = format!(
-        "<{PRI}>1 {} {} metaliftd {} {kind} - ",
-        crate::audit::rfc3339::format(now),
-        header.hostname,
-        header.pid,
+        "<{PRI}>1 {time} {} metaliftd {} {kind} - ",
+        header.hostname, header.pid,
     );
     let len = msg.len() + line.len();
     out.extend_from_slice(format!("{len} ").as_bytes());
@@ -47,16 +56,31 @@ pub fn push(out: &mut Vec<u8>, header: &Header, line: &[u8], now: SystemTime) {
     out.extend_from_slice(line);
 }
 
-/// The `"kind"` of a record line, without parsing the whole JSON (the writer
-/// always writes `"kind"` first; anything else falls back to a full parse).
-fn record_kind(line: &[u8]) -> Option<String> {
-    let prefix = br#"{"kind":""#;
-    if let Some(rest) = line.strip_prefix(prefix) {
-        let end = rest.iter().position(|&b| b == b'"')?;
-        return std::str::from_utf8(&rest[..end]).ok().map(str::to_owned);
+/// The two top-level fields of a record line the header needs. Read with serde
+/// into borrowed strings, not as a `serde_json::Value`: every other field is
+/// skipped without allocating, and a `"kind"` nested in `"host"`'s labels is not
+/// mistaken for the record's (the writer puts `schema`, `id`, `host` first).
+#[derive(serde::Deserialize)]
+struct Head<'a> {
+    #[serde(borrow)]
+    kind: Cow<'a, str>,
+    #[serde(borrow, default)]
+    time: Option<Cow<'a, str>>,
+}
+
+impl<'a> Head<'a> {
+    fn of(line: &'a [u8]) -> Option<Head<'a>> {
+        serde_json::from_slice(line).ok()
     }
-    let value: serde_json::Value = serde_json::from_slice(line).ok()?;
-    value.get("kind")?.as_str().map(str::to_owned)
+}
+
+/// A record's `"time"` as an RFC 5424 TIMESTAMP (§6.2.3: RFC 3339 in UTC, at most
+/// six fraction digits): parsed and written again the way the audit log writes
+/// it, so a malformed time becomes the nil value (`None`), never a broken header.
+fn timestamp(time: &str) -> Option<String> {
+    crate::audit::rfc3339::parse(time)
+        .ok()
+        .map(crate::audit::rfc3339::format)
 }
 
 /// `s` as a syslog header field: printable US-ASCII without spaces, at most `max`
@@ -84,25 +108,51 @@ mod tests {
             hostname: "guest-7".into(),
             pid: 42,
         };
-        let line = br#"{"kind":"decision","time":"x","path":"/a b"}"#;
+        let line = br#"{"schema":1,"id":"r-1","host":{"labels":{"kind":"x"}},"kind":"decision","time":"2026-11-30T06:01:02.123456Z","path":"/a b"}"#;
         let mut out = Vec::new();
-        push(&mut out, &header, line, SystemTime::UNIX_EPOCH);
+        push(&mut out, &header, line);
         let text = String::from_utf8(out).unwrap();
         let (len, msg) = text.split_once(' ').unwrap();
         assert_eq!(len.parse::<usize>().unwrap(), msg.len());
-        assert!(msg.starts_with("<110>1 1970-01-01T00:00:00"), "{msg}");
-        assert!(msg.contains(" guest-7 metaliftd 42 decision - {"), "{msg}");
+        assert!(
+            msg.starts_with("<110>1 2026-11-30T06:01:02.123456Z guest-7 metaliftd 42 decision - {"),
+            "the record's own time and kind: {msg}"
+        );
         assert!(msg.ends_with(std::str::from_utf8(line).unwrap()));
+    }
+
+    fn header_of(line: &[u8]) -> String {
+        let header = Header {
+            hostname: "h".into(),
+            pid: 1,
+        };
+        let mut out = Vec::new();
+        push(&mut out, &header, line);
+        let text = String::from_utf8(out).unwrap();
+        let msg = text.split_once(' ').unwrap().1;
+        msg.split(' ').take(6).collect::<Vec<_>>().join(" ")
+    }
+
+    #[test]
+    fn a_time_in_another_precision_is_written_as_the_log_writes_it_and_a_bad_one_is_nil() {
+        assert_eq!(
+            header_of(br#"{"kind":"outcome","time":"2026-01-01T00:00:00.5Z"}"#),
+            "<110>1 2026-01-01T00:00:00.500000Z h metaliftd 1 outcome"
+        );
+        assert_eq!(
+            header_of(br#"{"kind":"outcome","time":"yesterday"}"#),
+            "<110>1 - h metaliftd 1 outcome"
+        );
+        assert_eq!(
+            header_of(br#"{"kind":"outcome"}"#),
+            "<110>1 - h metaliftd 1 outcome"
+        );
     }
 
     #[test]
     fn header_fields_lose_spaces_and_an_unknown_kind_is_nil() {
         assert_eq!(sanitize("my host\u{e9}", 255), "myhost");
         assert_eq!(sanitize(" ", 255), "-");
-        assert_eq!(record_kind(b"not json"), None);
-        assert_eq!(
-            record_kind(br#"{"time":"t","kind":"outcome"}"#).as_deref(),
-            Some("outcome")
-        );
+        assert_eq!(header_of(b"not json"), "<110>1 - h metaliftd 1 -");
     }
 }

@@ -191,7 +191,7 @@ fn step(st: &mut State, config: &Forward, audit: &AuditLog, shared: &Shared) -> 
     let mut out = Vec::with_capacity(batch.len() + batch.len() / 4);
     let mut records = 0u64;
     for line in batch.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
-        frame::push(&mut out, &st.header, line, now);
+        frame::push(&mut out, &st.header, line);
         records += 1;
     }
     let Some(conn) = st.conn.as_mut() else {

@@ -1,0 +1,257 @@
+//! Issue 30: what forwarding the audit log costs. Check-ins/s at 64 clients with
+//! `[audit.forward]` on (to a real rsyslogd this benchmark starts on a loopback
+//! port, with `examples/collectors/rsyslog.conf`) and off, in alternating rounds of
+//! one run; and the daemon's resident memory while the collector is down through
+//! 100,000 records (the backlog is the local file, so memory should stay flat).
+//!
+//! Two daemons run side by side with the same rules, one forwarding and one not,
+//! so the rounds alternate without a reload between them. Nothing here asserts a
+//! time: a missed target is printed as missed.
+#![forbid(unsafe_code)]
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+
+use crate::harness::{self, Artifacts, Daemon};
+use crate::stats::thousands;
+use crate::throughput::{realistic_policy, round, Client, Level};
+use crate::{Section, Target};
+
+/// The collector configuration the forwarding tests use, with `@DIR@`/`@PORT@`.
+const RSYSLOG_CONF: &str = include_str!("../../examples/collectors/rsyslog.conf");
+/// Debian's rsyslogd (scripts/setup.sh installs the `rsyslog` package).
+const RSYSLOGD: &str = "/usr/sbin/rsyslogd";
+
+/// A foreground rsyslogd on a loopback port; killed on drop.
+struct Rsyslog {
+    child: Child,
+    /// Where it writes every message it received, one per line.
+    out: PathBuf,
+}
+
+impl Drop for Rsyslog {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Rsyslog {
+    fn start(dir: &Path, port: u16) -> anyhow::Result<Rsyslog> {
+        if !Path::new(RSYSLOGD).exists() {
+            bail!("{RSYSLOGD} is not installed: run scripts/setup.sh (Debian package rsyslog)");
+        }
+        let work = dir.join("rsyslog");
+        std::fs::create_dir_all(&work)?;
+        let conf = work.join("rsyslog.conf");
+        let work_str = work.to_str().context("temp dir is not UTF-8")?;
+        std::fs::write(
+            &conf,
+            RSYSLOG_CONF
+                .replace("@DIR@", work_str)
+                .replace("@PORT@", &port.to_string()),
+        )?;
+        let child = Command::new(RSYSLOGD)
+            .arg("-n")
+            .arg("-f")
+            .arg(&conf)
+            .arg("-i")
+            .arg(work.join("rsyslogd.pid"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(work.join("stderr"))?)
+            .spawn()
+            .with_context(|| format!("starting {RSYSLOGD}"))?;
+        let collector = Rsyslog {
+            child,
+            out: work.join("metalift-audit.log"),
+        };
+        let start = Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if start.elapsed() > harness::HANG_GUARD {
+                bail!("rsyslogd did not listen on 127.0.0.1:{port}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(collector)
+    }
+
+    /// Messages received so far.
+    fn received(&self) -> usize {
+        std::fs::read(&self.out)
+            .map(|b| b.iter().filter(|&&c| c == b'\n').count())
+            .unwrap_or(0)
+    }
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// The daemon's `forwarder` object from `metalift status --json`.
+fn forwarder(socket: &Path) -> anyhow::Result<serde_json::Value> {
+    let json: serde_json::Value = serde_json::from_str(&harness::status(socket)?)?;
+    Ok(json["forwarder"].clone())
+}
+
+fn forwarding_policy(port: u16) -> String {
+    format!(
+        "{}\n[audit.forward]\naddress = \"127.0.0.1:{port}\"\n",
+        realistic_policy()
+    )
+}
+
+/// Runs both parts: `rounds` alternating rounds of `length`, then `records`
+/// check-ins with the collector down.
+pub fn run(
+    art: &Artifacts,
+    rounds: usize,
+    length: Duration,
+    records: u64,
+) -> anyhow::Result<Section> {
+    let dir = tempfile::tempdir()?;
+    let port = free_port()?;
+    let collector = Rsyslog::start(dir.path(), port)?;
+    let off_dir = dir.path().join("off");
+    let on_dir = dir.path().join("on");
+    let off = Daemon::start(art, &off_dir, &realistic_policy(), &[])?;
+    let on = Daemon::start(art, &on_dir, &forwarding_policy(port), &[])?;
+    let load_before = harness::load_average();
+
+    round(&off.socket, off.pid(), 64, length / 4, Client::CheckIn)?;
+    round(&on.socket, on.pid(), 64, length / 4, Client::CheckIn)?;
+    let mut lo = Level::default();
+    let mut ln = Level::default();
+    for _ in 0..rounds {
+        lo.add(round(&off.socket, off.pid(), 64, length, Client::CheckIn)?);
+        ln.add(round(&on.socket, on.pid(), 64, length, Client::CheckIn)?);
+    }
+    // Every record the forwarding daemon wrote reaches the collector.
+    let written = on.records()?.len();
+    let start = Instant::now();
+    while collector.received() < written && start.elapsed() < Duration::from_secs(120) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let caught_up = start.elapsed();
+    let received = collector.received();
+    let fwd = forwarder(&on.socket)?;
+    let load_after = harness::load_average();
+
+    let mut table = String::from(
+        "| forwarding, 64 clients | check-ins/s: median (p10–p90 of rounds) | latency µs p50 / p99 / p99.9 | errors | CPU cores used: server / load generator | check-ins per server CPU-second | server RSS / peak (VmRSS / VmHWM), MiB |\n\
+         |---|---|---|---|---|---|---|\n",
+    );
+    let (rate_off, rate_on) = (lo.rates.median(), ln.rates.median());
+    table.push_str(&lo.row("off", Some(harness::memory(off.pid())?)));
+    table.push_str(&ln.row(
+        &format!("on, to rsyslogd on 127.0.0.1:{port}"),
+        Some(harness::memory(on.pid())?),
+    ));
+    let ratio = rate_on / rate_off.max(1e-9);
+    drop(on);
+    drop(off);
+    drop(collector);
+
+    let down = collector_down(art, &dir.path().join("down"), records)?;
+
+    let body = format!(
+        "{rounds} alternating rounds of {:.1} s per row, two daemons with the same four rules \
+         (one with `[audit.forward]`, one without), each connection one check-in; load generator \
+         on the same CPUs. 1-min load average {load_before} before, {load_after} after.\n\n{table}\n\
+         on / off: **{ratio:.3}×**. The forwarding daemon wrote {written} records; rsyslogd had \
+         received {received} of them {:.1} s after the last round (forwarder: {} delivered, {} \
+         behind, last error {}).\n\n{}",
+        length.as_secs_f64(),
+        caught_up.as_secs_f64(),
+        fwd["delivered_records"],
+        fwd["records_behind"],
+        fwd["last_error"],
+        down.body,
+    );
+    let throughput = Target {
+        item: "issue 30: check-ins/s at 64 clients, forwarding on vs off (same run)".into(),
+        target: "≥ 0.95×".into(),
+        measured: format!(
+            "{ratio:.3}× ({} /s on vs {} /s off)",
+            thousands(rate_on),
+            thousands(rate_off)
+        ),
+        met: ratio >= 0.95,
+    };
+    Ok(Section {
+        title: "Audit forwarding (issue 30)".into(),
+        body,
+        targets: vec![throughput, down.target],
+    })
+}
+
+struct Down {
+    body: String,
+    target: Target,
+}
+
+/// `records` check-ins against a daemon whose collector never listens; RSS sampled
+/// after every round.
+fn collector_down(art: &Artifacts, dir: &Path, records: u64) -> anyhow::Result<Down> {
+    // A port nothing listens on: bound, then closed.
+    let port = free_port()?;
+    let daemon = Daemon::start(art, dir, &forwarding_policy(port), &[])?;
+    let start_mem = harness::memory(daemon.pid())?;
+    let mut done = 0u64;
+    let mut peak_rss = start_mem.rss_kib;
+    let started = Instant::now();
+    while done < records {
+        let r = round(
+            &daemon.socket,
+            daemon.pid(),
+            64,
+            Duration::from_millis(500),
+            Client::CheckIn,
+        )?;
+        done += r.latencies.len() as u64;
+        peak_rss = peak_rss.max(harness::memory(daemon.pid())?.rss_kib);
+    }
+    let elapsed = started.elapsed();
+    let end = harness::memory(daemon.pid())?;
+    let fwd = forwarder(&daemon.socket)?;
+    let log_bytes = std::fs::metadata(&daemon.audit_log).map_or(0, |m| m.len());
+    let mib = |k: u64| k as f64 / 1024.0;
+    let growth = mib(peak_rss.saturating_sub(start_mem.rss_kib));
+    let body = format!(
+        "Collector down (nothing listens on 127.0.0.1:{port}) through {} check-ins (as many \
+         decision records, {:.1} MiB of log unsent) in {:.1} s: daemon RSS at the start **{:.1} MiB**, highest sampled after a round \
+         **{:.1} MiB**, at the end **{:.1} MiB** (VmHWM {:.1} MiB); forwarder {} records behind, \
+         last error {}.\n",
+        thousands(done as f64),
+        log_bytes as f64 / (1024.0 * 1024.0),
+        elapsed.as_secs_f64(),
+        mib(start_mem.rss_kib),
+        mib(peak_rss),
+        mib(end.rss_kib),
+        mib(end.hwm_kib),
+        fwd["records_behind"],
+        fwd["last_error"],
+    );
+    // Bounded: the backlog is the file, so growth should not follow the record
+    // count. 16 MiB leaves room for the runtime's threads and buffers under 64
+    // clients and is well below the size of the backlog (printed beside it).
+    let target = Target {
+        item: format!(
+            "issue 30: daemon RSS, collector down, {} records",
+            thousands(done as f64)
+        ),
+        target: "bounded (growth < 16 MiB)".into(),
+        measured: format!(
+            "start {:.1} / peak {:.1} / end {:.1} MiB",
+            mib(start_mem.rss_kib),
+            mib(peak_rss),
+            mib(end.rss_kib)
+        ),
+        met: growth < 16.0,
+    };
+    Ok(Down { body, target })
+}
