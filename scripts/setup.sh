@@ -14,6 +14,11 @@
 #   rsyslog, rsyslog-gnutls   the real syslog collector (and its TLS driver) the
 #                             audit forwarding tests start on loopback ports;
 #   openssl                   the test CA and certificates of the TLS tests.
+#   syslog-ng (not installed)  Debian's syslog-ng-core conflicts with rsyslog, so its
+#                             package and the libraries it needs are unpacked with
+#                             `dpkg -x` into /opt/metalift-test/syslog-ng (nothing
+#                             registered with dpkg); daemon/tests/forward_syslog_ng.rs
+#                             runs it from there on a loopback port.
 # Already installed packages are left alone; nothing else is changed.
 set -euo pipefail
 
@@ -24,9 +29,19 @@ done
 # node and npm by command, not by package: a machine's nodejs may come from
 # elsewhere with npm inside it (Debian's npm package would conflict with it).
 { command -v node && command -v npm; } >/dev/null 2>&1 || missing+=(nodejs npm)
-[ ${#missing[@]} -eq 0 ] && exit 0
-
 sudo=()
 [ "$(id -u)" -eq 0 ] || sudo=(sudo)
-"${sudo[@]}" apt-get update -qq
-DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq "${missing[@]}"
+if [ ${#missing[@]} -gt 0 ]; then
+  "${sudo[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq "${missing[@]}"
+fi
+
+sng=/opt/metalift-test/syslog-ng
+if [ ! -x "$sng/usr/sbin/syslog-ng" ]; then
+  debs=$(mktemp -d)
+  chmod a+rwx "$debs" # apt-get download fetches as _apt
+  (cd "$debs" && apt-get download -qq syslog-ng-core libivykis0 libnet1 libwrap0 libjson-c5 libpcre3)
+  "${sudo[@]}" mkdir -p "$sng"
+  for deb in "$debs"/*.deb; do "${sudo[@]}" dpkg -x "$deb" "$sng"; done
+  rm -rf "$debs"
+fi

@@ -1,0 +1,212 @@
+//! Audit forwarding against a real syslog-ng: Debian's syslog-ng-core 3.38, which
+//! conflicts with rsyslog as a package, so scripts/setup.sh unpacks it with
+//! `dpkg -x` into /opt/metalift-test/syslog-ng (or `$METALIFT_SYSLOG_NG_ROOT`) and
+//! this test runs it from there (`LD_LIBRARY_PATH`, `--module-path`, its own pid,
+//! persist and control files in a temp dir) on a loopback port, with
+//! `examples/collectors/syslog-ng.conf`. Every record arrives once with its JSON
+//! intact, in the file named after the HOSTNAME syslog-ng parsed. Without the
+//! unpacked copy the test fails saying so.
+#![cfg(target_os = "linux")]
+
+use std::collections::HashMap;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const GUARD: Duration = Duration::from_secs(60);
+
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn root() -> PathBuf {
+    std::env::var_os("METALIFT_SYSLOG_NG_ROOT").map_or_else(
+        || PathBuf::from("/opt/metalift-test/syslog-ng"),
+        PathBuf::from,
+    )
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// syslog-ng in the foreground with the example config (address, port and output
+/// directory replaced); waits until it listens.
+fn syslog_ng(work: &Path, port: u16) -> Killed {
+    let root = root();
+    let bin = root.join("usr/sbin/syslog-ng");
+    assert!(
+        bin.exists(),
+        "{} is missing: run scripts/setup.sh (it unpacks Debian's syslog-ng-core with dpkg -x; \
+         the package conflicts with rsyslog)",
+        bin.display()
+    );
+    let example = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/collectors/syslog-ng.conf"),
+    )
+    .unwrap();
+    let out = work.join("out");
+    let text = example
+        .replace(
+            "ip(\"0.0.0.0\") port(6514)",
+            &format!("ip(\"127.0.0.1\") port({port})"),
+        )
+        .replace("/var/log/metalift-collector", out.to_str().unwrap());
+    assert!(
+        text.contains(&format!("port({port})")) && text.contains(out.to_str().unwrap()),
+        "the example's source and destination are where this test expects them:\n{text}"
+    );
+    let conf = work.join("syslog-ng.conf");
+    std::fs::write(&conf, text).unwrap();
+    let libs = [
+        root.join("usr/lib/syslog-ng"),
+        root.join("usr/lib/x86_64-linux-gnu"),
+        root.join("lib/x86_64-linux-gnu"),
+    ]
+    .iter()
+    .map(|p| p.display().to_string())
+    .collect::<Vec<_>>()
+    .join(":");
+    let stderr = work.join("stderr");
+    let mut child = Command::new(&bin)
+        .arg("-F")
+        .arg("--no-caps")
+        .arg("--stderr")
+        .arg(format!(
+            "--module-path={}",
+            root.join("usr/lib/syslog-ng/3.38").display()
+        ))
+        .arg("-f")
+        .arg(&conf)
+        .arg("-p")
+        .arg(work.join("syslog-ng.pid"))
+        .arg("-R")
+        .arg(work.join("syslog-ng.persist"))
+        .arg("-c")
+        .arg(work.join("syslog-ng.ctl"))
+        .env("LD_LIBRARY_PATH", libs)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&stderr).unwrap())
+        .spawn()
+        .expect("spawn syslog-ng");
+    let start = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if let Ok(Some(exit)) = child.try_wait() {
+            panic!(
+                "syslog-ng exited ({exit}): {}",
+                std::fs::read_to_string(&stderr).unwrap_or_default()
+            );
+        }
+        assert!(
+            start.elapsed() < GUARD,
+            "syslog-ng did not listen on {port}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Killed(child)
+}
+
+#[test]
+fn syslog_ng_receives_every_record_once_with_its_json_intact() {
+    let dir = tempfile::Builder::new()
+        .prefix("fwd-sng-")
+        .tempdir()
+        .unwrap();
+    let work = dir.path().join("syslog-ng");
+    std::fs::create_dir_all(&work).unwrap();
+    let port = free_port();
+    let _collector = syslog_ng(&work, port);
+    let policy = dir.path().join("policy.toml");
+    std::fs::write(
+        &policy,
+        format!("version = 1\n\n[audit.forward]\naddress = \"127.0.0.1:{port}\"\n"),
+    )
+    .unwrap();
+    let socket = dir.path().join("metalift.sock");
+    let log = dir.path().join("log/audit.jsonl");
+    let daemon = Killed(
+        Command::new(env!("CARGO_BIN_EXE_metaliftd"))
+            .arg("--policy")
+            .arg(&policy)
+            .arg("--socket")
+            .arg(&socket)
+            .arg("--audit-log")
+            .arg(&log)
+            .arg("--allow-insecure-owner")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.path().join("daemon.log")).unwrap())
+            .spawn()
+            .expect("spawn metaliftd"),
+    );
+    let start = Instant::now();
+    while metalift_daemon::service::status::request(&socket, GUARD).is_err() {
+        assert!(start.elapsed() < GUARD, "metaliftd did not come up");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let pid = rustix::process::Pid::from_raw(daemon.0.id() as i32).unwrap();
+    let lines = || -> Vec<String> {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    };
+    for _ in 0..20 {
+        let before = lines().len();
+        rustix::process::kill_process(pid, rustix::process::Signal::HUP).unwrap();
+        let start = Instant::now();
+        while lines().len() == before {
+            assert!(start.elapsed() < GUARD, "no record after SIGHUP");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    // The example writes one file per HOSTNAME: the host part's name.
+    let local = lines();
+    let first: serde_json::Value = serde_json::from_str(&local[0]).unwrap();
+    let host = first["host"]["name"].as_str().unwrap().to_owned();
+    let received_file = work.join("out").join(format!("{host}.jsonl"));
+    let start = Instant::now();
+    let seen = loop {
+        let text = std::fs::read_to_string(&received_file).unwrap_or_default();
+        let mut seen: HashMap<String, usize> = HashMap::new();
+        for l in text.lines() {
+            let v: serde_json::Value = serde_json::from_str(l)
+                .unwrap_or_else(|e| panic!("syslog-ng's $MSG is not the JSON record ({e}): {l}"));
+            assert!(v["id"].is_string(), "{l}");
+            *seen.entry(l.to_owned()).or_default() += 1;
+        }
+        if local.iter().all(|l| seen.contains_key(l)) {
+            break seen;
+        }
+        assert!(
+            start.elapsed() < GUARD,
+            "{} of {} records never reached syslog-ng ({}); daemon log:\n{}",
+            local.iter().filter(|l| !seen.contains_key(*l)).count(),
+            local.len(),
+            received_file.display(),
+            std::fs::read_to_string(dir.path().join("daemon.log")).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(seen.len(), local.len(), "nothing but the local records");
+    assert!(
+        seen.values().all(|&n| n == 1),
+        "every record exactly once: {seen:?}"
+    );
+    assert!(
+        local.len() >= 21,
+        "daemon_start, policy_loaded and 20 reloads"
+    );
+}
