@@ -36,17 +36,17 @@ fn simmetal_normal() -> PathBuf {
     PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()).join("normal")
 }
 
-/// The stand-in with short tests: pp64, tg8, two repetitions each.
-fn llama_bench() -> Vec<String> {
+/// The stand-in with short tests: ppP, tgG, two repetitions each.
+fn llama_bench(p: u32, g: u32) -> Vec<String> {
     let bench = workspace_binary("metalift-llama-bench");
     [
         bench.display().to_string(),
         "-m".into(),
         "tiny.gguf".into(),
         "-p".into(),
-        "64".into(),
+        p.to_string(),
         "-n".into(),
-        "8".into(),
+        g.to_string(),
         "-r".into(),
         "2".into(),
         "-o".into(),
@@ -115,7 +115,7 @@ fn file_records(dir: &DaemonDir) -> Vec<Value> {
 fn given_the_stand_in_llama_bench_the_receipt_records_prompt_and_generation_speedups() {
     let dir = DaemonDir::new("verify-workload");
     write_policy(&dir);
-    let (output, json, _) = verify(&dir, &[], &llama_bench());
+    let (output, json, _) = verify(&dir, &[], &llama_bench(64, 8));
     let record = record(&output, json);
     assert!(output.status.success(), "{record}");
     assert_eq!(record["passed"], true, "{record}");
@@ -150,11 +150,14 @@ fn given_the_stand_in_llama_bench_the_receipt_records_prompt_and_generation_spee
 fn a_speedup_below_min_speedup_fails_the_verification_naming_the_test() {
     let dir = DaemonDir::new("verify-minspeedup");
     write_policy(&dir);
-    // pp's modelled speed-up is 11.1x, tg's 16.4x: 13 sits between them.
+    // pp's modelled speed-up is 11.1x, tg's 16.4x: 13 sits between them. A delay
+    // adds to both sides of a test's ratio, so it pulls tg's down towards 13: tg32's
+    // fast side (155 ms) takes a ~40 ms stall before it crosses, pp128's slow side
+    // (296 ms) a ~50 ms one more than its fast side to rise above 13.
     let (output, json, _) = verify(
         &dir,
         &["--workload-runs", "1", "--min-speedup", "13"],
-        &llama_bench(),
+        &llama_bench(128, 32),
     );
     let record = record(&output, json);
     assert_eq!(output.status.code(), Some(1), "{record}");
@@ -163,8 +166,8 @@ fn a_speedup_below_min_speedup_fails_the_verification_naming_the_test() {
     assert_eq!(w["result"], "below_min_speedup", "{w}");
     assert_eq!(w["min_speedup"], 13.0, "{w}");
     let detail = w["detail"].as_str().unwrap_or("");
-    assert!(detail.contains("pp64"), "{w}");
-    assert!(!detail.contains("tg8"), "{w}");
+    assert!(detail.contains("pp128"), "{w}");
+    assert!(!detail.contains("tg32"), "{w}");
     // Every kernel passed: only the workload fails it, and the record says why.
     assert!(record["kernels"]
         .as_array()

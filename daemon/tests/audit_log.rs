@@ -89,11 +89,13 @@ fn rotation_keeps_the_configured_number_of_files_with_the_newest_records() {
         keep: 3,
     };
     let log = AuditLog::open(&path, rotation).unwrap();
-    let line_len = decision(0, "/opt/bin/tool").to_line().unwrap().len() as u64;
+    // A line as the log writes it: the record with its stamp (schema, id, host).
+    log.append(&decision(0, "/opt/bin/tool")).unwrap();
+    let line_len = std::fs::metadata(&path).unwrap().len();
     let per_file = rotation.max_bytes / line_len;
     // Enough for ten rotations.
     let total = per_file * 11;
-    for id in 0..total {
+    for id in 1..total {
         log.append(&decision(id, "/opt/bin/tool")).unwrap();
     }
 

@@ -4,7 +4,10 @@
 //! and the admin's `[audit.labels]` (`metalift_policy::labels`, e.g. the image).
 //!
 //! The name and boot id are read once, when the log opens (neither changes while
-//! the daemon runs); the labels are replaced on every policy load.
+//! the daemon runs); the labels are replaced on every policy load. The writer's
+//! pid (metaliftd's, for every record it writes) tells two daemons' records
+//! apart if they ever shared a log (issue 34: the log is now locked, but a
+//! collector joining logs still sees which run wrote what).
 //!
 //! Where the boot id comes from (`platform`):
 //! - Linux: `/proc/sys/kernel/random/boot_id` (a UUID the kernel draws at boot;
@@ -29,6 +32,12 @@ pub struct Host {
     /// The admin's `[audit.labels]` in the live policy (empty when none).
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
+    /// The pid of the process that wrote the record: metaliftd's for every record
+    /// it writes (`metalift verify`'s for the `verification` it appends itself).
+    /// Absent from records of older daemons, and from a host part that describes
+    /// a machine rather than a writer (`metalift audit export`'s manifest).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
 }
 
 impl Host {
@@ -42,6 +51,16 @@ impl Host {
                 .into_owned(),
             boot_id: platform::boot_id(),
             labels: BTreeMap::new(),
+            pid: None,
+        }
+    }
+
+    /// This machine, as the host part of the records this process writes: with its pid.
+    #[must_use]
+    pub fn this_writer() -> Host {
+        Host {
+            pid: Some(std::process::id()),
+            ..Host::this_machine()
         }
     }
 }

@@ -1,7 +1,7 @@
 //! The fields every audit record carries besides its own: `"schema"` (the
 //! record format's version), `"id"` (unique across guests: a collector
 //! deduplicates on it) and `"host"` ([`Host`]: which machine, which boot, which
-//! image).
+//! image, which writing process).
 //!
 //! # Why the id is `<run>-<seq>`
 //!
@@ -72,10 +72,11 @@ pub struct Stamper {
 }
 
 impl Stamper {
-    /// A stamper for this machine, with a fresh run id.
+    /// A stamper for this machine and this process (its pid in every record),
+    /// with a fresh run id.
     #[must_use]
     pub fn new() -> Stamper {
-        Stamper::with_host(Host::this_machine())
+        Stamper::with_host(Host::this_writer())
     }
 
     /// A stamper for `host` (tests), with a fresh run id.
@@ -173,6 +174,7 @@ mod tests {
             name: "guest".into(),
             boot_id: Some("b00t".into()),
             labels: Default::default(),
+            pid: Some(4242),
         });
         let first: serde_json::Value =
             serde_json::from_slice(&stamper.line(&stop()).unwrap()).unwrap();
@@ -182,6 +184,7 @@ mod tests {
         assert_eq!(first["schema"], SCHEMA_VERSION);
         assert_eq!(first["kind"], "daemon_stop");
         assert_eq!(first["host"]["boot_id"], "b00t");
+        assert_eq!(first["host"]["pid"], 4242);
         assert_eq!(first["host"]["labels"], serde_json::json!({}));
         assert_eq!(second["host"]["labels"]["image"], "macos-26");
         assert_ne!(first["id"], second["id"]);
@@ -197,5 +200,18 @@ mod tests {
         assert_eq!(serde_json::from_slice::<Record>(&line).unwrap(), stop());
         let stamp: Stamp = serde_json::from_slice(&line).unwrap();
         assert_eq!(stamp.host.unwrap().name, "guest");
+    }
+
+    #[test]
+    fn a_stamper_for_this_process_writes_its_pid_in_every_record() {
+        let stamper = Stamper::new();
+        for _ in 0..2 {
+            let line: serde_json::Value =
+                serde_json::from_slice(&stamper.line(&stop()).unwrap()).unwrap();
+            assert_eq!(line["host"]["pid"], std::process::id());
+        }
+        // A machine described (not a writer) has none, and says nothing about it.
+        let machine = serde_json::to_value(Host::this_machine()).unwrap();
+        assert!(machine.get("pid").is_none(), "{machine}");
     }
 }
