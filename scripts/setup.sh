@@ -40,7 +40,11 @@ sng=/opt/metalift-test/syslog-ng
 if [ ! -x "$sng/usr/sbin/syslog-ng" ]; then
   debs=$(mktemp -d)
   chmod a+rwx "$debs" # apt-get download fetches as _apt
-  (cd "$debs" && apt-get download -qq syslog-ng-core libivykis0 libnet1 libwrap0 libjson-c5 libpcre3)
+  sng_debs=(syslog-ng-core libivykis0 libnet1 libwrap0 libjson-c5 libpcre3)
+  # With every package above already installed, apt's lists were not refreshed
+  # here and may be stale: refresh them once if the download fails.
+  (cd "$debs" && apt-get download -qq "${sng_debs[@]}") ||
+    { "${sudo[@]}" apt-get update -qq && (cd "$debs" && apt-get download -qq "${sng_debs[@]}"); }
   "${sudo[@]}" mkdir -p "$sng"
   for deb in "$debs"/*.deb; do "${sudo[@]}" dpkg -x "$deb" "$sng"; done
   rm -rf "$debs"
