@@ -4,7 +4,7 @@
 //! `metalift audit --records --json` shows it.
 #![cfg(target_os = "linux")]
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -25,26 +25,8 @@ fn wait_for(dir: &DaemonDir, kind: &str, n: usize) {
 fn given_one_daemon_run_then_every_record_it_writes_carries_its_pid() {
     let dir = DaemonDir::new("writer-pid-");
     std::fs::write(dir.policy(), "version = 1\nmode = \"enforce\"\n").expect("policy");
-    let mut child = Command::new(support::workspace_binary("metaliftd"))
-        .arg("--policy")
-        .arg(dir.policy())
-        .arg("--socket")
-        .arg(dir.socket())
-        .arg("--audit-log")
-        .arg(dir.audit_log())
-        .arg("--allow-insecure-owner")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn metaliftd");
-    let pid = child.id();
-    let start = Instant::now();
-    while metalift_daemon::service::status::request(&dir.socket(), Duration::from_secs(5)).is_err()
-    {
-        assert!(start.elapsed() < HANG_GUARD, "metaliftd did not come up");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let daemon = dir.start(&[], &[]);
+    let pid = daemon.pid();
 
     // Decisions, a policy change, a refused policy, then a stop.
     support::check_in(&dir.socket());
@@ -58,7 +40,6 @@ fn given_one_daemon_run_then_every_record_it_writes_carries_its_pid() {
         .status()
         .expect("kill");
     assert!(killed.success());
-    let _ = child.wait();
     wait_for(&dir, "daemon_stop", 1);
 
     let log = std::fs::read_to_string(dir.audit_log()).expect("audit log");

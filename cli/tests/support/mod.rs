@@ -58,6 +58,11 @@ impl Daemon {
         }
         daemon
     }
+
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
 }
 
 impl Drop for Daemon {
