@@ -218,44 +218,62 @@ fn given_the_audit_disk_full_then_status_is_degraded_cause_first_doctor_fails_an
     let checks = doctor(&dir);
     assert_eq!(check(&checks, "health")["status"], "ok", "{checks:?}");
     assert_eq!(check(&checks, "audit log")["status"], "ok", "{checks:?}");
+    // A second record after the gap's: the gap is written once, not again.
+    assert_eq!(support::check_in(&dir.socket()).action, WireAction::Unlock);
 
-    // The log records its own gap: the first record after recovery says how many
-    // were lost, when, and which decision ids; with the decisions written, every
-    // id from the first to the last is accounted for.
+    // The log records its own gaps: a `records_lost` record says how many were lost,
+    // when, and which decision ids. One is written as soon as one fits — after
+    // recovery, or while the disk is still full when the smaller gap record fits where
+    // a decision did not (CI, 2026-12-04: a short write of 818 of 827 bytes, then a gap
+    // record for it, then 17 more lost) — so there may be several; with the decisions
+    // written, every id from the first to the last is accounted for exactly once.
     let lost = dir.records_of("records_lost");
-    assert_eq!(lost.len(), 1, "{lost:?}");
-    let gap = &lost[0];
-    let count = gap["count"].as_u64().expect("count");
-    assert!(count >= 1, "{gap}");
-    assert_eq!(
-        gap["pid"],
-        json(&recovered)["pid"],
-        "the daemon's pid: {gap}"
-    );
-    let (first, last) = (
-        gap["first_decision_id"].as_u64().expect("first id"),
-        gap["last_decision_id"].as_u64().expect("last id"),
-    );
-    assert!(first <= last, "{gap}");
+    assert!(!lost.is_empty(), "no records_lost after recovery");
+    let daemon_pid = json(&recovered)["pid"].clone();
+    let mut gaps = Vec::new();
+    for gap in &lost {
+        assert!(gap["count"].as_u64().expect("count") >= 1, "{gap}");
+        assert_eq!(gap["pid"], daemon_pid, "the daemon's pid: {gap}");
+        assert!(
+            gap["error"].as_str().is_some_and(|e| !e.is_empty()),
+            "{gap}"
+        );
+        let (first, last) = (
+            gap["first_decision_id"].as_u64().expect("first id"),
+            gap["last_decision_id"].as_u64().expect("last id"),
+        );
+        assert!(first <= last, "{gap}");
+        gaps.push(first..=last);
+    }
     let written: std::collections::BTreeSet<u64> = dir
         .records_of("decision")
         .iter()
         .filter_map(|d| d["decision_id"].as_u64())
         .collect();
     // Ids count up from a per-run base: from the lowest seen to the highest.
-    let min = written.iter().copied().min().expect("decisions").min(first);
-    let max = written.iter().copied().max().expect("decisions").max(last);
+    let lowest_gap = gaps.iter().map(|g| *g.start()).min().expect("a gap");
+    let highest_gap = gaps.iter().map(|g| *g.end()).max().expect("a gap");
+    let min = written
+        .iter()
+        .copied()
+        .min()
+        .expect("decisions")
+        .min(lowest_gap);
+    let max = written
+        .iter()
+        .copied()
+        .max()
+        .expect("decisions")
+        .max(highest_gap);
     assert!(max - min < 10_000, "one run's ids: {min}..{max}");
     for id in min..=max {
-        assert!(
-            written.contains(&id) || (first..=last).contains(&id),
-            "decision {id} is neither in the log nor in the gap {gap}"
+        let in_gaps = gaps.iter().filter(|g| g.contains(&id)).count();
+        assert_eq!(
+            usize::from(written.contains(&id)) + in_gaps,
+            1,
+            "decision {id} is not accounted for exactly once: gaps {lost:?}"
         );
     }
-    assert!(
-        gap["error"].as_str().is_some_and(|e| !e.is_empty()),
-        "{gap}"
-    );
 }
 
 #[test]
