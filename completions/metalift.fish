@@ -65,6 +65,7 @@ complete -c metalift -n "__fish_metalift_using_subcommand explain" -l json -d 'P
 complete -c metalift -n "__fish_metalift_using_subcommand explain" -l allow-insecure-owner -d 'Accept policy files not owned by root or writable by group/other (development only)'
 complete -c metalift -n "__fish_metalift_using_subcommand explain" -s h -l help -d 'Print help'
 complete -c metalift -n "__fish_metalift_using_subcommand status" -l socket -d 'The daemon\'s socket [default: the system daemon\'s socket when it exists (/run/metalift/metalift.sock; /var/run/metalift/metalift.sock on macOS), else the user\'s ($XDG_RUNTIME_DIR/metalift.sock; on macOS metalift.sock in the user\'s own DARWIN_USER_TEMP_DIR)]' -r -F
+complete -c metalift -n "__fish_metalift_using_subcommand status" -l wait -d 'Wait up to SECS for a daemon to answer on the socket before judging (for a script that has just started one: a socket not there yet, or one left by an earlier daemon, is asked again); the exit status is then the state\'s' -r
 complete -c metalift -n "__fish_metalift_using_subcommand status" -l json -d 'Print one JSON object (also when the daemon is down) instead of text'
 complete -c metalift -n "__fish_metalift_using_subcommand status" -s h -l help -d 'Print help'
 complete -c metalift -n "__fish_metalift_using_subcommand audit; and not __fish_seen_subcommand_from flush export help" -l log -l audit-log -d 'The audit log; its rotated files (PATH.1, PATH.2, ...) are read first' -r -F

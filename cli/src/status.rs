@@ -65,6 +65,11 @@ pub struct Args {
     /// Print one JSON object (also when the daemon is down) instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Wait up to SECS for a daemon to answer on the socket before judging (for a
+    /// script that has just started one: a socket not there yet, or one left by an
+    /// earlier daemon, is asked again); the exit status is then the state's.
+    #[arg(long, value_name = "SECS", default_value_t = 0)]
+    pub wait: u64,
 }
 
 /// What `metalift status --json` prints: one stable shape whatever happened.
@@ -100,7 +105,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Some(s) => s,
         None => metalift_daemon::service::config::default_client_socket()?,
     };
-    let (code, out) = examine(&socket);
+    let (code, out) = examine_waiting(&socket, Duration::from_secs(args.wait));
     if args.json {
         println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
@@ -160,6 +165,23 @@ fn level_heading(level: Level) -> &'static str {
         Level::DiskNotLive => "NOT THE FILE ON DISK",
         Level::Degraded => "DEGRADED",
         Level::UnlocksNothing => "UNLOCKS NOTHING",
+    }
+}
+
+/// How often `--wait` asks again while no daemon answers.
+const WAIT_POLL: Duration = Duration::from_millis(100);
+
+/// [`examine`], asked again every [`WAIT_POLL`] while no daemon answers, until one
+/// does or `wait` has passed (`wait` zero: asked once).
+#[must_use]
+pub fn examine_waiting(socket: &Path, wait: Duration) -> (u8, StatusJson) {
+    let deadline = std::time::Instant::now() + wait;
+    loop {
+        let (code, out) = examine(socket);
+        if out.daemon.is_some() || std::time::Instant::now() >= deadline {
+            return (code, out);
+        }
+        std::thread::sleep(WAIT_POLL);
     }
 }
 

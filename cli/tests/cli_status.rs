@@ -225,3 +225,51 @@ fn given_no_daemon_then_status_exits_5_and_json_still_prints_one_object() {
     assert!(out.is_empty(), "{out}");
     assert!(err.contains("is metaliftd running?"), "{err}");
 }
+
+/// `--wait`: a script that has just started a daemon asks once it answers. The
+/// status asked before the daemon exists (and with a stale socket file left at its
+/// path) answers healthy once the daemon is up; without `--wait` the same exits 5.
+#[test]
+fn given_wait_then_status_asks_again_until_a_daemon_just_started_answers() {
+    let env = Env::new();
+    env.write_rule("one", "name = \"one\"");
+    // An earlier daemon's socket file, nobody listening on it.
+    drop(std::os::unix::net::UnixListener::bind(env.socket()).expect("stale socket"));
+    assert_eq!(env.status(false).0, Some(5), "nothing answers yet");
+
+    let waiting = Command::new(env!("CARGO_BIN_EXE_metalift"))
+        .args(["status", "--wait", "30", "--socket"])
+        .arg(env.socket())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("metalift status --wait");
+    std::thread::sleep(Duration::from_millis(500));
+    std::fs::remove_file(env.socket()).expect("remove the stale socket");
+    let _daemon = env.start();
+    let out = waiting.wait_with_output().expect("status --wait");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("rules"), "the daemon's report: {stdout}");
+}
+
+/// `--wait` is a bound, not a promise: with no daemon at all it gives up after SECS
+/// and exits 5, naming the socket.
+#[test]
+fn given_wait_and_no_daemon_then_status_gives_up_after_the_wait_with_5() {
+    let env = Env::new();
+    let started = Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_metalift"))
+        .args(["status", "--wait", "1", "--socket"])
+        .arg(env.socket())
+        .output()
+        .expect("metalift status --wait 1");
+    assert_eq!(out.status.code(), Some(5));
+    assert!(started.elapsed() >= Duration::from_secs(1), "it waited");
+    assert!(String::from_utf8_lossy(&out.stderr).contains(&env.socket().display().to_string()));
+}
