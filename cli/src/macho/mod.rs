@@ -8,7 +8,8 @@
 //! - `<mach-o/loader.h>`: `mach_header_64` (`MH_MAGIC_64` 0xfeedfacf, little-endian
 //!   on arm64 and x86_64), load commands, `LC_CODE_SIGNATURE` (0x1d) as a
 //!   `linkedit_data_command` (dataoff, datasize).
-//! - xnu `osfmk/kern/cs_blobs.h`: the SuperBlob (`CSMAGIC_EMBEDDED_SIGNATURE`
+//! - xnu `osfmk/kern/cs_blobs.h` (every value below checked against
+//!   apple-oss-distributions/xnu at xnu-11417.101.15): the SuperBlob (`CSMAGIC_EMBEDDED_SIGNATURE`
 //!   0xfade0cc0, big-endian, an index of (type, offset)), `CSSLOT_CODEDIRECTORY`
 //!   0 and `CSSLOT_ENTITLEMENTS` 5, `CSMAGIC_CODEDIRECTORY` 0xfade0c02 (flags at
 //!   byte 12), `CSMAGIC_EMBEDDED_ENTITLEMENTS` 0xfade7171 (an XML plist after the

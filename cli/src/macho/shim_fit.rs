@@ -7,10 +7,17 @@
 //! without `com.apple.security.cs.allow-dyld-environment-variables`; library
 //! validation (`CS_REQUIRE_LV`, or the Hardened Runtime without
 //! `com.apple.security.cs.disable-library-validation`) refuses a library not
-//! signed by Apple or the executable's team, which the shim is not (dyld's
-//! `ProcessConfig::Security`, which takes AMFI's answer for the process; the
-//! flags are xnu's `osfmk/kern/cs_blobs.h`). And the shim has only arm64, arm64e
-//! and x86_64 slices.
+//! signed by Apple or the executable's team, which the shim is not. Read in
+//! apple-oss-distributions/dyld (dyld-1378) `dyld/DyldProcessConfig.cpp`:
+//! `ProcessConfig::Security::Security` takes AMFI's answer for the process
+//! (`getAMFI` → `amfi_check_dyld_policy_self`, given `isRestricted()` of the main
+//! executable) and, on macOS, unless AMFI allows the print, path or shared-cache
+//! variables, `pruneEnvVars` deletes every `DYLD_*` variable, so the process and its
+//! children never see `DYLD_INSERT_LIBRARIES`. The flags' values are
+//! apple-oss-distributions/xnu (xnu-11417.101.15) `osfmk/kern/cs_blobs.h`. Which
+//! executables AMFI restricts (the entitlements' effect) is AMFI's, not in those
+//! sources: the macOS workflow's `shim_fit` step checks /bin/ls and /usr/bin/sudo.
+//! And the shim has only arm64, arm64e and x86_64 slices.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
