@@ -8,20 +8,11 @@
 
 mod support;
 
-use std::path::PathBuf;
 use std::process::Command;
 
-use support::{workspace_binary, DaemonDir};
+use support::{simmetal_normal, DaemonDir};
 
 /// The simulated Metal's normal GPU (`metalift-probe --simmetal-dir`/normal).
-fn simmetal_normal() -> PathBuf {
-    let out = Command::new(workspace_binary("metalift-probe"))
-        .arg("--simmetal-dir")
-        .output()
-        .expect("metalift-probe --simmetal-dir");
-    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()).join("normal")
-}
-
 #[test]
 fn the_verification_record_carries_the_policys_audit_labels() {
     let dir = DaemonDir::new("verify-labels");

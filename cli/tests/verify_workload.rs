@@ -10,12 +10,11 @@
 
 mod support;
 
-use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use support::{workspace_binary, DaemonDir};
+use support::{simmetal_normal, workspace_binary, DaemonDir};
 
 const CHIP: &str = "Apple M2 (Virtual)";
 const BUILD: &str = "24A335";
@@ -26,14 +25,6 @@ fn write_policy(dir: &DaemonDir) {
         "version = 1\n\n[profile.apple7]\napple_family_max = 7\nrequire_verified = true\n",
     )
     .expect("policy");
-}
-
-fn simmetal_normal() -> PathBuf {
-    let out = Command::new(workspace_binary("metalift-probe"))
-        .arg("--simmetal-dir")
-        .output()
-        .expect("metalift-probe --simmetal-dir");
-    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()).join("normal")
 }
 
 /// The stand-in with short tests: ppP, tgG, two repetitions each.

@@ -34,6 +34,16 @@ pub fn workspace_binary(name: &str) -> PathBuf {
     path
 }
 
+/// The simulated Metal's `normal` variant (its directory, for `LD_LIBRARY_PATH`),
+/// as the probe that was built against it reports it.
+pub fn simmetal_normal() -> PathBuf {
+    let out = Command::new(workspace_binary("metalift-probe"))
+        .arg("--simmetal-dir")
+        .output()
+        .expect("metalift-probe --simmetal-dir");
+    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()).join("normal")
+}
+
 /// A running metaliftd on a temporary socket; killed on drop.
 pub struct Daemon {
     child: Child,
