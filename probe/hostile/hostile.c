@@ -16,14 +16,25 @@
  *                    its answer to OUT. The parent then creates its own device.
  *   stdio OUT        started with 0, 1 and 2 closed: opens OUT (0) and dups it
  *                    onto 1 and 2, creates a device, prints to stdout and stderr.
- *   fork             fork; the child and then the parent create a device and
- *                    print "<role> <pid> family <N>" (with -late: before Metal).
+ *   fork             fork before any device; the child and then the parent
+ *                    create the default device and print "<role> <pid> family
+ *                    <N>" (with -late: before Metal is loaded).
+ *   forkafter        create the default device, fork; the child creates the
+ *                    default device again: "<role> <pid> family <N> device
+ *                    <pointer>" for the parent, then the child.
  *   forkwait         a thread creates the first device while the daemon is slow
  *                    to answer; meanwhile the main thread forks; the child
- *                    creates a device of its own (SIGALRM after 15 s: a child
- *                    that inherited a held lock would hang), then the parent
- *                    joins: "child <pid> family <N>", "parent <pid> family <N>",
- *                    "fork took <ms> ms" (how long fork() held the main thread).
+ *                    creates the default device (SIGALRM after 15 s: a hang),
+ *                    then the parent joins: "child <pid> family <N>" if the
+ *                    child got that far, "parent <pid> family <N>", "child
+ *                    ended: signal <S>|exit <E>", "fork took <ms> ms" (how long
+ *                    fork() held the main thread).
+ *   recurse          hook -[_MTLDevice initWorkarounds] (which Metal calls under
+ *                    its registration lock) to create the default device again,
+ *                    then create it: recursion on Metal's lock.
+ *   answers          create the default device and print "apple <N>",
+ *                    "rwtexture <N>" (readWriteTextureSupport) and
+ *                    "bf16emulation <0|1>" (requiresBFloat16Emulation).
  *   exec             exec `sh -c 'ls /proc/self/fd'` without creating a device.
  *   devexec          create a device (asking it nothing: the shim's outcome
  *                    went out during the creation), then exec as `exec` does.
@@ -108,39 +119,35 @@ static int dlerror_case(int argc, char **argv)
     return 0;
 }
 
-static int family_of(const char *creator);
-
-/* Creates the default device and returns the highest Apple family it claims. */
-static int device_family(void)
+/* objc_msg_lookup(receiver, sel_registerName(name)), as the GCC runtime sends. */
+static void *imp_of(void *receiver, const char *name, const void **selector)
 {
-    return family_of("MTLCreateSystemDefaultDevice");
-}
-
-/* The same for a device created anew (the simulated Metal's SimMetalCreateDevice). */
-static int new_device_family(void)
-{
-    return family_of("SimMetalCreateDevice");
-}
-
-static int family_of(const char *creator)
-{
-    create_fn create;
     msg_lookup_fn lookup;
     sel_fn sel;
-    void *s = sym(creator);
-    memcpy(&create, &s, sizeof s);
-    s = sym("objc_msg_lookup");
+    void *s = sym("objc_msg_lookup");
     memcpy(&lookup, &s, sizeof s);
     s = sym("sel_registerName");
     memcpy(&sel, &s, sizeof s);
-    void *device = create();
-    const void *sf = sel("supportsFamily:");
-    supports_fn f = (supports_fn)lookup(device, sf);
+    *selector = sel(name);
+    return lookup(receiver, *selector);
+}
+
+/* The highest Apple family `device` claims. */
+static int family_of(void *device)
+{
+    const void *sf;
+    supports_fn f = (supports_fn)imp_of(device, "supportsFamily:", &sf);
     int best = 0;
     for (int n = 1; n <= 10; n++)
         if (f(device, sf, 1000 + n))
             best = n;
     return best;
+}
+
+/* Creates the default device and returns the highest Apple family it claims. */
+static int device_family(void)
+{
+    return family_of(create_device());
 }
 
 struct ident {
@@ -249,7 +256,7 @@ static int fork_both(void)
     if (child < 0)
         return 40;
     if (child == 0) {
-        printf("child %ld family %d\n", (long)getpid(), new_device_family());
+        printf("child %ld family %d\n", (long)getpid(), device_family());
         fflush(stdout);
         _exit(0);
     }
@@ -259,11 +266,41 @@ static int fork_both(void)
     return WIFEXITED(status) ? WEXITSTATUS(status) : 41;
 }
 
+static int fork_after_registering(void)
+{
+    void *device = create_device();
+    printf("parent %ld family %d device %p\n", (long)getpid(), family_of(device), device);
+    fflush(NULL);
+    pid_t child = fork();
+    if (child < 0)
+        return 42;
+    if (child == 0) {
+        alarm(15);
+        void *again = create_device();
+        printf("child %ld family %d device %p\n", (long)getpid(), family_of(again), again);
+        fflush(NULL);
+        _exit(0);
+    }
+    int status = 0;
+    waitpid(child, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 43;
+}
+
+/* Prints how `status` ended: "child ended: signal S" or "child ended: exit E". */
+static void print_child_end(int status)
+{
+    if (WIFSIGNALED(status))
+        printf("child ended: signal %d\n", WTERMSIG(status));
+    else
+        printf("child ended: exit %d\n", WEXITSTATUS(status));
+}
+
 static void *first_device_thread(void *family)
 {
     *(int *)family = device_family();
     return NULL;
 }
+
 
 static int fork_while_waiting(void)
 {
@@ -282,7 +319,7 @@ static int fork_while_waiting(void)
         clock_gettime(CLOCK_MONOTONIC, &after);
     if (child == 0) {
         alarm(15);
-        printf("child %ld family %d\n", (long)getpid(), new_device_family());
+        printf("child %ld family %d\n", (long)getpid(), device_family());
         fflush(NULL);
         _exit(0);
     }
@@ -290,9 +327,67 @@ static int fork_while_waiting(void)
     waitpid(child, &status, 0);
     pthread_join(t, NULL);
     printf("parent %ld family %d\n", (long)getpid(), thread_family);
+    print_child_end(status);
     printf("fork took %ld ms\n", (long)((after.tv_sec - before.tv_sec) * 1000 +
                                         (after.tv_nsec - before.tv_nsec) / 1000000));
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 62;
+    return 0;
+}
+
+typedef void (*void_imp)(void *, const void *);
+static void_imp original_init_workarounds;
+
+/* -initWorkarounds that creates the default device again, under Metal's lock. */
+static void recursing_init_workarounds(void *self, const void *cmd)
+{
+    fprintf(stderr, "hostile: creating the default device inside -initWorkarounds\n");
+    (void)create_device();
+    original_init_workarounds(self, cmd);
+}
+
+static int recurse(void)
+{
+    void *(*get_class)(const char *);
+    void *(*instance_method)(void *, const void *);
+    void_imp (*set_implementation)(void *, void_imp);
+    sel_fn sel;
+    void *s = sym("objc_getClass");
+    memcpy(&get_class, &s, sizeof s);
+    s = sym("class_getInstanceMethod");
+    memcpy(&instance_method, &s, sizeof s);
+    s = sym("method_setImplementation");
+    memcpy(&set_implementation, &s, sizeof s);
+    s = sym("sel_registerName");
+    memcpy(&sel, &s, sizeof s);
+    alarm(15); /* a lock that waits for its own owner would hang: SIGALRM */
+    void *method = instance_method(get_class("_MTLDevice"), sel("initWorkarounds"));
+    if (method == NULL)
+        return 70;
+    original_init_workarounds = set_implementation(method, recursing_init_workarounds);
+    /* GCC's libobjc: refresh the per-class dispatch tables, defining class
+     * down (REAL-METAL.md, "Where the Linux runtime differs"). */
+    void (*update)(void *);
+    s = sym("__objc_update_dispatch_table_for_class");
+    memcpy(&update, &s, sizeof s);
+    update(get_class("_MTLDevice"));
+    update(get_class("IOGPUMetalDevice"));
+    update(get_class("AppleParavirtDevice"));
+    printf("family %d\n", device_family());
+    return 71; /* not reached: the second creation dies */
+}
+
+static int answers(void)
+{
+    void *device = create_device();
+    const void *cmd;
+    unsigned long (*rw)(void *, const void *) =
+        (unsigned long (*)(void *, const void *))imp_of(device, "readWriteTextureSupport", &cmd);
+    unsigned long texture = rw(device, cmd);
+    unsigned char (*bf)(void *, const void *) =
+        (unsigned char (*)(void *, const void *))imp_of(device, "requiresBFloat16Emulation", &cmd);
+    unsigned char emulation = bf(device, cmd);
+    printf("apple %d\nrwtexture %lu\nbf16emulation %d\n", family_of(device), texture,
+           (int)emulation);
+    return 0;
 }
 
 int main(int argc, char **argv)
@@ -309,6 +404,12 @@ int main(int argc, char **argv)
         return fork_both();
     if (strcmp(argv[1], "forkwait") == 0)
         return fork_while_waiting();
+    if (strcmp(argv[1], "forkafter") == 0)
+        return fork_after_registering();
+    if (strcmp(argv[1], "recurse") == 0)
+        return recurse();
+    if (strcmp(argv[1], "answers") == 0)
+        return answers();
     if (strcmp(argv[1], "dlerror") == 0)
         return dlerror_case(argc, argv);
     if (strcmp(argv[1], "devexec") == 0)

@@ -3,15 +3,16 @@
  * compile a kernel from source, run it and read its buffers, on Linux.
  *
  * Compiled into the same libsimmetal.so as simmetal.m (probe/build.rs), as a
- * category on _MTLDevice plus classes of its own. It reads nothing of the device:
- * not supportsFamily:, not maxThreadgroupMemoryLength. That is the one property
- * the simulation must not get wrong. Real Metal compiles for the GPU that is there
- * and the GPU runs the kernel or does not; the capability answers the shim patches
- * are questions an application asks, the compiler does not consult them (Apple's
+ * category on _MTLDevice plus classes of its own. It reads one thing of the
+ * device, Metal's own -requiresBFloat16Emulation, and nothing else: not
+ * supportsFamily: directly, not maxThreadgroupMemoryLength. Real Metal compiles
+ * for the GPU that is there and the GPU runs the kernel or does not; the
+ * capability answers the shim patches are questions an application asks (Apple's
  * documentation of MTLDevice: the family answers *describe* the GPU; MSL language
- * features are gated by the MSL version and the target GPU, never by a hook in the
- * calling process). So whatever profile unlocked the device, the simulated "host
- * GPU" below answers the same.
+ * features are gated by the MSL version and the target GPU). The one exception
+ * is Metal's own: -requiresBFloat16Emulation is !supportsFamily:Apple9
+ * (REAL-METAL 4, decompile), so an Apple9 claim switches Metal's bf16 emulation
+ * off, whatever the GPU has. See "bf16" below.
  *
  * What is evidence and what is only modelled:
  *
@@ -49,6 +50,26 @@
  *                                   16-wide halves (reductions) and the matrix
  *                                   store writes the transpose: wrong numbers,
  *                                   no error, the "garbage" failure.
+ *   EVIDENCED  bf16: Metal asks itself -requiresBFloat16Emulation, which is
+ *              ![self supportsFamily:Apple9] (REAL-METAL 4: the decompile), so a
+ *              patched Apple9 answer turns the emulation off. Apple GPUs below
+ *              Apple9 (M1: Apple7, M2: Apple8; Apple's MTLGPUFamily documentation,
+ *              the table in policy/src/chip.rs) are the ones Metal emulates bf16
+ *              on. So: with the emulation on, or on an Apple9+ host, the bfloat
+ *              kernel computes right (emulated or native).
+ *   MODELLED   What an Apple7/8 GPU does with bfloat code compiled without the
+ *              emulation: no evidence we read says (a compile error, a fault and
+ *              wrong numbers are all possible). Here it computes wrong numbers
+ *              without an error: each bfloat's 16 bits go through the half
+ *              (IEEE binary16) arithmetic the GPU does have. Any of the three
+ *              fails `verify`'s bfloat kernel; this one fails it as `differs`.
+ *              Where it is decided: at -newLibraryWithSource:, which asks the
+ *              device once (that the real compiler reads the flag there, and not
+ *              at pipeline creation, is inferred).
+ *   MODELLED   The host chip: SIMMETAL_HOST_CHIP_BRAND, a brand string as
+ *              `sysctl machdep.cpu.brand_string` gives it ("Apple M2 (Virtual)"),
+ *              mapped like policy/src/chip.rs (M1 7, M2 8, M3/M4 9, M5 10);
+ *              unset or unknown: an M1 (Apple7, the host REAL-METAL 6 records).
  *   MODELLED   Execution is synchronous at -commit (real Metal runs the command
  *              buffer later; the probe waits with -waitUntilCompleted, so the
  *              difference is not observable to it).
@@ -118,6 +139,8 @@ struct sim_binding {
 /* One recorded dispatch. */
 struct sim_dispatch {
     enum sim_kernel kernel;
+    /* Compiled with Metal's bf16 emulation off (see the file comment). */
+    int native_bfloat;
     struct sim_binding buffers[SIM_MAX_BUFFERS];
     NSUInteger threadgroup_length;
     MTLSize groups, threads;
@@ -193,6 +216,7 @@ static id sim_error(const char *fmt, const char *arg)
 {
 @public
     enum sim_kernel _kernel;
+    int _nativeBfloat;
     const char *_name;
 }
 - (const char *)name;
@@ -209,6 +233,7 @@ static id sim_error(const char *fmt, const char *arg)
 {
 @public
     char *_source;
+    int _nativeBfloat;
 }
 - (id)newFunctionWithName:(const char *)name;
 @end
@@ -228,6 +253,7 @@ static id sim_error(const char *fmt, const char *arg)
         if (strcmp(sim_kernels[i].name, name) == 0) {
             SimFunction *f = [[SimFunction alloc] init];
             f->_kernel = sim_kernels[i].kernel;
+            f->_nativeBfloat = _nativeBfloat;
             f->_name = sim_kernels[i].name;
             return f;
         }
@@ -240,6 +266,7 @@ static id sim_error(const char *fmt, const char *arg)
 {
 @public
     enum sim_kernel _kernel;
+    int _nativeBfloat;
 }
 - (NSUInteger)maxTotalThreadsPerThreadgroup;
 - (NSUInteger)threadExecutionWidth;
@@ -290,6 +317,7 @@ static id sim_error(const char *fmt, const char *arg)
 - (void)setComputePipelineState:(id)state
 {
     _next.kernel = ((SimComputePipelineState *)state)->_kernel;
+    _next.native_bfloat = ((SimComputePipelineState *)state)->_nativeBfloat;
 }
 - (void)setBuffer:(id)buffer offset:(NSUInteger)offset atIndex:(NSUInteger)index
 {
@@ -381,16 +409,67 @@ static float to_bfloat(float x)
     return x;
 }
 
-/* out[t] = float(bfloat(a[t]) * bfloat(b[t]) + bfloat(1)), each step in bfloat. */
+/* The Apple family of the simulated host chip (see the file comment). */
+static int sim_host_family(void)
+{
+    static const struct {
+        const char *generation;
+        int family;
+    } chips[] = {{"M1", 7}, {"M2", 8}, {"M3", 9}, {"M4", 9}, {"M5", 10}};
+    const char *brand = getenv("SIMMETAL_HOST_CHIP_BRAND");
+    const char *apple = brand ? strstr(brand, "Apple ") : NULL;
+    size_t i;
+    if (apple == NULL)
+        return 7;
+    apple += strlen("Apple ");
+    for (i = 0; i < sizeof chips / sizeof chips[0]; i++) {
+        size_t len = strlen(chips[i].generation);
+        if (strncmp(apple, chips[i].generation, len) == 0 &&
+            (apple[len] == '\0' || apple[len] == ' '))
+            return chips[i].family;
+    }
+    return 7;
+}
+
+/* A bfloat's 16 bits read as an IEEE binary16 (the modelled wrong path). */
+static float bfloat_bits_as_half(float x)
+{
+    uint32_t u, sign, exponent, mantissa, f;
+    memcpy(&u, &x, 4);
+    u >>= 16;
+    sign = (u >> 15) & 1;
+    exponent = (u >> 10) & 0x1f;
+    mantissa = u & 0x3ff;
+    if (exponent == 0x1f)
+        f = (sign << 31) | 0x7f800000u | (mantissa << 13);
+    else if (exponent == 0)
+        f = sign << 31; /* subnormal halves: flushed, close enough for a wrong answer */
+    else
+        f = (sign << 31) | ((exponent + 112) << 23) | (mantissa << 13);
+    memcpy(&x, &f, 4);
+    return x;
+}
+
+/* out[t] = float(bfloat(a[t]) * bfloat(b[t]) + bfloat(1)), each step in bfloat;
+ * compiled without the emulation for a host below Apple9, the modelled wrong
+ * arithmetic instead. */
 static const char *run_bfloat(const struct sim_dispatch *d)
 {
     NSUInteger n = d->groups.width * d->threads.width, t;
     float *a = (float *)d->buffers[0].bytes, *b = (float *)d->buffers[1].bytes;
     float *out = (float *)d->buffers[2].bytes;
+    int wrong = d->native_bfloat && sim_host_family() < 9;
     if (!fits(&d->buffers[0], n * 4) || !fits(&d->buffers[1], n * 4) || !fits(&d->buffers[2], n * 4))
         return "a buffer is smaller than the grid";
-    for (t = 0; t < n; t++)
-        out[t] = to_bfloat(to_bfloat(to_bfloat(a[t]) * to_bfloat(b[t])) + 1.0f);
+    for (t = 0; t < n; t++) {
+        if (wrong) {
+            float x = bfloat_bits_as_half(to_bfloat(a[t]));
+            float y = bfloat_bits_as_half(to_bfloat(b[t]));
+            out[t] = x * y + bfloat_bits_as_half(to_bfloat(1.0f));
+        } else {
+            out[t] = to_bfloat(to_bfloat(to_bfloat(a[t]) * to_bfloat(b[t])) + 1.0f);
+        }
+    }
     return NULL;
 }
 
@@ -524,6 +603,11 @@ __attribute__((objc_root_class))
 @interface _MTLDevice
 @end
 
+/* Metal's own derived answer (simmetal.m: !supportsFamily:Apple9). */
+@interface _MTLDevice (SimComputeMetal)
+- (BOOL)requiresBFloat16Emulation;
+@end
+
 @interface _MTLDevice (SimCompute)
 - (id)newLibraryWithSource:(const char *)source options:(id)options error:(id *)error;
 - (id)newComputePipelineStateWithFunction:(id)function error:(id *)error;
@@ -551,6 +635,8 @@ __attribute__((objc_root_class))
     }
 #endif
     lib = [[SimLibrary alloc] init];
+    /* Metal compiles with its bf16 emulation as it derives it (file comment). */
+    lib->_nativeBfloat = ![self requiresBFloat16Emulation];
     lib->_source = strdup(source);
     if (lib->_source == NULL) {
         if (error)
@@ -569,6 +655,7 @@ __attribute__((objc_root_class))
     }
     p = [[SimComputePipelineState alloc] init];
     p->_kernel = ((SimFunction *)function)->_kernel;
+    p->_nativeBfloat = ((SimFunction *)function)->_nativeBfloat;
     return p;
 }
 - (id)newCommandQueue

@@ -15,7 +15,8 @@
  *                      AppleParavirtDevice (REAL-METAL 5: a runtime header dump).
  *   device creation    MTLCreateSystemDefaultDevice -> MTLRegisterDevices takes a
  *                      process-wide lock (MTLRegisterDevices_lock, an
- *                      os_unfair_lock; here a pthread mutex) and, under it:
+ *                      os_unfair_lock; modelled with its recursion and
+ *                      dead-owner deaths, see sim_register_lock) and, under it:
  *                      1. the driver's -initWithAcceleratorPort: runs to
  *                         completion: every driver ivar (threadgroup memory,
  *                         working set) is set when it returns;
@@ -35,6 +36,24 @@
  *                      on iOS 26 and 27 give the same order. iOS.) So every other
  *                      thread creating a device waits while the first one's
  *                      -initGPUFamilySupport runs, whatever it waits for.
+ *   once per process   MTLRegisterDevices registers only while
+ *                      _mtlIOAccelServiceGlobalContext is unset; every later
+ *                      MTLCreateSystemDefaultDevice takes the lock, finds it set,
+ *                      and returns the registered device from the device array
+ *                      (decompiled MTLRegisterDevices and
+ *                      MTLCreateSystemDefaultDevice). A child forked after the
+ *                      parent registered inherits the registration in its
+ *                      memory: its MTLCreateSystemDefaultDevice returns the
+ *                      parent's device, no -initGPUFamilySupport runs again (so
+ *                      nothing checks in), and the device answers whatever the
+ *                      parent's patched methods answer. NOT modelled: what
+ *                      using that device does in the child (its IOKit
+ *                      connection is the parent's mach port, which a forked
+ *                      child does not have; libdispatch poisons its root queues
+ *                      in the child of a multithreaded parent, libdispatch
+ *                      src/queue.c _dispatch_queue_atfork_child), and whether
+ *                      registering anew works in a child forked before any
+ *                      device (here it does).
  *   supportsFamily:    defined ONLY in _MTLDevice, a linear search of the vector
  *                      _supportedGPUFamilies with no NULL check: asked before
  *                      -initGPUFamilySupport built it, real Metal reads through a
@@ -181,9 +200,14 @@ void *SimMetalRuntime(void)
 
 #else /* the classes */
 
-#include <pthread.h>
+#include <errno.h>
+#include <linux/futex.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
 
 typedef long NSInteger;
 typedef unsigned long NSUInteger;
@@ -457,6 +481,12 @@ static void move_to_cached_class(id self);
 }
 - (NSInteger)featureProfile
 {
+    /* A test seam, SIMMETAL_FEATURE_PROFILE: which literal the arm64 driver
+     * returns is not established (REAL-METAL 2), so a test may pick the
+     * decompile's 10001 branch (no Apple family) to pin what it builds. */
+    const char *profile = getenv("SIMMETAL_FEATURE_PROFILE");
+    if (profile != NULL && *profile != '\0')
+        return strtol(profile, NULL, 10);
     return SIM_PARAVIRT_ARM64_PROFILE;
 }
 - (NSUInteger)maxThreadgroupMemoryLength
@@ -538,26 +568,97 @@ static id wrap(id device)
 #define wrap(device) (device)
 #endif
 
-/* MTLRegisterDevices_lock: held across a device's whole creation. */
-static pthread_mutex_t sim_register_lock = PTHREAD_MUTEX_INITIALIZER;
+/* MTLRegisterDevices_lock, modelled as the os_unfair_lock it is in Metal
+ * (decompiled MTLRegisterDevices: os_unfair_lock_lock(&MTLRegisterDevices_lock)),
+ * with the three behaviours of one that a process can meet here:
+ *
+ *   contended   the caller waits for the owner to unlock (a futex here, xnu's
+ *               ulock there);
+ *   recursion   the owner taking it again dies: apple-oss-distributions/
+ *               libplatform, src/os/lock.c, _os_unfair_lock_lock_slow ->
+ *               _os_unfair_lock_recursive_abort, "Trying to recursively lock an
+ *               os_unfair_lock";
+ *   dead owner  a caller that finds it held by a thread that is not one of its
+ *               process's dies: the lock word is the owner's thread port name,
+ *               and xnu (bsd/kern/sys_ulock.c, ulock_resolve_owner, with
+ *               PORT_INTRANS_THREAD_IN_CURRENT_TASK) cannot translate it to a
+ *               thread of the caller's task, so ulock_wait returns EOWNERDEAD and
+ *               _os_unfair_lock_lock_slow calls _os_unfair_lock_corruption_abort,
+ *               "os_unfair_lock is corrupt, or owner thread exited without
+ *               unlocking" (the message for a value in the port-name range,
+ *               0x200..0x40000). That is the child forked while another thread
+ *               holds the lock: the child has only the forking thread, and the
+ *               word still names the parent's owner.
+ *
+ * The word here is the owner's Linux thread id; "a thread of this process" is
+ * what tgkill(getpid(), tid, 0) answers, the analogue of translating a port name
+ * in the caller's own task. A child forked while the lock is free finds 0 and
+ * takes it. No atfork handler resets it: none in the Metal decompile we read
+ * (MTLRegisterDevices, MTLDeviceArrayInitialize), and nothing resets an
+ * os_unfair_lock by itself; that Metal registers none at all is NOT evidenced.
+ *
+ * How the process dies: libplatform's OS_BUG_CLIENT (private/os/
+ * crashlog_private.h) sets the crash-log message and executes os_fatal_trap,
+ * `brk` on arm64: the process dies of SIGTRAP (EXC_BREAKPOINT), not SIGABRT, and
+ * writes nothing on stderr (the message is in the crash report). The simulation
+ * prints the message on stderr (a test double says why it stops) and dies of
+ * SIGTRAP. */
+/* GCC's __atomic builtins: its Objective-C front end has no _Atomic. */
+static uint32_t sim_register_lock;
 
-/* Across fork: NOT evidenced. Real Metal's lock is an os_unfair_lock, and one
- * held by another thread at fork is, in the child, "corrupt, or owner thread
- * exited without unlocking" (libplatform's abort) unless Metal resets it in an
- * atfork handler, which nothing we read shows or rules out. The simulation
- * gives the child a free lock so that the fork tests see the shim's own locks
- * (hook.c, session.c) and nothing else; whether a child forked while another
- * thread creates a device can create one on a Mac is Metal's, with or without
- * metalift (shim/c/README.md, known limits). */
-static void sim_register_lock_child(void)
+static uint32_t sim_thread_self(void)
 {
-    pthread_mutex_init(&sim_register_lock, NULL);
+    return (uint32_t)syscall(SYS_gettid);
 }
 
-__attribute__((constructor)) static void sim_register_fork_handler(void)
+__attribute__((noreturn)) static void sim_unfair_lock_crash(const char *message, uint32_t value)
 {
-    pthread_atfork(NULL, NULL, sim_register_lock_child);
+    fprintf(stderr, "simmetal: BUG IN CLIENT OF LIBPLATFORM: %s (MTLRegisterDevices_lock, "
+                    "value %u, in pid %ld)\n",
+            message, value, (long)getpid());
+    signal(SIGTRAP, SIG_DFL);
+    raise(SIGTRAP);
+    abort();
 }
+
+/* Whether `tid` is a thread of this process (see above). */
+static int sim_thread_of_this_process(uint32_t tid)
+{
+    return syscall(SYS_tgkill, (long)getpid(), (long)tid, 0) == 0 || errno != ESRCH;
+}
+
+static void sim_unfair_lock_lock(uint32_t *lock)
+{
+    uint32_t self = sim_thread_self();
+    for (;;) {
+        uint32_t current = 0;
+        if (__atomic_compare_exchange_n(lock, &current, self, 0, __ATOMIC_ACQUIRE,
+                                        __ATOMIC_RELAXED))
+            return;
+        if (current == self)
+            sim_unfair_lock_crash("Trying to recursively lock an os_unfair_lock", current);
+        if (!sim_thread_of_this_process(current))
+            sim_unfair_lock_crash("os_unfair_lock is corrupt, or owner thread exited "
+                                  "without unlocking",
+                                  current);
+        /* Re-checked every 100 ms: an owner that exits while we wait. */
+        struct timespec tick = {0, 100 * 1000 * 1000};
+        (void)syscall(SYS_futex, lock, FUTEX_WAIT_PRIVATE, current, &tick, NULL, 0);
+    }
+}
+
+static void sim_unfair_lock_unlock(uint32_t *lock)
+{
+    uint32_t self = sim_thread_self();
+    uint32_t current = __atomic_load_n(lock, __ATOMIC_RELAXED);
+    /* libplatform, _os_unfair_lock_unlock_slow -> _os_unfair_lock_unowned_abort. */
+    if (current != self)
+        sim_unfair_lock_crash("Unlock of an os_unfair_lock not owned by current thread",
+                              current);
+    __atomic_store_n(lock, 0, __ATOMIC_RELEASE);
+    (void)syscall(SYS_futex, lock, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
+
 static id sim_default_device;
 #define SIM_MAX_DEVICES 64
 static id sim_devices[SIM_MAX_DEVICES]; /* the device array */
@@ -581,16 +682,18 @@ static id sim_register_device(void)
     return sim_add_device([[AppleParavirtDevice alloc] initWithAcceleratorPort:1]);
 }
 
-/* Like Metal's: the system's default device, created once, under the
- * registration lock. */
+/* Like Metal's: every call takes the registration lock; the first registers
+ * the device, later ones (a forked child's too: the pointer is inherited) find
+ * it registered and return it (decompiled MTLRegisterDevices: registration only
+ * while _mtlIOAccelServiceGlobalContext is unset). */
 __attribute__((visibility("default")))
 id SIM_CREATE_DEFAULT(void)
 {
-    pthread_mutex_lock(&sim_register_lock);
+    sim_unfair_lock_lock(&sim_register_lock);
     if (sim_default_device == nil)
         sim_default_device = sim_register_device();
     id device = sim_default_device;
-    pthread_mutex_unlock(&sim_register_lock);
+    sim_unfair_lock_unlock(&sim_register_lock);
     return device;
 }
 
@@ -603,9 +706,9 @@ id SIM_CREATE_DEFAULT(void)
 __attribute__((visibility("default")))
 id SIM_CREATE(void)
 {
-    pthread_mutex_lock(&sim_register_lock);
+    sim_unfair_lock_lock(&sim_register_lock);
     id device = sim_register_device();
-    pthread_mutex_unlock(&sim_register_lock);
+    sim_unfair_lock_unlock(&sim_register_lock);
     return device;
 }
 
