@@ -210,8 +210,11 @@
 //!     LaunchDaemon; (b) the reply handler runs on a global queue while the
 //!     device's creation waits on the semaphore (no deadlock inside Metal's
 //!     registration lock); (c) the barrier delivers the outcome before the
-//!     cancel. Also a child forked without exec that creates a device checks in
-//!     over the socket (libdispatch would stop it over XPC); the daemon started
+//!     cancel. Also a child forked without exec *before any device* that then
+//!     creates one checks in over the socket (libdispatch would stop it over
+//!     XPC); a child forked after its parent registered gets the parent's
+//!     device and checks in for nothing (Metal registers once per process:
+//!     probe/simmetal/simmetal.m, "once per process"); the daemon started
 //!     `--no-xpc` (its "use the socket" answer, which the shim's `xpc_reply.c`
 //!     follows within the same deadline) is item 20.
 //! 20. **"Use the socket" from a daemon that decides no XPC check-ins** (issue 23
@@ -310,7 +313,8 @@
 //!     `com.metalift.shim.reply` (`sample` while a check-in waits); a fork from
 //!     another thread during a check-in returns at once (`hostile forkwait`
 //!     built for macOS), and what the child does with Metal's registration lock
-//!     is Metal's (libplatform aborts on an `os_unfair_lock` whose owner is gone);
+//!     is Metal's (libplatform traps, SIGTRAP/EXC_BREAKPOINT, on an
+//!     `os_unfair_lock` whose owner is gone: `_os_unfair_lock_corruption_abort`);
 //!     the per-uid limits key XPC peers by the audit token's euid
 //!     (`audit_token_to_euid`): a user holding 300 idle XPC check-ins gets `Busy`
 //!     past 256 while another user's check-in is answered.
