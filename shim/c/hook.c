@@ -480,7 +480,12 @@ static const ml_imp replacement[SEL_COUNT] = {
 
 /* What the first device's handling has to report once the original ran. */
 static uint8_t pending_result; /* ML_RESULT_STOCK / _FAILED; _APPLIED: check first */
-static char pending_reason[512];
+/* Reasons stay under 384 bytes: with the other fields (a 128-byte class, a
+ * 256-byte image, 96 bytes of methods, the answers) the outcome then fits
+ * session.c's 1024-byte frame whole; a frame cut short would cut an answer's
+ * integer field, and the daemon would refuse the outcome. */
+#define REASON_CAP 384
+static char pending_reason[REASON_CAP];
 
 static void check_in_and_plan(ml_id device)
 {
@@ -571,7 +576,7 @@ static void after_first_init(ml_id device)
         return;
     }
     int left = restore_originals();
-    char reason[1024];
+    char reason[REASON_CAP];
     int n = snprintf(reason, sizeof reason,
                      "the hooks did not take effect on %s (families %#x, expected %#x; "
                      "threadgroup memory %llu, expected %llu); rolled back",
@@ -580,9 +585,9 @@ static void after_first_init(ml_id device)
                      (unsigned long long)expected.threadgroup_memory);
     if (covered && n > 0 && (size_t)n < sizeof reason)
         snprintf(reason + n, sizeof reason - (size_t)n,
-                 ": another shim (%s) patched %s over metalift's; %d of its IMPs left in "
-                 "place (metalift's under them pass its answers through)",
-                 other_image, other_methods, left);
+                 ": another shim patched %s over metalift's (other_shim names it); %d of "
+                 "its IMPs left in place, metalift's under them pass its answers through",
+                 other_methods, left);
     report(plan.decision_id, ML_RESULT_FAILED, reason, stock, read_live(device));
 }
 

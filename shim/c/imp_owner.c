@@ -33,10 +33,13 @@
  * class (none is known on these methods) would be reported as another shim;
  * the report names the image, so a reader can tell.
  *
- * Called once per capability method at patch time and once after the original
- * -initGPUFamilySupport returned, inside Metal's registration lock: dladdr
- * takes the loader's lock (glibc dl_load_lock; dyld's loaders read lock) and
- * does no IPC, so the work is bounded.
+ * Called once per capability method at patch time and, for a method whose IMP
+ * changed, once after the original -initGPUFamilySupport returned: inside
+ * Metal's registration lock. dladdr takes the loader's lock (glibc
+ * dl_load_lock; dyld's loaders read lock), looks up the nearest symbol in the
+ * image's own table, and does no IPC: bounded work. On macOS this reading of
+ * dyld and objc4 is not run here (no Mac): the Linux simulation runs the same
+ * code against glibc's dladdr.
  */
 #include "metalift_shim.h"
 
@@ -55,10 +58,13 @@ static const void *image_of(const void *addr, const char **path)
 enum ml_imp_owner ml_imp_owner(const void *imp, const void *defining_class, char *image,
                                size_t cap)
 {
+    /* This library's base, found once (callers hold hook.c's device lock). */
+    static const void *own_base;
     const char *imp_path, *class_path, *own_path;
+    if (own_base == NULL)
+        own_base = image_of((const void *)ml_imp_owner, &own_path);
     const void *imp_base = image_of(imp, &imp_path);
     const void *class_base = image_of(defining_class, &class_path);
-    const void *own_base = image_of((const void *)ml_imp_owner, &own_path);
     if (imp_base != NULL && imp_base == class_base)
         return ML_IMP_METAL;
     if (imp_base != NULL && imp_base == own_base)
