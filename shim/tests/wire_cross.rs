@@ -250,6 +250,40 @@ fn an_outcomes_other_shim_fields_are_judged_by_c_as_by_rust() {
     }
 }
 
+/// hook.c's bounds (a reason under 384 bytes, a 128-byte class name, a 256-byte
+/// image, 96 bytes of methods) keep the largest outcome within session.c's
+/// 1024-byte frame: every field arrives whole.
+#[test]
+fn the_largest_outcome_hook_c_builds_fits_the_shims_1024_byte_frame() {
+    let o = Outcome {
+        decision_id: u64::MAX,
+        result: OutcomeResult::Failed,
+        reason: "r".repeat(383),
+        device_class: "C".repeat(127),
+        stock: Answers {
+            families: u32::MAX,
+            threadgroup_memory: u64::MAX,
+            working_set: u64::MAX,
+        },
+        effective: Answers {
+            families: u32::MAX,
+            threadgroup_memory: u64::MAX,
+            working_set: u64::MAX,
+        },
+        other_shim: Some(OtherShim {
+            image: "/".repeat(255),
+            methods: vec!["m".repeat(95)],
+            patched: OtherShimPatched::After,
+        }),
+    };
+    let frame = c::encode_outcome(&o, 1024);
+    assert!(frame.len() <= 1024);
+    assert_eq!(
+        wire::decode_frame(&frame).unwrap().unwrap().0,
+        Message::Outcome(o)
+    );
+}
+
 #[test]
 fn a_declined_check_in_is_understood_with_its_reason_and_a_bad_reason_refused() {
     for (reason, code) in [(DeclineReason::UseSocket, 1u8), (DeclineReason::Busy, 2)] {
