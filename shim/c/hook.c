@@ -521,9 +521,9 @@ static void before_first_init(ml_id device)
         if (!clean || left_under_other[i]) {
             pending_result = ML_RESULT_FAILED;
             snprintf(pending_reason, sizeof pending_reason,
-                     "-[%s %s] still holds metalift's earlier patch (under another shim's "
-                     "IMP, left there by a rollback in this process or its parent); nothing "
-                     "was installed",
+                     "-[%s %s] still holds metalift's own IMP from earlier in this process "
+                     "or its parent (a rollback leaves it under another shim's); patching "
+                     "again would loop, so nothing was installed",
                      device_class_name, sel_names[i]);
             return;
         }
