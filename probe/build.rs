@@ -20,6 +20,10 @@
 //! Every variant also compiles `probe/simmetal/compute.m` (the compute path
 //! `metalift-probe --verify` uses; empty in the stub and tools images).
 //!
+//! Also `normal/libsimpeer.so` from `probe/second_shim/peer_shim.m`: a second
+//! shim modelled on Cua's (`LumeMetalCapabilities`), linked to the simulated
+//! Metal as Cua's links Metal.framework, for `tests/second_shim.rs`.
+//!
 //! Also the hostile test programs (`probe/hostile/hostile.c`, C) into `OUT_DIR/bin/`:
 //! `metalift-hostile` (links `normal/`) and `metalift-hostile-late` (dlopens
 //! `$HOSTILE_METAL`).
@@ -43,6 +47,9 @@ const SOURCE: &str = "simmetal/simmetal.m";
 const COMPUTE: &str = "simmetal/compute.m";
 
 const HOSTILE: &str = "hostile/hostile.c";
+
+/// The second shim (Cua's, simulated).
+const PEER_SHIM: &str = "second_shim/peer_shim.m";
 
 /// (directory, file, defines).
 const VARIANTS: [(&str, &str, &[&str]); 12] = [
@@ -81,6 +88,7 @@ fn main() {
     println!("cargo:rerun-if-changed={SOURCE}");
     println!("cargo:rerun-if-changed={COMPUTE}");
     println!("cargo:rerun-if-changed={HOSTILE}");
+    println!("cargo:rerun-if-changed={PEER_SHIM}");
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-env-changed=SIMMETAL_CC");
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
@@ -96,6 +104,7 @@ fn main() {
         compile(&cc, defines, file, &dir.join(file));
     }
     let normal = out.join("normal");
+    peer_shim(&cc, &normal);
     let bin_dir = out.join("bin");
     std::fs::create_dir_all(&bin_dir).expect("create OUT_DIR/bin");
     hostile(&cc, &normal, &bin_dir.join("metalift-hostile"), false);
@@ -108,6 +117,37 @@ fn main() {
             "cargo:rustc-link-arg-bin={bin}=-Wl,-rpath,{}",
             normal.display()
         );
+    }
+}
+
+/// `normal/libsimpeer.so`: needs libsimmetal.so (found beside it, or in
+/// `LD_LIBRARY_PATH` first, so a test can pair it with another variant).
+fn peer_shim(cc: &str, normal: &Path) {
+    let status = Command::new(cc)
+        .args([
+            "-x",
+            "objective-c",
+            "-std=gnu11",
+            "-fPIC",
+            "-shared",
+            "-O2",
+            "-Wall",
+            "-Werror",
+        ])
+        .arg("-Wl,-soname,libsimpeer.so")
+        .arg("-o")
+        .arg(normal.join("libsimpeer.so"))
+        .arg(PEER_SHIM)
+        .arg("-Wl,--no-as-needed")
+        .arg(format!("-L{}", normal.display()))
+        .arg("-lsimmetal")
+        .arg("-Wl,-rpath,$ORIGIN")
+        .arg("-lobjc")
+        .arg("-lpthread")
+        .status();
+    match status {
+        Ok(s) if s.success() => {}
+        other => panic!("{cc} failed building the second shim ({PEER_SHIM}): {other:?}"),
     }
 }
 

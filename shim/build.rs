@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// The shim's C sources, one concern each (see c/metalift_shim.h).
-const SOURCES: [&str; 13] = [
+const SOURCES: [&str; 14] = [
     "c/job.c",
     "c/loader.c",
     "c/fork.c",
@@ -37,6 +37,7 @@ const SOURCES: [&str; 13] = [
     "c/socket.c",
     "c/wire.c",
     "c/hook.c",
+    "c/imp_owner.c",
     "c/log.c",
     "c/config.c",
     "c/xpc_dict.c",

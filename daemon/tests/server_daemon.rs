@@ -517,6 +517,7 @@ fn an_outcome_is_recorded_only_for_the_decision_given_on_that_connection() {
             device_class: "AppleParavirtDevice".into(),
             stock: Answers::default(),
             effective: Answers::default(),
+            other_shim: None,
         })
     };
     let mut honest = Client::connect(&env.socket());

@@ -183,10 +183,52 @@ pub struct Outcome {
     pub reason: String,
     /// The live device's concrete class, e.g. `AppleParavirtDevice`.
     pub device_class: String,
-    /// The answers before any hook.
+    /// The answers through the IMPs the shim found when it looked, before the
+    /// original `-initGPUFamilySupport` ran: Metal's own (stock), unless
+    /// `other_shim` says another shim's were already there
+    /// ([`OtherShimPatched::Before`]): then they are the answers as found.
     pub stock: Answers,
     /// The answers the process now sees.
     pub effective: Answers,
+    /// Another shim's IMPs on the capability methods, found by the image that
+    /// holds them (neither Metal's own nor metalift's). Absent: none (and from
+    /// older shims, which did not look).
+    pub other_shim: Option<OtherShim>,
+}
+
+/// Another shim found on the capability methods (e.g. Cua's
+/// `LumeMetalCapabilities`), which metalift never rolls back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OtherShim {
+    /// The path of the image holding its IMPs (`dladdr`'s `dli_fname`).
+    pub image: String,
+    /// The selectors whose IMP was its, e.g. `["supportsFamily:"]`. On the wire
+    /// they are joined with `,` (a selector holds none).
+    pub methods: Vec<String>,
+    /// Whether it patched before metalift looked or over metalift's patch.
+    pub patched: OtherShimPatched,
+}
+
+/// When another shim patched, relative to metalift.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OtherShimPatched {
+    /// Its IMPs were there when metalift looked: the outcome's `stock` answers
+    /// are the answers as found (through it), not Metal's own.
+    Before,
+    /// It patched over metalift's (or over Metal's, while the original ran):
+    /// the effective answers are its; metalift left its IMPs in place.
+    After,
+}
+
+impl OtherShimPatched {
+    /// The word in the audit log and on XPC.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OtherShimPatched::Before => "before",
+            OtherShimPatched::After => "after",
+        }
+    }
 }
 
 /// Every message of the protocol.
@@ -286,6 +328,9 @@ mod tag {
     pub const EFF_FAMILIES: u8 = 26;
     pub const EFF_TG: u8 = 27;
     pub const EFF_WS: u8 = 28;
+    pub const OTHER_SHIM_IMAGE: u8 = 29;
+    pub const OTHER_SHIM_METHODS: u8 = 31;
+    pub const OTHER_SHIM_PATCHED: u8 = 32;
     pub const JSON: u8 = 30;
     pub const DECLINE_REASON: u8 = 40;
 }
@@ -343,6 +388,17 @@ pub fn encode_frame(msg: &Message) -> Vec<u8> {
             body.u64(tag::EFF_FAMILIES, u64::from(o.effective.families));
             body.u64(tag::EFF_TG, o.effective.threadgroup_memory);
             body.u64(tag::EFF_WS, o.effective.working_set);
+            if let Some(other) = &o.other_shim {
+                body.str(tag::OTHER_SHIM_IMAGE, &other.image);
+                body.str(tag::OTHER_SHIM_METHODS, &other.methods.join(","));
+                body.u8(
+                    tag::OTHER_SHIM_PATCHED,
+                    match other.patched {
+                        OtherShimPatched::Before => 0,
+                        OtherShimPatched::After => 1,
+                    },
+                );
+            }
         }
         Message::StatusRequest => {}
         Message::Status(json) => body.str(tag::JSON, json),
@@ -474,6 +530,7 @@ pub fn decode_body(body: &[u8]) -> Result<Message, WireError> {
                         .unwrap_or(0),
                     working_set: f.u64(tag::EFF_WS, "effective_working_set")?.unwrap_or(0),
                 },
+                other_shim: other_shim(&f)?,
             }))
         }
         kind::STATUS_REQUEST => Ok(Message::StatusRequest),
@@ -490,6 +547,36 @@ pub fn decode_body(body: &[u8]) -> Result<Message, WireError> {
         })),
         other => Err(WireError::UnknownKind(other)),
     }
+}
+
+/// An outcome's `other_shim` fields: absent image, none; an image requires
+/// `patched`; an empty methods list is allowed (an older encoder's cut).
+fn other_shim(f: &Fields<'_>) -> Result<Option<OtherShim>, WireError> {
+    let methods = f.str(tag::OTHER_SHIM_METHODS, "other_shim_methods")?;
+    let patched = match f.raw(tag::OTHER_SHIM_PATCHED) {
+        None => None,
+        Some([0]) => Some(OtherShimPatched::Before),
+        Some([1]) => Some(OtherShimPatched::After),
+        Some(_) => return Err(WireError::BadField("other_shim_patched")),
+    };
+    let Some(image) = f.str(tag::OTHER_SHIM_IMAGE, "other_shim_image")? else {
+        return Ok(None);
+    };
+    Ok(Some(OtherShim {
+        image,
+        methods: split_methods(methods.as_deref().unwrap_or("")),
+        patched: patched.ok_or(WireError::Missing("other_shim_patched"))?,
+    }))
+}
+
+/// The selectors of a `,`-joined list (empty entries dropped).
+#[must_use]
+pub fn split_methods(joined: &str) -> Vec<String> {
+    joined
+        .split(',')
+        .filter(|m| !m.is_empty())
+        .map(str::to_owned)
+        .collect()
 }
 
 /// Builds a frame body field by field, then prefixes its length.
@@ -681,7 +768,21 @@ mod tests {
                 threadgroup_memory: 65536,
                 working_set: 2,
             },
+            other_shim: None,
         }));
+        for patched in [OtherShimPatched::Before, OtherShimPatched::After] {
+            round_trip(Message::Outcome(Outcome {
+                other_shim: Some(OtherShim {
+                    image: "/usr/local/lib/libLumeMetalCapabilities.dylib".into(),
+                    methods: vec![
+                        "supportsFamily:".into(),
+                        "maxThreadgroupMemoryLength".into(),
+                    ],
+                    patched,
+                }),
+                ..outcome()
+            }));
+        }
         round_trip(Message::StatusRequest);
         round_trip(Message::Status("{\"rules\":3}".into()));
         round_trip(Message::Declined(Declined {
@@ -692,6 +793,75 @@ mod tests {
             reason: DeclineReason::Busy,
             detail: String::new(),
         }));
+    }
+
+    fn outcome() -> Outcome {
+        Outcome {
+            decision_id: 7,
+            result: OutcomeResult::Applied,
+            reason: String::new(),
+            device_class: "AppleParavirtDevice".into(),
+            stock: Answers::default(),
+            effective: Answers::default(),
+            other_shim: None,
+        }
+    }
+
+    /// Re-frames `body` (after the version and kind bytes) with extra raw fields.
+    fn with_fields(msg: &Message, extra: &[u8]) -> Vec<u8> {
+        let mut frame = encode_frame(msg);
+        frame.extend_from_slice(extra);
+        let len = (frame.len() - LENGTH_PREFIX) as u32;
+        frame[..4].copy_from_slice(&len.to_le_bytes());
+        frame
+    }
+
+    #[test]
+    fn an_outcome_without_other_shim_fields_reads_as_none_the_way_an_older_shim_sends_it() {
+        // An older shim sends exactly the fields up to tag 28.
+        let frame = encode_frame(&Message::Outcome(outcome()));
+        let with_one = encode_frame(&Message::Outcome(Outcome {
+            other_shim: Some(OtherShim {
+                image: "/x".into(),
+                methods: vec!["supportsFamily:".into()],
+                patched: OtherShimPatched::Before,
+            }),
+            ..outcome()
+        }));
+        // The new fields only follow the old ones: an older daemon skips them.
+        assert!(with_one[LENGTH_PREFIX..].starts_with(&frame[LENGTH_PREFIX..]));
+        let Message::Outcome(o) = decode_frame(&frame).unwrap().unwrap().0 else {
+            panic!()
+        };
+        assert_eq!(o.other_shim, None);
+    }
+
+    #[test]
+    fn an_other_shim_image_without_its_order_or_with_a_bad_one_is_malformed() {
+        let image = [&[tag::OTHER_SHIM_IMAGE, 1, 0][..], b"x"].concat();
+        let msg = Message::Outcome(outcome());
+        assert_eq!(
+            decode_frame(&with_fields(&msg, &image)),
+            Err(WireError::Missing("other_shim_patched"))
+        );
+        let bad = [&image[..], &[tag::OTHER_SHIM_PATCHED, 1, 0, 2]].concat();
+        assert_eq!(
+            decode_frame(&with_fields(&msg, &bad)),
+            Err(WireError::BadField("other_shim_patched"))
+        );
+        let good = [&image[..], &[tag::OTHER_SHIM_PATCHED, 1, 0, 1]].concat();
+        let Message::Outcome(o) = decode_frame(&with_fields(&msg, &good)).unwrap().unwrap().0
+        else {
+            panic!()
+        };
+        assert_eq!(
+            o.other_shim,
+            Some(OtherShim {
+                image: "x".into(),
+                methods: vec![],
+                patched: OtherShimPatched::After
+            })
+        );
     }
 
     #[test]

@@ -40,6 +40,28 @@
  *    once. Nothing is asked of the device before the original has built the
  *    vector (real Metal would read through a null pointer).
  *
+ * Beside another shim (Cua's LumeMetalCapabilities, which Tart's images ship,
+ * hooks the same selectors the same way: REAL-METAL.md "How the working
+ * peers hook it"). Whose each capability IMP is, is judged once, before the
+ * original runs and verdict or not, by the image that holds it (imp_owner.c):
+ * Metal's own, metalift's, or another shim's. Whichever shim replaced
+ * -initGPUFamilySupport last runs first, so:
+ *
+ * - Its IMPs were there first ("before"): metalift's originals are its IMPs,
+ *   metalift's answers wrap its answers, and the outcome's stock answers are
+ *   the answers as found (the outcome names the image: they are not called
+ *   stock). A rollback puts its IMPs back, as found.
+ * - It patched while the original ran ("after", seen when the original
+ *   returns: a Method no longer holds what metalift left there): the
+ *   effective answers are its. If they are not the verdict's, metalift rolls
+ *   back only where the Method still holds metalift's IMP; where the other
+ *   shim's sits over it, that IMP stays (it calls metalift's as its original,
+ *   which passes through once the mode is MODE_NONE), and that slot is never
+ *   patched again in this process or a forked child (the two would call each
+ *   other). The stock answers are read through the IMPs found before.
+ *
+ * Either way the outcome names the other image and its methods.
+ *
  * A replaced answer costs the original call plus a branch.
  *
  * A Metal without -initGPUFamilySupport (a macOS update): the hook goes on
@@ -137,6 +159,23 @@ struct slot {
 };
 static volatile int mode = MODE_NONE;
 static struct slot slots[SEL_COUNT];
+/* A slot whose restore was skipped because another shim's IMP sits over ours:
+ * our IMP stays reachable under it (inert: mode is MODE_NONE), so it is never
+ * patched again in this process or a forked child (that would make the two
+ * call each other). */
+static bool left_under_other[SEL_COUNT];
+
+/* What each capability method held when metalift looked, before the original
+ * -initGPUFamilySupport ran (the IMP, the Method, the defining class). */
+static ml_method found_method[SEL_COUNT];
+static ml_imp found_imp[SEL_COUNT];
+static ml_class found_defining[SEL_COUNT];
+
+/* Another shim on the capability methods (imp_owner.c), for the outcome: the
+ * first image found; methods of other images are logged only. */
+static char other_image[256];
+static char other_methods[96];
+static int other_patched = -1; /* -1: none; ML_OTHER_BEFORE / ML_OTHER_AFTER */
 static ml_class hooked_class;              /* the first device's class */
 static struct ml_plan plan;                /* what the first device decided */
 static char device_class_name[128];
@@ -226,6 +265,8 @@ static struct ml_answers read_live(ml_id device)
 
 /* ------------------------------------------------------- patching -- */
 
+static const ml_imp replacement[SEL_COUNT]; /* the shim's IMPs, defined below */
+
 /* The class up the chain from `cls` whose own method list holds `m`. */
 static ml_class defining_class(ml_class cls, ml_sel sel, ml_method m)
 {
@@ -258,16 +299,102 @@ static void refresh_dispatch(ml_class top, ml_class cls)
 #endif
 }
 
-static void restore_originals(void)
+/* Puts back the IMPs metalift replaced, only where the Method still holds
+ * metalift's own: another shim that patched over ours keeps its patch (it
+ * calls ours as its original, which passes through once mode is MODE_NONE).
+ * Returns how many were left under another shim. */
+static int restore_originals(void)
 {
+    int left = 0;
+    mode = MODE_NONE;
     for (int i = SEL_COUNT - 1; i >= 0; i--) {
-        if (slots[i].installed) {
-            rt.method_set_implementation(slots[i].method, slots[i].original);
-            refresh_dispatch(slots[i].defining, hooked_class);
-            slots[i].installed = false;
+        if (!slots[i].installed)
+            continue;
+        slots[i].installed = false;
+        if (rt.method_get_implementation(slots[i].method) != replacement[i]) {
+            left_under_other[i] = true;
+            left++;
+            continue;
+        }
+        rt.method_set_implementation(slots[i].method, slots[i].original);
+        refresh_dispatch(slots[i].defining, hooked_class);
+    }
+    return left;
+}
+
+/* ------------------------------------------------------ other shims -- */
+
+/* Notes that method `i` holds another shim's IMP, from `image`. The outcome
+ * names one image; a second one (two other shims) is logged. */
+static void note_other(int i, const char *image, int patched)
+{
+    if (other_patched < 0) {
+        snprintf(other_image, sizeof other_image, "%s", image);
+        other_patched = patched;
+        other_methods[0] = '\0';
+    } else if (strcmp(other_image, image) != 0 || other_patched != patched) {
+        ml_log(ML_INFO, "-[%s %s] also holds another shim's IMP (%s, patched %s metalift)",
+               device_class_name, sel_names[i], image,
+               patched == ML_OTHER_AFTER ? "after" : "before");
+        return;
+    }
+    size_t used = strlen(other_methods);
+    snprintf(other_methods + used, sizeof other_methods - used, "%s%s", used ? "," : "",
+             sel_names[i]);
+}
+
+/* Before the original runs, verdict or not: what each capability method
+ * holds now, and whose it is. Returns false when one already holds
+ * metalift's own IMP (left under another shim by an earlier rollback, in
+ * this process's parent): patching over it again would loop. */
+static bool look_before(ml_class cls)
+{
+    bool clean = true;
+    other_patched = -1;
+    for (int i = 0; i < SEL_COUNT; i++) {
+        found_method[i] = rt.class_get_instance_method(cls, sels[i]);
+        found_imp[i] = NULL;
+        found_defining[i] = NULL;
+        if (found_method[i] == NULL)
+            continue;
+        found_imp[i] = rt.method_get_implementation(found_method[i]);
+        found_defining[i] = defining_class(cls, sels[i], found_method[i]);
+        char image[sizeof other_image];
+        switch (ml_imp_owner((const void *)found_imp[i], found_defining[i], image, sizeof image)) {
+        case ML_IMP_OTHER:
+            note_other(i, image, ML_OTHER_BEFORE);
+            break;
+        case ML_IMP_METALIFT:
+            clean = false;
+            break;
+        case ML_IMP_METAL:
+            break;
         }
     }
-    mode = MODE_NONE;
+    return clean;
+}
+
+/* After the original: a method whose IMP is no longer what metalift left
+ * there (its own, or the one found) was patched meanwhile; if by another
+ * shim, note it. Returns whether any was. */
+static bool look_after(void)
+{
+    bool covered = false;
+    for (int i = 0; i < SEL_COUNT; i++) {
+        if (found_method[i] == NULL)
+            continue;
+        ml_imp now = rt.method_get_implementation(found_method[i]);
+        ml_imp left = slots[i].installed ? replacement[i] : found_imp[i];
+        if (now == left)
+            continue;
+        char image[sizeof other_image];
+        if (ml_imp_owner((const void *)now, found_defining[i], image, sizeof image) ==
+            ML_IMP_OTHER) {
+            note_other(i, image, ML_OTHER_AFTER);
+            covered = true;
+        }
+    }
+    return covered;
 }
 
 /* ------------------------------------------------------ the outcome -- */
@@ -287,12 +414,23 @@ static void report(uint64_t id, uint8_t result, const char *reason, struct ml_an
             used += (size_t)n;
         }
     }
+    char other[sizeof other_image + sizeof other_methods + 96];
+    other[0] = '\0';
+    if (other_patched == ML_OTHER_BEFORE)
+        snprintf(other, sizeof other,
+                 "; another shim (%s) had patched %s before metalift: the answers found "
+                 "are its, not stock",
+                 other_image, other_methods);
+    else if (other_patched == ML_OTHER_AFTER)
+        snprintf(other, sizeof other,
+                 "; another shim (%s) patched %s after metalift: its IMPs are left in place",
+                 other_image, other_methods);
     static const char *const words[] = {"applied", "stock", "failed"};
     ml_log(result == ML_RESULT_FAILED ? ML_WARN : ML_INFO,
-           "%s for %s (decision %llu): %s; answers %s / threadgroup memory %llu", words[result],
+           "%s for %s (decision %llu): %s; answers %s / threadgroup memory %llu%s", words[result],
            device_class_name, (unsigned long long)id,
            result == ML_RESULT_APPLIED ? (plan.rule[0] ? plan.rule : "rule ?") : reason, families,
-           (unsigned long long)effective.threadgroup_memory);
+           (unsigned long long)effective.threadgroup_memory, other);
     struct ml_outcome o = {
         .decision_id = id,
         .result = result,
@@ -300,6 +438,8 @@ static void report(uint64_t id, uint8_t result, const char *reason, struct ml_an
         .device_class = device_class_name,
         .stock = stock,
         .effective = effective,
+        .other = {other_patched < 0 ? NULL : other_image, other_methods,
+                  (uint8_t)(other_patched < 0 ? 0 : other_patched)},
     };
     ml_session_report(&o);
 }
@@ -340,7 +480,12 @@ static const ml_imp replacement[SEL_COUNT] = {
 
 /* What the first device's handling has to report once the original ran. */
 static uint8_t pending_result; /* ML_RESULT_STOCK / _FAILED; _APPLIED: check first */
-static char pending_reason[256];
+/* Reasons stay under 384 bytes: with the other fields (a 128-byte class, a
+ * 256-byte image, 96 bytes of methods, the answers) the outcome then fits
+ * session.c's 1024-byte frame whole; a frame cut short would cut an answer's
+ * integer field, and the daemon would refuse the outcome. */
+#define REASON_CAP 384
+static char pending_reason[REASON_CAP];
 
 static void check_in_and_plan(ml_id device)
 {
@@ -356,16 +501,15 @@ static void check_in_and_plan(ml_id device)
 static void before_first_init(ml_id device)
 {
     check_in_and_plan(device);
+    ml_class cls = class_of(device);
+    bool clean = look_before(cls);
     pending_result = ML_RESULT_STOCK;
     snprintf(pending_reason, sizeof pending_reason, "%s", plan.reason);
     if (!plan.unlock)
         return;
-    ml_class cls = class_of(device);
     int wanted = plan.caps.has_ws ? SEL_COUNT : SEL_WS;
-    ml_method methods[SEL_COUNT] = {NULL, NULL, NULL};
     for (int i = 0; i < wanted; i++) {
-        methods[i] = rt.class_get_instance_method(cls, sels[i]);
-        if (methods[i] == NULL) {
+        if (found_method[i] == NULL) {
             pending_result = ML_RESULT_FAILED;
             snprintf(pending_reason, sizeof pending_reason,
                      "selector -[%s %s] is missing; nothing was installed", device_class_name,
@@ -373,11 +517,22 @@ static void before_first_init(ml_id device)
             return;
         }
     }
+    for (int i = 0; i < wanted; i++) {
+        if (!clean || left_under_other[i]) {
+            pending_result = ML_RESULT_FAILED;
+            snprintf(pending_reason, sizeof pending_reason,
+                     "-[%s %s] still holds metalift's own IMP from earlier in this process "
+                     "or its parent (a rollback leaves it under another shim's); patching "
+                     "again would loop, so nothing was installed",
+                     device_class_name, sel_names[i]);
+            return;
+        }
+    }
     hooked_class = cls;
     for (int i = 0; i < wanted; i++) {
-        slots[i].method = methods[i];
-        slots[i].original = rt.method_get_implementation(methods[i]);
-        slots[i].defining = defining_class(cls, sels[i], methods[i]);
+        slots[i].method = found_method[i];
+        slots[i].original = found_imp[i]; /* another shim's, if it patched first */
+        slots[i].defining = found_defining[i];
     }
     mode = MODE_UNLOCKED;
     for (int i = 0; i < wanted; i++) {
@@ -393,16 +548,21 @@ static void before_first_init(ml_id device)
  * device as it is now, keep it or restore everything, and report. */
 static void after_first_init(ml_id device)
 {
+    /* Another shim that patched while the original ran (its own
+     * -initGPUFamilySupport replacement inside ours) sits over what metalift
+     * left: the stock answers are then read through the IMPs found before. */
+    bool covered = look_after();
     if (pending_result != ML_RESULT_APPLIED) {
         struct ml_answers now = read_live(device);
-        report(plan.decision_id, pending_result, pending_reason, now, now);
+        report(plan.decision_id, pending_result, pending_reason,
+               covered ? read_with(device, found_imp) : now, now);
         return;
     }
     ml_imp stock_imps[SEL_COUNT];
     live_imps(hooked_class, stock_imps);
     for (int i = 0; i < SEL_COUNT; i++)
-        if (slots[i].installed)
-            stock_imps[i] = slots[i].original;
+        if (slots[i].installed || covered)
+            stock_imps[i] = slots[i].installed ? slots[i].original : found_imp[i];
     struct ml_answers stock = read_with(device, stock_imps);
     struct ml_answers effective = read_live(device);
     struct ml_answers expected = ml_expected_answers(&plan.caps, stock);
@@ -415,14 +575,19 @@ static void after_first_init(ml_id device)
         report(plan.decision_id, ML_RESULT_APPLIED, "", stock, effective);
         return;
     }
-    char reason[256];
-    snprintf(reason, sizeof reason,
-             "the hooks did not take effect on %s (families %#x, expected %#x; threadgroup "
-             "memory %llu, expected %llu); rolled back",
-             class_name(class_of(device)), effective.families, expected.families,
-             (unsigned long long)effective.threadgroup_memory,
-             (unsigned long long)expected.threadgroup_memory);
-    restore_originals();
+    int left = restore_originals();
+    char reason[REASON_CAP];
+    int n = snprintf(reason, sizeof reason,
+                     "the hooks did not take effect on %s (families %#x, expected %#x; "
+                     "threadgroup memory %llu, expected %llu); rolled back",
+                     class_name(class_of(device)), effective.families, expected.families,
+                     (unsigned long long)effective.threadgroup_memory,
+                     (unsigned long long)expected.threadgroup_memory);
+    if (covered && n > 0 && (size_t)n < sizeof reason)
+        snprintf(reason + n, sizeof reason - (size_t)n,
+                 ": another shim patched %s over metalift's (other_shim names it); %d of "
+                 "its IMPs left in place, metalift's under them pass its answers through",
+                 other_methods, left);
     report(plan.decision_id, ML_RESULT_FAILED, reason, stock, read_live(device));
 }
 

@@ -16,6 +16,8 @@
  *   hook.c     the Objective-C runtime (dlsym), the device-init hook, the
  *              capability IMPs, the self-check / roll-back when the original
  *              -initGPUFamilySupport returns.
+ *   imp_owner.c  whose an IMP is (Metal's, metalift's, another shim's), by
+ *              the image that holds it.
  *   config.c   the environment: METALIFT_DISABLE, _SOCKET, _TIMEOUT_MS, _DEBUG.
  *   fork.c     the pthread_atfork handlers (both hook.c's and session.c's locks).
  *   xpc.c      macOS: the check-in over XPC (per-message audit tokens).
@@ -338,14 +340,24 @@ struct ml_wire_error {
     uint64_t value;
 };
 
+/* Another shim found on the capability methods (wire.rs OtherShim). */
+struct ml_other_shim {
+    const char *image;   /* NULL: none found (the fields are not sent) */
+    const char *methods; /* its selectors, joined with ',' */
+    uint8_t patched;     /* ML_OTHER_BEFORE / ML_OTHER_AFTER */
+};
+#define ML_OTHER_BEFORE 0 /* its IMPs were there when metalift looked */
+#define ML_OTHER_AFTER 1  /* it patched over metalift's (or Metal's) later */
+
 /* An outcome to report (wire.rs Outcome). Strings are NUL-terminated. */
 struct ml_outcome {
     uint64_t decision_id;
     uint8_t result; /* 0 applied, 1 stock, 2 failed */
     const char *reason;
     const char *device_class;
-    struct ml_answers stock;
+    struct ml_answers stock; /* through the IMPs found (as found: other.patched BEFORE) */
     struct ml_answers effective;
+    struct ml_other_shim other;
 };
 #define ML_RESULT_APPLIED 0
 #define ML_RESULT_STOCK 1
@@ -647,6 +659,22 @@ ML_HIDDEN void ml_session_atfork_parent(void);
 ML_HIDDEN void ml_session_atfork_child(void);
 /* The process that owns the session's state (for fork checks elsewhere). */
 ML_HIDDEN pid_t ml_session_pid(void);
+
+/* ----------------------------------------------------------- imp_owner.c -- */
+
+/* Whose code an IMP is, judged by the image that holds it (imp_owner.c). */
+enum ml_imp_owner {
+    ML_IMP_METAL,    /* the image that defines the method's class: Metal's own */
+    ML_IMP_METALIFT, /* this shim's image */
+    ML_IMP_OTHER,    /* any other image (or none): another shim's */
+};
+
+/* Judges `imp`, the IMP found on a method of `defining_class` (the class whose
+ * own method list holds the Method). For ML_IMP_OTHER, copies the holding
+ * image's path into `image` (cap bytes; "?" when no image holds it). Bounded:
+ * two or three dladdr calls, no IPC, no allocation. */
+ML_HIDDEN enum ml_imp_owner ml_imp_owner(const void *imp, const void *defining_class,
+                                         char *image, size_t cap);
 
 /* ---------------------------------------------------------------- hook.c -- */
 

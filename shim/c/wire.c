@@ -34,6 +34,9 @@ enum {
     TAG_EFF_FAMILIES = 26,
     TAG_EFF_TG = 27,
     TAG_EFF_WS = 28,
+    TAG_OTHER_SHIM_IMAGE = 29,
+    TAG_OTHER_SHIM_METHODS = 31,
+    TAG_OTHER_SHIM_PATCHED = 32,
     TAG_JSON = 30,
     TAG_DECLINE_REASON = 40,
 };
@@ -257,6 +260,28 @@ static struct ml_wire_error decode_verdict_fields(const struct fields *f, struct
     return ok();
 }
 
+/* wire.rs other_shim: the methods string, then the order byte (0 or 1), then
+ * the image, which requires the order. */
+static struct ml_wire_error check_other_shim(const struct fields *f)
+{
+    const char *image;
+    size_t len;
+    uint8_t patched;
+    int has_patched = 0;
+    TRY(f_str(f, TAG_OTHER_SHIM_METHODS, "other_shim_methods", NULL, NULL));
+    if (f->present[TAG_OTHER_SHIM_PATCHED]) {
+        TRY(f_required_u8(f, TAG_OTHER_SHIM_PATCHED, "other_shim_patched", &patched));
+        if (patched > ML_OTHER_AFTER)
+            return err(ML_WIRE_BAD_FIELD, "other_shim_patched", 0);
+        has_patched = 1;
+    }
+    image = NULL;
+    TRY(f_str(f, TAG_OTHER_SHIM_IMAGE, "other_shim_image", &image, &len));
+    if (image != NULL && !has_patched)
+        return err(ML_WIRE_MISSING, "other_shim_patched", 0);
+    return ok();
+}
+
 /* The other kinds are decoded only far enough to know whether wire.rs would
  * accept them (then: NOT_VERDICT) or reject them (then: its error). */
 static struct ml_wire_error check_other_kind(const struct fields *f, uint8_t kind)
@@ -287,6 +312,7 @@ static struct ml_wire_error check_other_kind(const struct fields *f, uint8_t kin
             return err(ML_WIRE_BAD_FIELD, "effective_families", 0);
         TRY(f_u64(f, TAG_EFF_TG, "effective_threadgroup_memory", &has, &v));
         TRY(f_u64(f, TAG_EFF_WS, "effective_working_set", &has, &v));
+        TRY(check_other_shim(f));
         break;
     case KIND_STATUS_REQUEST:
         break;
@@ -451,6 +477,11 @@ size_t ml_wire_encode_outcome(uint8_t *buf, size_t cap, const struct ml_outcome 
     body_u64(&b, TAG_EFF_FAMILIES, o->effective.families);
     body_u64(&b, TAG_EFF_TG, o->effective.threadgroup_memory);
     body_u64(&b, TAG_EFF_WS, o->effective.working_set);
+    if (o->other.image != NULL) {
+        body_str(&b, TAG_OTHER_SHIM_IMAGE, o->other.image);
+        body_str(&b, TAG_OTHER_SHIM_METHODS, o->other.methods ? o->other.methods : "");
+        body_u8(&b, TAG_OTHER_SHIM_PATCHED, o->other.patched);
+    }
     return body_finish(&b);
 }
 

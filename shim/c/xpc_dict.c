@@ -71,6 +71,11 @@ void ml_xpc_encode_outcome(xpc_object_t dict, const struct ml_outcome *o)
     xpc_dictionary_set_uint64(dict, "effective_threadgroup_memory",
                               o->effective.threadgroup_memory);
     xpc_dictionary_set_uint64(dict, "effective_working_set", o->effective.working_set);
+    if (o->other.image != NULL) {
+        put_str(&w, "other_shim_image", o->other.image);
+        put_str(&w, "other_shim_methods", o->other.methods ? o->other.methods : "");
+        put_str(&w, "other_shim_patched", o->other.patched == ML_OTHER_AFTER ? "after" : "before");
+    }
 }
 
 /* ------------------------------------------------------------ decode -- */
@@ -198,6 +203,15 @@ static struct ml_wire_error other_kind(struct reader *r, uint8_t kind)
             if (has && (i == 0 || i == 3) && n > UINT32_MAX)
                 return fail(ML_WIRE_BAD_FIELD, answers[i], 0);
         }
+        /* dict.rs other_shim: methods, then the order word, then the image. */
+        TRY(get_str(r, "other_shim_methods", &s, &len));
+        TRY(get_str(r, "other_shim_patched", &s, &len));
+        bool has_patched = s != NULL;
+        if (s != NULL && !is(s, len, "before") && !is(s, len, "after"))
+            return fail(ML_WIRE_BAD_FIELD, "other_shim_patched", 0);
+        TRY(get_str(r, "other_shim_image", &s, &len));
+        if (s != NULL && !has_patched)
+            return fail(ML_WIRE_MISSING, "other_shim_patched", 0);
     } else if (kind == 5) {
         TRY(get_str(r, "json", &s, &len));
     } else if (kind == 6) {

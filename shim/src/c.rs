@@ -8,7 +8,8 @@ use std::ffi::{c_char, CStr, CString};
 use metalift_policy::profile::Capabilities;
 use metalift_policy::verdict::Mode;
 use metalift_policy::wire::{
-    Answers, DeclineReason, Message, Outcome, OutcomeResult, VerdictMsg, WireAction, WireError,
+    Answers, DeclineReason, Message, OtherShimPatched, Outcome, OutcomeResult, VerdictMsg,
+    WireAction, WireError,
 };
 
 /// `struct ml_answers`.
@@ -58,6 +59,9 @@ pub struct RawOutcome {
     device_class: *const c_char,
     stock: RawAnswers,
     effective: RawAnswers,
+    other_image: *const c_char,
+    other_methods: *const c_char,
+    other_patched: u8,
 }
 
 extern "C" {
@@ -345,6 +349,9 @@ pub fn encode_outcome(outcome: &Outcome, cap: usize) -> Vec<u8> {
 pub fn with_raw_outcome<R>(outcome: &Outcome, encode: impl FnOnce(*const RawOutcome) -> R) -> R {
     let reason = c_string(&outcome.reason);
     let class = c_string(&outcome.device_class);
+    let other = outcome.other_shim.as_ref();
+    let other_image = other.map(|o| c_string(&o.image));
+    let other_methods = other.map(|o| c_string(&o.methods.join(",")));
     let raw = RawOutcome {
         decision_id: outcome.decision_id,
         result: match outcome.result {
@@ -356,6 +363,16 @@ pub fn with_raw_outcome<R>(outcome: &Outcome, encode: impl FnOnce(*const RawOutc
         device_class: class.as_ptr(),
         stock: raw_answers(outcome.stock),
         effective: raw_answers(outcome.effective),
+        other_image: other_image
+            .as_ref()
+            .map_or(std::ptr::null(), |s| s.as_ptr()),
+        other_methods: other_methods
+            .as_ref()
+            .map_or(std::ptr::null(), |s| s.as_ptr()),
+        other_patched: match other.map(|o| o.patched) {
+            Some(OtherShimPatched::After) => 1,
+            _ => 0,
+        },
     };
     encode(&raw)
 }

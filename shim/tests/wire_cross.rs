@@ -8,8 +8,8 @@
 use metalift_policy::profile::Capabilities;
 use metalift_policy::verdict::Mode;
 use metalift_policy::wire::{
-    self, Answers, CheckIn, DeclineReason, Declined, Message, Outcome, OutcomeResult, VerdictMsg,
-    WireAction, WireError, KNOWN_FAMILIES, LENGTH_PREFIX, MAX_FRAME,
+    self, Answers, CheckIn, DeclineReason, Declined, Message, OtherShim, OtherShimPatched, Outcome,
+    OutcomeResult, VerdictMsg, WireAction, WireError, KNOWN_FAMILIES, LENGTH_PREFIX, MAX_FRAME,
 };
 use metalift_shim::c::{self, CWireError};
 use proptest::prelude::*;
@@ -71,6 +71,32 @@ fn answers_strategy() -> impl Strategy<Value = Answers> {
 }
 
 fn outcome_strategy() -> impl Strategy<Value = Outcome> {
+    (outcome_without_other_shim(), other_shim_strategy())
+        .prop_map(|(o, other_shim)| Outcome { other_shim, ..o })
+}
+
+/// Another shim: absent, or an image with selectors (no `,`, none empty: they
+/// are joined with `,`) and an order.
+fn other_shim_strategy() -> impl Strategy<Value = Option<OtherShim>> {
+    proptest::option::of(
+        (
+            "[^\0]{0,60}",
+            proptest::collection::vec("[A-Za-z][A-Za-z0-9:]{0,30}", 0..4),
+            any::<bool>(),
+        )
+            .prop_map(|(image, methods, after)| OtherShim {
+                image,
+                methods,
+                patched: if after {
+                    OtherShimPatched::After
+                } else {
+                    OtherShimPatched::Before
+                },
+            }),
+    )
+}
+
+fn outcome_without_other_shim() -> impl Strategy<Value = Outcome> {
     (
         any::<u64>(),
         0u8..3,
@@ -90,6 +116,7 @@ fn outcome_strategy() -> impl Strategy<Value = Outcome> {
             device_class: class,
             stock,
             effective,
+            other_shim: None,
         })
 }
 
@@ -187,10 +214,74 @@ fn every_message_kind_that_is_not_a_verdict_is_refused_as_such() {
             device_class: String::new(),
             stock: Answers::default(),
             effective: Answers::default(),
+            other_shim: None,
         }),
     ] {
         assert_same_verdict_decision(&wire::encode_frame(&msg)[LENGTH_PREFIX..]);
     }
+}
+
+#[test]
+fn an_outcomes_other_shim_fields_are_judged_by_c_as_by_rust() {
+    let outcome = wire::encode_frame(&Message::Outcome(Outcome {
+        decision_id: 1,
+        result: OutcomeResult::Applied,
+        reason: String::new(),
+        device_class: String::new(),
+        stock: Answers::default(),
+        effective: Answers::default(),
+        other_shim: None,
+    }));
+    let image = [&[29u8, 2, 0][..], b"/x"].concat();
+    let methods = [&[31u8, 15, 0][..], b"supportsFamily:"].concat();
+    for extra in [
+        [&image[..], &[32, 1, 0, 0]].concat(),    // before
+        [&image[..], &[32, 1, 0, 1]].concat(),    // after
+        image.clone(),                            // no order: Missing
+        [&image[..], &[32, 1, 0, 2]].concat(),    // a third order: BadField
+        [&image[..], &[32, 2, 0, 0, 0]].concat(), // two bytes: BadField
+        [&methods[..], &[32, 1, 0, 1]].concat(),  // no image: none
+        [&image[..], &methods[..], &[32, 1, 0, 0]].concat(),
+        [&[29u8, 1, 0, 0xff][..], &[32, 1, 0, 0]].concat(), // not UTF-8
+    ] {
+        let mut body = outcome[LENGTH_PREFIX..].to_vec();
+        body.extend_from_slice(&extra);
+        assert_same_verdict_decision(&body);
+    }
+}
+
+/// hook.c's bounds (a reason under 384 bytes, a 128-byte class name, a 256-byte
+/// image, 96 bytes of methods) keep the largest outcome within session.c's
+/// 1024-byte frame: every field arrives whole.
+#[test]
+fn the_largest_outcome_hook_c_builds_fits_the_shims_1024_byte_frame() {
+    let o = Outcome {
+        decision_id: u64::MAX,
+        result: OutcomeResult::Failed,
+        reason: "r".repeat(383),
+        device_class: "C".repeat(127),
+        stock: Answers {
+            families: u32::MAX,
+            threadgroup_memory: u64::MAX,
+            working_set: u64::MAX,
+        },
+        effective: Answers {
+            families: u32::MAX,
+            threadgroup_memory: u64::MAX,
+            working_set: u64::MAX,
+        },
+        other_shim: Some(OtherShim {
+            image: "/".repeat(255),
+            methods: vec!["m".repeat(95)],
+            patched: OtherShimPatched::After,
+        }),
+    };
+    let frame = c::encode_outcome(&o, 1024);
+    assert!(frame.len() <= 1024);
+    assert_eq!(
+        wire::decode_frame(&frame).unwrap().unwrap().0,
+        Message::Outcome(o)
+    );
 }
 
 #[test]

@@ -19,11 +19,11 @@ use std::ffi::{c_char, c_void, CStr, CString};
 use metalift_policy::profile::Capabilities;
 use metalift_policy::verdict::Mode;
 use metalift_policy::wire::{
-    Answers, CheckIn, DeclineReason, Declined, Message, Outcome, OutcomeResult, VerdictMsg,
-    WireAction, MAX_FRAME,
+    Answers, CheckIn, DeclineReason, Declined, Message, OtherShim, OtherShimPatched, Outcome,
+    OutcomeResult, VerdictMsg, WireAction, MAX_FRAME,
 };
 use metalift_shim::c::{self, CWireError, RawError, RawOutcome, RawVerdict};
-use metalift_xpc::dict::{self, key, DictValue, MapDict};
+use metalift_xpc::dict::{self, key, DictSink, DictValue, MapDict};
 use proptest::prelude::*;
 
 // ---------------------------------------------------------------- the stand-in
@@ -204,6 +204,9 @@ fn from_xpc(d: *mut c_void) -> MapDict {
         key::EFFECTIVE_FAMILIES,
         key::EFFECTIVE_THREADGROUP_MEMORY,
         key::EFFECTIVE_WORKING_SET,
+        key::OTHER_SHIM_IMAGE,
+        key::OTHER_SHIM_METHODS,
+        key::OTHER_SHIM_PATCHED,
     ];
     let mut map = MapDict::default();
     for (k, v) in entries.iter() {
@@ -285,6 +288,39 @@ fn every_verdict_the_daemon_sends_decodes_in_c_as_in_rust() {
     ] {
         let map = encoded(&Message::Verdict(v.clone()));
         assert_eq!(c_decode(&map), Ok(v));
+    }
+}
+
+#[test]
+fn an_outcomes_other_shim_keys_are_judged_by_c_as_by_rust() {
+    let outcome = Message::Outcome(Outcome {
+        decision_id: 1,
+        result: OutcomeResult::Applied,
+        reason: String::new(),
+        device_class: String::new(),
+        stock: Answers::default(),
+        effective: Answers::default(),
+        other_shim: None,
+    });
+    for (image, methods, patched) in [
+        (Some("/x"), Some("supportsFamily:"), Some("before")),
+        (Some("/x"), None, Some("after")),
+        (Some("/x"), Some("supportsFamily:"), None),
+        (Some("/x"), None, Some("sideways")),
+        (None, Some("supportsFamily:"), Some("after")),
+        (None, None, Some("sideways")),
+    ] {
+        let mut map = encoded(&outcome);
+        for (k, v) in [
+            (key::OTHER_SHIM_IMAGE, image),
+            (key::OTHER_SHIM_METHODS, methods),
+            (key::OTHER_SHIM_PATCHED, patched),
+        ] {
+            if let Some(v) = v {
+                map.set_str(k, v);
+            }
+        }
+        assert_same(&map);
     }
 }
 
@@ -481,6 +517,32 @@ fn the_job_claims_the_c_adds_to_a_check_in_are_the_ones_rust_reads() {
 }
 
 fn outcome_strategy() -> impl Strategy<Value = Outcome> {
+    (outcome_without_other_shim(), other_shim_strategy())
+        .prop_map(|(o, other_shim)| Outcome { other_shim, ..o })
+}
+
+/// Another shim: absent, or an image with selectors (no `,`, none empty: they
+/// are joined with `,`) and an order.
+fn other_shim_strategy() -> impl Strategy<Value = Option<OtherShim>> {
+    proptest::option::of(
+        (
+            "[^\0]{0,60}",
+            proptest::collection::vec("[A-Za-z][A-Za-z0-9:]{0,30}", 0..4),
+            any::<bool>(),
+        )
+            .prop_map(|(image, methods, after)| OtherShim {
+                image,
+                methods,
+                patched: if after {
+                    OtherShimPatched::After
+                } else {
+                    OtherShimPatched::Before
+                },
+            }),
+    )
+}
+
+fn outcome_without_other_shim() -> impl Strategy<Value = Outcome> {
     let answers = (any::<u32>(), any::<u64>(), any::<u64>()).prop_map(|(f, t, w)| Answers {
         families: f,
         threadgroup_memory: t,
@@ -505,6 +567,7 @@ fn outcome_strategy() -> impl Strategy<Value = Outcome> {
             device_class: class,
             stock,
             effective,
+            other_shim: None,
         })
 }
 

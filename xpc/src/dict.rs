@@ -28,6 +28,9 @@
 //! | `stock_families`, `effective_families` | uint64 | outcome | bit set over `KNOWN_FAMILIES` (fits a `u32`) |
 //! | `stock_threadgroup_memory`, `effective_threadgroup_memory` | uint64 | outcome | |
 //! | `stock_working_set`, `effective_working_set` | uint64 | outcome | |
+//! | `other_shim_image` | string | outcome | optional: the image holding another shim's IMPs; absent: none |
+//! | `other_shim_methods` | string | outcome | with the image: its selectors, joined with `,` |
+//! | `other_shim_patched` | string | outcome | with the image: `before` or `after` (`OtherShimPatched`) |
 //! | `json` | string | status | the status document |
 //! | `decline` | string | declined | `use_socket` or `busy` |
 //! | `reason` | string | declined | free text |
@@ -43,8 +46,8 @@ use std::ffi::CStr;
 
 use metalift_policy::verdict::Mode;
 use metalift_policy::wire::{
-    Answers, CheckIn, DeclineReason, Declined, Message, Outcome, OutcomeResult, VerdictMsg,
-    WireAction, WireError, MAX_FRAME, PROTOCOL_VERSION,
+    split_methods, Answers, CheckIn, DeclineReason, Declined, Message, OtherShim, OtherShimPatched,
+    Outcome, OutcomeResult, VerdictMsg, WireAction, WireError, MAX_FRAME, PROTOCOL_VERSION,
 };
 use metalift_policy::Capabilities;
 
@@ -103,6 +106,12 @@ pub mod key {
     pub const EFFECTIVE_THREADGROUP_MEMORY: &CStr = c"effective_threadgroup_memory";
     /// uint64 (outcome).
     pub const EFFECTIVE_WORKING_SET: &CStr = c"effective_working_set";
+    /// string (outcome, optional).
+    pub const OTHER_SHIM_IMAGE: &CStr = c"other_shim_image";
+    /// string (outcome, with the image).
+    pub const OTHER_SHIM_METHODS: &CStr = c"other_shim_methods";
+    /// string (outcome, with the image): `before` or `after`.
+    pub const OTHER_SHIM_PATCHED: &CStr = c"other_shim_patched";
     /// string (status).
     pub const JSON: &CStr = c"json";
     /// string (declined): `use_socket` or `busy`.
@@ -135,6 +144,9 @@ pub mod key {
             EFFECTIVE_FAMILIES,
             EFFECTIVE_THREADGROUP_MEMORY,
             EFFECTIVE_WORKING_SET,
+            OTHER_SHIM_IMAGE,
+            OTHER_SHIM_METHODS,
+            OTHER_SHIM_PATCHED,
             JSON,
             DECLINE,
         ]
@@ -266,6 +278,11 @@ pub fn encode(msg: &Message, sink: &mut impl DictSink) {
             );
             out.sink
                 .set_u64(key::EFFECTIVE_WORKING_SET, o.effective.working_set);
+            if let Some(other) = &o.other_shim {
+                out.str(key::OTHER_SHIM_IMAGE, &other.image);
+                out.str(key::OTHER_SHIM_METHODS, &other.methods.join(","));
+                out.str(key::OTHER_SHIM_PATCHED, other.patched.as_str());
+            }
         }
         Message::StatusRequest => out.str(key::KIND, "status_request"),
         Message::Status(json) => {
@@ -378,6 +395,7 @@ pub fn decode(src: &impl DictSource) -> Result<Message, WireError> {
                     .u64(key::EFFECTIVE_WORKING_SET, "effective_working_set")?
                     .unwrap_or(0),
             },
+            other_shim: other_shim(&mut r)?,
         })),
         "status_request" => Ok(Message::StatusRequest),
         "status" => Ok(Message::Status(
@@ -413,6 +431,29 @@ impl<S: DictSink> Writer<'_, S> {
         self.budget -= end;
         self.sink.set_str(key, &value[..end]);
     }
+}
+
+/// An outcome's `other_shim_*` keys, as strict as the frame decoder's (wire.rs
+/// `other_shim`): absent image, none; an image requires `patched`.
+fn other_shim<S: DictSource>(r: &mut Reader<'_, S>) -> Result<Option<OtherShim>, WireError> {
+    let methods = r.str(key::OTHER_SHIM_METHODS, "other_shim_methods")?;
+    let patched = match r
+        .str(key::OTHER_SHIM_PATCHED, "other_shim_patched")?
+        .as_deref()
+    {
+        None => None,
+        Some("before") => Some(OtherShimPatched::Before),
+        Some("after") => Some(OtherShimPatched::After),
+        Some(_) => return Err(WireError::BadField("other_shim_patched")),
+    };
+    let Some(image) = r.str(key::OTHER_SHIM_IMAGE, "other_shim_image")? else {
+        return Ok(None);
+    };
+    Ok(Some(OtherShim {
+        image,
+        methods: split_methods(methods.as_deref().unwrap_or("")),
+        patched: patched.ok_or(WireError::Missing("other_shim_patched"))?,
+    }))
 }
 
 /// Reads typed values, charging strings to the shared byte budget.
@@ -523,7 +564,26 @@ mod tests {
                 threadgroup_memory: 65536,
                 working_set: 2,
             },
+            other_shim: None,
         }));
+        for patched in [OtherShimPatched::Before, OtherShimPatched::After] {
+            round_trip(Message::Outcome(Outcome {
+                decision_id: 8,
+                result: OutcomeResult::Applied,
+                reason: String::new(),
+                device_class: "AppleParavirtDevice".into(),
+                stock: Answers::default(),
+                effective: Answers::default(),
+                other_shim: Some(OtherShim {
+                    image: "/usr/local/lib/libLumeMetalCapabilities.dylib".into(),
+                    methods: vec![
+                        "maxThreadgroupMemoryLength".into(),
+                        "supportsFamily:".into(),
+                    ],
+                    patched,
+                }),
+            }));
+        }
         round_trip(Message::StatusRequest);
         round_trip(Message::Status("{\"rules\":3}".into()));
         round_trip(Message::Declined(Declined {
@@ -534,6 +594,27 @@ mod tests {
             reason: DeclineReason::Busy,
             detail: String::new(),
         }));
+    }
+
+    #[test]
+    fn an_other_shim_image_needs_its_order_and_a_known_word() {
+        let mut d = MapDict::default();
+        encode(
+            &Message::Outcome(Outcome {
+                decision_id: 1,
+                result: OutcomeResult::Stock,
+                reason: String::new(),
+                device_class: String::new(),
+                stock: Answers::default(),
+                effective: Answers::default(),
+                other_shim: None,
+            }),
+            &mut d,
+        );
+        d.set_str(key::OTHER_SHIM_IMAGE, "/x");
+        assert_eq!(decode(&d), Err(WireError::Missing("other_shim_patched")));
+        d.set_str(key::OTHER_SHIM_PATCHED, "sideways");
+        assert_eq!(decode(&d), Err(WireError::BadField("other_shim_patched")));
     }
 
     #[test]

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::io;
 use std::time::{Duration, SystemTime};
 
-use metalift_daemon::audit::{DecisionRecord, OutcomeRecord, Record};
+use metalift_daemon::audit::{DecisionRecord, OtherShimRecord, OutcomeRecord, Record};
 
 /// Decisions kept waiting for their outcome, at most.
 pub const DEFAULT_CAPACITY: usize = 10_000;
@@ -52,6 +52,10 @@ pub struct Process {
     pub policy_sha256: Option<String>,
     /// The device's concrete class, from the outcome.
     pub device_class: Option<String>,
+    /// Another shim the outcome names on the capability methods (its image,
+    /// `patched` before or after metalift); absent when none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub other_shim: Option<OtherShimRecord>,
     /// The CI job the process claimed (the decision's `advisory.job`); empty when none.
     #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub job: std::collections::BTreeMap<String, String>,
@@ -77,6 +81,7 @@ impl Process {
             reason: String::new(),
             policy_sha256: Some(d.policy_sha256),
             device_class: None,
+            other_shim: None,
             job: d.advisory.job,
         }
     }
@@ -85,6 +90,7 @@ impl Process {
         self.result = o.result;
         self.reason = o.reason;
         self.device_class = Some(o.device_class);
+        self.other_shim = o.other_shim;
         self
     }
 
@@ -104,6 +110,7 @@ impl Process {
             reason: String::new(),
             policy_sha256: None,
             device_class: None,
+            other_shim: None,
             job: std::collections::BTreeMap::new(),
         }
         .answered(o)
@@ -263,6 +270,7 @@ mod tests {
                 device_class: "AppleParavirtDevice".into(),
                 stock: Answers::default(),
                 effective: Answers::default(),
+                other_shim: None,
             },
         ))
     }
@@ -290,6 +298,38 @@ mod tests {
             lines,
             [(1, "applied".to_owned()), (2, NO_OUTCOME.to_owned())]
         );
+    }
+
+    #[test]
+    fn a_process_beside_another_shim_shows_it_in_the_joined_line() {
+        let Record::Outcome(mut o) = outcome(1, 2) else {
+            unreachable!()
+        };
+        o.other_shim = Some(OtherShimRecord {
+            image: "/opt/lume/libLumeMetalCapabilities.dylib".into(),
+            methods: vec!["supportsFamily:".into()],
+            patched: "after".into(),
+        });
+        let mut seen = Vec::new();
+        let mut out = |p: Process| {
+            seen.push(p);
+            Ok(())
+        };
+        let mut join = Join::default();
+        join.push(decision(1, 0), &mut out).unwrap();
+        join.push(Record::Outcome(o), &mut out).unwrap();
+        join.finish(&mut out).unwrap();
+        let mut text = Vec::new();
+        super::super::view::line(&mut text, &seen[0]).unwrap();
+        let text = String::from_utf8(text).unwrap();
+        assert!(
+            text.contains(
+                "[other shim /opt/lume/libLumeMetalCapabilities.dylib patched after metalift]"
+            ),
+            "{text}"
+        );
+        let json = serde_json::to_value(&seen[0]).unwrap();
+        assert_eq!(json["other_shim"]["patched"], "after", "{json}");
     }
 
     #[test]

@@ -74,6 +74,16 @@ pub fn row(out: &mut dyn Write, r: &Record, rule: Option<&str>) -> io::Result<()
             if !o.reason.is_empty() {
                 detail.push_str(&format!(" reason={:?}", o.reason));
             }
+            if let Some(other) = &o.other_shim {
+                // Whose answers `stock` holds (OutcomeRecord::stock_label).
+                detail.push_str(&format!(
+                    " other_shim={:?} patched={} methods={} answers_before={}",
+                    other.image,
+                    other.patched,
+                    other.methods.join(","),
+                    o.stock_label()
+                ));
+            }
             (Some(o.pid), Some(&o.exe), o.result.clone(), detail)
         }
         Record::Refused(r) => {
@@ -218,4 +228,54 @@ fn write_cells(out: &mut dyn Write, cells: &[String; 7]) -> io::Result<()> {
         }
     }
     writeln!(out, "{}", line.trim_end())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::SystemTime;
+
+    use metalift_daemon::audit::OutcomeRecord;
+    use metalift_policy::wire::{Answers, OtherShim, OtherShimPatched, Outcome, OutcomeResult};
+
+    use super::*;
+
+    fn row_of(other_shim: Option<OtherShim>) -> String {
+        let record = Record::Outcome(OutcomeRecord::new(
+            SystemTime::UNIX_EPOCH,
+            42,
+            "/x".into(),
+            &Outcome {
+                decision_id: 7,
+                result: OutcomeResult::Applied,
+                reason: String::new(),
+                device_class: "AppleParavirtDevice".into(),
+                stock: Answers::default(),
+                effective: Answers::default(),
+                other_shim,
+            },
+        ));
+        let mut out = Vec::new();
+        row(&mut out, &record, None).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn an_outcome_row_names_another_shim_and_whether_its_answers_were_found() {
+        let line = row_of(Some(OtherShim {
+            image: "/opt/lume/libLumeMetalCapabilities.dylib".into(),
+            methods: vec![
+                "supportsFamily:".into(),
+                "maxThreadgroupMemoryLength".into(),
+            ],
+            patched: OtherShimPatched::Before,
+        }));
+        assert!(
+            line.contains(
+                "other_shim=\"/opt/lume/libLumeMetalCapabilities.dylib\" patched=before \
+                 methods=supportsFamily:,maxThreadgroupMemoryLength answers_before=found"
+            ),
+            "{line}"
+        );
+        assert!(!row_of(None).contains("other_shim"));
+    }
 }

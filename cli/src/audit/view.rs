@@ -34,6 +34,12 @@ pub fn line(out: &mut dyn Write, p: &Process) -> io::Result<()> {
     } else {
         format!("  ({})", p.reason)
     };
+    if let Some(other) = &p.other_shim {
+        why.push_str(&format!(
+            "  [other shim {} patched {} metalift]",
+            other.image, other.patched
+        ));
+    }
     if !p.job.is_empty() {
         let claims: Vec<String> = p.job.iter().map(|(k, v)| format!("{k}={v}")).collect();
         why.push_str(&format!("  [job {}]", claims.join(" ")));

@@ -384,6 +384,7 @@ mod tests {
                 device_class: "AppleParavirtDevice".into(),
                 stock: Answers::default(),
                 effective: Answers::default(),
+                other_shim: None,
             },
         )
     }

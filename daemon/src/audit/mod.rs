@@ -37,7 +37,9 @@ use std::io;
 use std::path::PathBuf;
 
 pub use host::Host;
-pub use record::{Advisory, AnswersRecord, DecisionRecord, LoadReason, OutcomeRecord, Record};
+pub use record::{
+    Advisory, AnswersRecord, DecisionRecord, LoadReason, OtherShimRecord, OutcomeRecord, Record,
+};
 pub use refused::RefusedRecord;
 pub use rotation::Rotation;
 pub use stamp::{Stamp, Stamper, SCHEMA_VERSION};

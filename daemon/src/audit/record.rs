@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::time::SystemTime;
 
-use metalift_policy::wire::{Answers, Outcome};
+use metalift_policy::wire::{Answers, OtherShimPatched, Outcome};
 use serde::{Deserialize, Serialize};
 
 /// One line of the audit log. The writer writes every field; the reader
@@ -307,12 +307,32 @@ pub struct OutcomeRecord {
     /// The live device's concrete class.
     #[serde(default)]
     pub device_class: String,
-    /// The device's answers before any hook.
+    /// The device's answers through the IMPs the shim found, before any hook of
+    /// its own: Metal's stock answers, unless `found_through` names another
+    /// shim's image (then they are the answers as found).
     #[serde(default)]
     pub stock: AnswersRecord,
     /// The answers the process now sees.
     #[serde(default)]
     pub effective: AnswersRecord,
+    /// Another shim's IMPs on the capability methods (neither Metal's own nor
+    /// metalift's), which metalift leaves in place. Absent: none found (or an
+    /// older shim, which did not look).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub other_shim: Option<OtherShimRecord>,
+}
+
+/// Another shim the reporting shim found on the capability methods.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct OtherShimRecord {
+    /// The path of the image holding its IMPs.
+    pub image: String,
+    /// The selectors whose IMP was its, e.g. `["supportsFamily:"]`.
+    pub methods: Vec<String>,
+    /// `before`: its IMPs were there when metalift looked, so `stock` is the
+    /// answers as found; `after`: it patched over metalift's (or Metal's) while
+    /// the device was built, so `effective` is its answers.
+    pub patched: String,
 }
 
 impl OutcomeRecord {
@@ -327,8 +347,31 @@ impl OutcomeRecord {
             result: outcome.result.as_str().to_owned(),
             reason: outcome.reason.clone(),
             device_class: outcome.device_class.clone(),
-            stock: AnswersRecord::from(&outcome.stock),
+            stock: AnswersRecord {
+                found_through: outcome
+                    .other_shim
+                    .as_ref()
+                    .filter(|o| o.patched == OtherShimPatched::Before)
+                    .map(|o| o.image.clone()),
+                ..AnswersRecord::from(&outcome.stock)
+            },
             effective: AnswersRecord::from(&outcome.effective),
+            other_shim: outcome.other_shim.as_ref().map(|o| OtherShimRecord {
+                image: o.image.clone(),
+                methods: o.methods.clone(),
+                patched: o.patched.as_str().to_owned(),
+            }),
+        }
+    }
+
+    /// What to call the `stock` answers: `found` when another shim's IMPs were
+    /// already there (they are not Metal's own), else `stock`.
+    #[must_use]
+    pub fn stock_label(&self) -> &'static str {
+        if self.stock.found_through.is_some() {
+            "found"
+        } else {
+            "stock"
         }
     }
 }
@@ -342,6 +385,11 @@ pub struct AnswersRecord {
     pub threadgroup_memory: u64,
     /// `recommendedMaxWorkingSetSize`.
     pub working_set: u64,
+    /// Set on `stock` only: these answers came through another shim's IMPs
+    /// (this image's), already there when metalift looked: the answers as found,
+    /// not Metal's stock. Absent: Metal's own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub found_through: Option<String>,
 }
 
 impl From<&Answers> for AnswersRecord {
@@ -350,6 +398,7 @@ impl From<&Answers> for AnswersRecord {
             families: answers.family_names().map(str::to_owned).collect(),
             threadgroup_memory: answers.threadgroup_memory,
             working_set: answers.working_set,
+            found_through: None,
         }
     }
 }
@@ -406,7 +455,7 @@ pub use super::rfc3339;
 mod tests {
     use std::time::Duration;
 
-    use metalift_policy::wire::OutcomeResult;
+    use metalift_policy::wire::{OtherShim, OutcomeResult};
 
     use super::*;
 
@@ -449,6 +498,58 @@ mod tests {
                 job: BTreeMap::new(),
             },
         }
+    }
+
+    fn outcome_beside(other_shim: Option<OtherShim>) -> serde_json::Value {
+        let record = Record::Outcome(OutcomeRecord::new(
+            at(5),
+            4242,
+            "/x".into(),
+            &Outcome {
+                decision_id: 7,
+                result: OutcomeResult::Applied,
+                reason: String::new(),
+                device_class: "AppleParavirtDevice".into(),
+                stock: Answers::default(),
+                effective: Answers::default(),
+                other_shim,
+            },
+        ));
+        serde_json::from_slice(&record.to_line().unwrap()).unwrap()
+    }
+
+    #[test]
+    fn an_outcome_beside_another_shim_names_it_and_labels_only_answers_found_through_it() {
+        let peer = |patched| {
+            Some(OtherShim {
+                image: "/usr/local/lib/libLumeMetalCapabilities.dylib".into(),
+                methods: vec!["supportsFamily:".into()],
+                patched,
+            })
+        };
+        let before = outcome_beside(peer(OtherShimPatched::Before));
+        assert_eq!(before["other_shim"]["patched"], "before", "{before}");
+        assert_eq!(
+            before["other_shim"]["methods"],
+            serde_json::json!(["supportsFamily:"])
+        );
+        assert_eq!(
+            before["stock"]["found_through"],
+            "/usr/local/lib/libLumeMetalCapabilities.dylib"
+        );
+        assert!(
+            before["effective"].get("found_through").is_none(),
+            "{before}"
+        );
+
+        let after = outcome_beside(peer(OtherShimPatched::After));
+        assert_eq!(after["other_shim"]["patched"], "after", "{after}");
+        assert!(after["stock"].get("found_through").is_none(), "{after}");
+
+        // None found: neither key is written (records read as before).
+        let none = outcome_beside(None);
+        assert!(none.get("other_shim").is_none(), "{none}");
+        assert!(none["stock"].get("found_through").is_none(), "{none}");
     }
 
     #[test]
@@ -512,6 +613,7 @@ mod tests {
                         threadgroup_memory: 32768,
                         working_set: 1,
                     },
+                    other_shim: None,
                 },
             )),
             Record::PolicyLoaded {

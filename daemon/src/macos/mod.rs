@@ -318,6 +318,20 @@
 //!     the per-uid limits key XPC peers by the audit token's euid
 //!     (`audit_token_to_euid`): a user holding 300 idle XPC check-ins gets `Busy`
 //!     past 256 while another user's check-in is answered.
+//! 31. **Beside another shim on real Metal** (issue 31 item 4; `shim/c/imp_owner.c`,
+//!     tested on Linux by `probe/tests/second_shim.rs` against a simulated Cua
+//!     shim): a shimmed probe alone has no `other_shim` in its outcome, so
+//!     `dladdr` puts each capability IMP in the image that holds its defining
+//!     class (`supportsFamily:` and `_MTLDevice` in Metal.framework in the shared
+//!     cache, `maxThreadgroupMemoryLength` in the driver bundle,
+//!     `recommendedMaxWorkingSetSize` in IOGPU.framework) and nothing is judged
+//!     another shim's; with Cua's `LumeMetalCapabilities.dylib` also inserted
+//!     (`LUME_METAL_APPLE_FAMILY_MAX=1009`), listed before and after
+//!     `libmetalift.dylib` in `DYLD_INSERT_LIBRARIES`, the outcome names its path
+//!     with `patched` `after` and `before` (which is which follows dyld's
+//!     initializer order, not read here), and `metalift-probe` answers Cua's
+//!     Apple9 in both orders (where Cua's patched over metalift's, after
+//!     metalift's rollback: outcome `failed`).
 #![allow(unsafe_code)]
 
 pub mod audit_token;

@@ -68,6 +68,7 @@ fn attack(socket: &std::path::Path, k: u64, jitter: &mut Jitter) {
             device_class: "forged".into(),
             stock: Answers::default(),
             effective: Answers::default(),
+            other_shim: None,
         })),
         // A status request followed by junk: answered, then closed.
         _ => {
