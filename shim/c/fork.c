@@ -4,11 +4,16 @@
  * the shim's locks (a thread waiting for its verdict holds them, and the
  * forking thread holds dyld's API lock and the atfork lock meanwhile), the
  * parent releases what it got, and the child starts with fresh locks; its
- * state is reset lazily, by pid (session.c, hook.c), so a child forked in the
- * middle of the parent's check-in checks in for itself and never touches the
- * parent's connection. (What else a forked child inherits — Metal's own
- * registration lock, held for the rest of MTLAddDevice — is Metal's: see
- * shim/c/README.md.)
+ * state is reset lazily, by pid (session.c, hook.c), so a child never touches
+ * the parent's connection; one forked before any device checks in for itself
+ * when it creates one. On macOS a child forked in the middle of the parent's
+ * check-in does not get that far: Metal's registration lock, held by the
+ * parent's creating thread for the rest of MTLAddDevice, names a thread the
+ * child does not have, and libplatform kills the child when its own device
+ * creation takes it (_os_unfair_lock_corruption_abort); a child forked after
+ * the parent registered gets the parent's device and checks in for nothing
+ * (Metal registers once per process). Both are Metal's, modelled by the
+ * simulation (probe/simmetal/simmetal.m) and described in shim/c/README.md.
  *
  * The one place that knows both hook.c's and session.c's locks, and their
  * order: device_lock (hook.c), then session_lock (session.c),

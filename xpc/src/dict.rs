@@ -126,6 +126,7 @@ pub mod key {
             SHIM_VERSION,
             ARCH,
             CLAIMED_EXECUTABLE,
+            JOB,
             DECISION_ID,
             ACTION,
             APPLE_FAMILY_MAX,
@@ -537,6 +538,12 @@ mod tests {
             arch: "arm64e".into(),
             claimed_executable: Some("/opt/llama.cpp/bin/llama-server".into()),
             job: None,
+        }));
+        round_trip(Message::CheckIn(CheckIn {
+            shim_version: "0.1.0".into(),
+            arch: "arm64".into(),
+            claimed_executable: None,
+            job: Some("{\"GITHUB_RUN_ID\":\"42\"}".into()),
         }));
         round_trip(Message::CheckIn(CheckIn::default()));
         round_trip(Message::Verdict(verdict()));
