@@ -34,6 +34,19 @@ pub struct Gap {
     pub records: Option<u64>,
 }
 
+/// What [`Source::next_batch`] found after the cursor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Batch {
+    /// Nothing: every whole line is delivered.
+    CaughtUp,
+    /// Whole lines; `more` when there were more bytes than the batch took (or a
+    /// newer file waits), so the next batch need not wait for the writer.
+    Lines {
+        /// Whether more is already waiting.
+        more: bool,
+    },
+}
+
 /// The files still to forward, oldest (the cursor's) first.
 #[derive(Debug)]
 pub struct Source {
@@ -113,7 +126,17 @@ impl Source {
 
     /// Picks up files created by rotation since, and turns files deleted before
     /// they were wholly forwarded into gaps (counting their remaining records).
+    ///
+    /// Only a rotation creates or deletes the log's files, and a rotation always
+    /// puts a new file at the live path: while the live path is still the newest
+    /// held file, nothing changed and the rescan is one `stat` (walking the chain
+    /// opens every rotated file, each round).
     pub fn rescan(&mut self) -> Vec<Gap> {
+        if let (Some(newest), Ok(live)) = (self.held.back(), std::fs::metadata(&self.log)) {
+            if newest.dev == live.dev() && newest.ino == live.ino() {
+                return Vec::new();
+            }
+        }
         let chain = self.chain();
         let mut gaps = Vec::new();
         // Oldest first: a held file no longer in the chain was rotated away.
@@ -148,37 +171,39 @@ impl Source {
         gaps
     }
 
-    /// Up to `max` bytes of whole lines after the cursor, or `None` when caught up.
-    /// Moves to the next file when the front one is finished (a newer one exists).
-    pub fn next_batch(&mut self, max: usize) -> io::Result<Option<Vec<u8>>> {
+    /// Up to `max` bytes of whole lines after the cursor, into `buf` (cleared first,
+    /// its allocation reused across batches). Moves to the next file when the front
+    /// one is finished (a newer one exists).
+    pub fn next_batch(&mut self, max: usize, buf: &mut Vec<u8>) -> io::Result<Batch> {
         loop {
             let newer_exists = self.held.len() > 1;
             let Some(front) = self.held.front_mut() else {
-                return Ok(None);
+                return Ok(Batch::CaughtUp);
             };
-            let mut buf = Vec::new();
+            buf.clear();
             front.file.seek(SeekFrom::Start(self.offset))?;
-            (&mut front.file).take(max as u64).read_to_end(&mut buf)?;
+            (&mut front.file).take(max as u64).read_to_end(buf)?;
+            let full = buf.len() == max;
             let whole = buf.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
-            if whole == 0 && buf.len() == max {
+            if whole == 0 && full {
                 // One line longer than a batch: take it whole.
-                let mut rest = Vec::new();
+                buf.clear();
                 front.file.seek(SeekFrom::Start(self.offset))?;
-                std::io::BufRead::read_until(
-                    &mut io::BufReader::new(&front.file),
-                    b'\n',
-                    &mut rest,
-                )?;
-                if rest.ends_with(b"\n") {
-                    return Ok(Some(rest));
+                std::io::BufRead::read_until(&mut io::BufReader::new(&front.file), b'\n', buf)?;
+                if buf.ends_with(b"\n") {
+                    return Ok(Batch::Lines { more: true });
                 }
+                buf.clear();
             }
             if whole > 0 {
                 buf.truncate(whole);
-                return Ok(Some(buf));
+                return Ok(Batch::Lines {
+                    more: full || newer_exists,
+                });
             }
             if !newer_exists {
-                return Ok(None);
+                buf.clear();
+                return Ok(Batch::CaughtUp);
             }
             self.held.pop_front();
             self.offset = 0;
