@@ -17,6 +17,7 @@
 pub mod conn;
 pub mod cursor;
 pub mod frame;
+pub mod head;
 pub mod priority;
 pub mod send_queue;
 pub mod source;
@@ -253,7 +254,7 @@ fn step(st: &mut State, config: &Forward, audit: &AuditLog, shared: &Shared) -> 
         st.retry_at = Instant::now() + st.backoff;
         return Round::Idle;
     }
-    source.advance(st.batch.len());
+    source.advance(&st.batch);
     if let Some(c) = source.cursor() {
         st.saves.delivered(c);
     }

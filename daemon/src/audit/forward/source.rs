@@ -22,6 +22,10 @@ struct Held {
     /// Where it was last seen (for the gap record).
     name: PathBuf,
     file: File,
+    /// Bytes from the start counted for [`Source::records_behind`], and the
+    /// newlines in them: each byte is counted once, not once a second.
+    counted_to: u64,
+    lines: u64,
 }
 
 /// Records rotated away (deleted) before they were forwarded.
@@ -55,6 +59,9 @@ pub struct Source {
     held: VecDeque<Held>,
     /// Offset delivered in the front file.
     offset: u64,
+    /// Newlines before `offset` in the front file; `None` until counted (a cursor
+    /// loaded at start-up), then kept up by [`Source::advance`].
+    offset_lines: Option<u64>,
 }
 
 impl Source {
@@ -66,6 +73,7 @@ impl Source {
             keep,
             held: VecDeque::new(),
             offset: 0,
+            offset_lines: Some(0),
         };
         let mut gaps = Vec::new();
         let chain = source.chain();
@@ -74,6 +82,7 @@ impl Source {
             Some(c) => match chain.iter().position(|h| h.dev == c.dev && h.ino == c.ino) {
                 Some(i) => {
                     source.offset = c.offset;
+                    source.offset_lines = None;
                     i
                 }
                 None => {
@@ -118,6 +127,8 @@ impl Source {
                 ino: meta.ino(),
                 name: path,
                 file,
+                counted_to: 0,
+                lines: 0,
             });
         }
         newest_first.reverse();
@@ -150,6 +161,7 @@ impl Source {
             let mut front = self.held.pop_front().expect("front exists");
             let records = count_lines_from(&mut front.file, self.offset).ok();
             self.offset = 0;
+            self.offset_lines = Some(0);
             if records != Some(0) {
                 gaps.push(Gap {
                     file: front.name.display().to_string(),
@@ -207,12 +219,17 @@ impl Source {
             }
             self.held.pop_front();
             self.offset = 0;
+            self.offset_lines = Some(0);
         }
     }
 
-    /// Marks `n` bytes after the cursor delivered.
-    pub fn advance(&mut self, n: usize) {
-        self.offset += n as u64;
+    /// Marks `batch` (the bytes after the cursor that [`Source::next_batch`] gave)
+    /// delivered.
+    pub fn advance(&mut self, batch: &[u8]) {
+        self.offset += batch.len() as u64;
+        if let Some(n) = self.offset_lines.as_mut() {
+            *n += newlines(batch);
+        }
     }
 
     /// The cursor to save: the front file and the delivered offset.
@@ -237,29 +254,121 @@ impl Source {
         total.saturating_sub(self.offset)
     }
 
-    /// Whole records not yet delivered (reads them: call it rarely when far behind).
+    /// Whole records not yet delivered. Reads only what was written since the last
+    /// call (the first call after a start-up also counts the front file up to the
+    /// cursor); a read error leaves the count where it got to.
     #[must_use]
     pub fn records_behind(&mut self) -> u64 {
-        let mut n = 0;
-        let mut offset = self.offset;
+        let mut total = 0;
         for h in &mut self.held {
-            n += count_lines_from(&mut h.file, offset).unwrap_or(0);
-            offset = 0;
+            if let Ok((lines, end)) = count_range(&mut h.file, h.counted_to, None) {
+                h.lines += lines;
+                h.counted_to = end;
+            }
+            total += h.lines;
         }
-        n
+        let before = match (self.offset_lines, self.held.front_mut()) {
+            (Some(n), _) => n,
+            (None, Some(front)) => match count_range(&mut front.file, 0, Some(self.offset)) {
+                Ok((n, _)) => {
+                    self.offset_lines = Some(n);
+                    n
+                }
+                Err(_) => return 0,
+            },
+            (None, None) => 0,
+        };
+        total.saturating_sub(before)
+    }
+}
+
+fn newlines(bytes: &[u8]) -> u64 {
+    bytes.iter().filter(|&&b| b == b'\n').count() as u64
+}
+
+/// Newlines in `file` from `from` up to `to` (or its end), and where that was.
+fn count_range(file: &mut File, from: u64, to: Option<u64>) -> io::Result<(u64, u64)> {
+    file.seek(SeekFrom::Start(from))?;
+    let mut buf = vec![0u8; 64 * 1024];
+    let (mut n, mut at) = (0u64, from);
+    loop {
+        let want = match to {
+            Some(to) => usize::try_from(to.saturating_sub(at))
+                .unwrap_or(usize::MAX)
+                .min(buf.len()),
+            None => buf.len(),
+        };
+        if want == 0 {
+            return Ok((n, at));
+        }
+        let got = file.read(&mut buf[..want])?;
+        if got == 0 {
+            return Ok((n, at));
+        }
+        n += newlines(&buf[..got]);
+        at += got as u64;
     }
 }
 
 /// Newlines in `file` after `offset`.
 fn count_lines_from(file: &mut File, offset: u64) -> io::Result<u64> {
-    file.seek(SeekFrom::Start(offset))?;
-    let mut buf = vec![0u8; 64 * 1024];
-    let mut n = 0u64;
-    loop {
-        let got = file.read(&mut buf)?;
-        if got == 0 {
-            return Ok(n);
+    count_range(file, offset, None).map(|(n, _)| n)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+
+    use super::*;
+
+    fn append(path: &Path, lines: usize) {
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(path)
+            .unwrap();
+        for _ in 0..lines {
+            f.write_all(b"{\"kind\":\"x\"}\n").unwrap();
         }
-        n += buf[..got].iter().filter(|&&b| b == b'\n').count() as u64;
+    }
+
+    #[test]
+    fn records_behind_follows_writes_deliveries_rotated_files_and_a_loaded_cursor() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("audit.jsonl");
+        append(&rotated_path(&log, 1), 2);
+        append(&log, 3);
+        let (mut source, gaps) = Source::open(&log, 5, None);
+        assert!(gaps.is_empty());
+        assert_eq!(source.records_behind(), 5, "both files");
+        append(&log, 2);
+        assert_eq!(source.records_behind(), 7, "what was written since");
+        let mut buf = Vec::new();
+        // The rotated file, then the live one.
+        for expect in [2, 5] {
+            assert!(matches!(
+                source.next_batch(1 << 20, &mut buf).unwrap(),
+                Batch::Lines { .. }
+            ));
+            assert_eq!(newlines(&buf), expect);
+            source.advance(&buf);
+        }
+        assert_eq!(source.records_behind(), 0);
+        append(&log, 1);
+        assert_eq!(source.records_behind(), 1);
+
+        // A cursor loaded at start-up, two records into the live file.
+        let live = std::fs::metadata(&log).unwrap();
+        let cursor = Cursor {
+            dev: live.dev(),
+            ino: live.ino(),
+            offset: 2 * b"{\"kind\":\"x\"}\n".len() as u64,
+        };
+        let (mut source, _) = Source::open(&log, 5, Some(cursor));
+        assert_eq!(
+            source.records_behind(),
+            4,
+            "6 in the live file, 2 delivered"
+        );
     }
 }
