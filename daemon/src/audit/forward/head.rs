@@ -101,12 +101,13 @@ impl<'a> Scanner<'a> {
         self.eat(b'"')?;
         let start = self.i;
         loop {
+            self.i += memchr::memchr2(b'"', b'\\', self.b.get(self.i..)?)?;
             match self.next()? {
                 b'"' => return Some(&self.b[start..self.i - 1]),
-                b'\\' => {
+                _ => {
+                    // A backslash: the next byte is escaped.
                     self.next()?;
                 }
-                _ => {}
             }
         }
     }

@@ -241,9 +241,14 @@ fn step(st: &mut State, config: &Forward, audit: &AuditLog, shared: &Shared) -> 
     let now = SystemTime::now();
     st.out.clear();
     let mut records = 0u64;
-    for line in st.batch.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
-        frame::push(&mut st.out, &st.header, line);
-        records += 1;
+    let mut start = 0;
+    for end in memchr::memchr_iter(b'\n', &st.batch) {
+        let line = &st.batch[start..end];
+        start = end + 1;
+        if !line.is_empty() {
+            frame::push(&mut st.out, &st.header, line);
+            records += 1;
+        }
     }
     let Some(conn) = st.conn.as_mut() else {
         return Round::Idle;

@@ -196,7 +196,7 @@ impl Source {
             front.file.seek(SeekFrom::Start(self.offset))?;
             (&mut front.file).take(max as u64).read_to_end(buf)?;
             let full = buf.len() == max;
-            let whole = buf.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+            let whole = memchr::memrchr(b'\n', buf).map_or(0, |i| i + 1);
             if whole == 0 && full {
                 // One line longer than a batch: take it whole.
                 buf.clear();
@@ -283,7 +283,7 @@ impl Source {
 }
 
 fn newlines(bytes: &[u8]) -> u64 {
-    bytes.iter().filter(|&&b| b == b'\n').count() as u64
+    memchr::memchr_iter(b'\n', bytes).count() as u64
 }
 
 /// Newlines in `file` from `from` up to `to` (or its end), and where that was.
