@@ -405,6 +405,37 @@ fn every_record_arrives_once_over_rotation_and_a_kill_9_with_duplicates_only_pas
 }
 
 #[test]
+fn a_graceful_stop_saves_the_cursor_at_the_last_record_sent_so_a_restart_sends_nothing_twice() {
+    let _serial = serial();
+    let env = Env::new();
+    let port = free_port();
+    let collector = rsyslog(env.dir.path(), "rsyslog.conf", port, &[]);
+    env.policy(&format!("address = \"127.0.0.1:{port}\""));
+    let mut daemon = env.start(1 << 20);
+    // Records in quick succession, then the stop at once: the schedule (a save at
+    // most every 100 ms) still holds the last positions; the stop must save them.
+    reloads(&env, &daemon, 20);
+    let pid = rustix::process::Pid::from_raw(daemon.child.id() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    assert!(daemon.child.wait().unwrap().success());
+    let cursor = std::fs::read_to_string(env.path("log/forward.cursor")).unwrap_or_default();
+    assert_eq!(
+        env.lines_past_cursor(&cursor),
+        0,
+        "every record, daemon_stop too, sent and the cursor saved at the stop: {cursor:?}"
+    );
+    drop(daemon);
+    let daemon = env.start(1 << 20);
+    reloads(&env, &daemon, 1);
+    let seen = wait_all_received(&env, &collector.out);
+    assert!(
+        seen.values().all(|&n| n == 1),
+        "nothing sent twice after a graceful restart: {seen:?}"
+    );
+    drop(daemon);
+}
+
+#[test]
 fn a_collector_down_for_a_while_then_up_gets_every_record() {
     let _serial = serial();
     let env = Env::new();

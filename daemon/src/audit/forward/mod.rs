@@ -42,6 +42,8 @@ pub use status::ForwarderStatus;
 pub const POLL: Duration = Duration::from_millis(20);
 /// At most this many bytes of records per write (one batch, the memory bound).
 pub const BATCH_BYTES: usize = 256 * 1024;
+/// Longest a stop spends sending what is left.
+pub const STOP_DRAIN: Duration = Duration::from_millis(500);
 /// Longest wait between reconnection attempts.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
@@ -161,7 +163,29 @@ fn run(store: &PolicyStore, audit: &AuditLog, shared: &Shared) {
             std::thread::sleep(POLL);
         }
     }
+    drain(&mut st, audit, shared);
     save_cursor(&mut st, true);
+}
+
+/// At a stop, sends what the log holds now (the `daemon_stop` record among it)
+/// while connected, for at most [`STOP_DRAIN`]: the daemon's own wait for this
+/// reads `bytes_behind` from the status, which is as old as the last round. A
+/// collector that does not read cannot hold the stop longer: each write may block
+/// only until the deadline.
+fn drain(st: &mut State, audit: &AuditLog, shared: &Shared) {
+    let deadline = Instant::now() + STOP_DRAIN;
+    while let Some(conn) = st.conn.as_ref() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() || conn.set_write_timeout(left).is_err() {
+            return;
+        }
+        let Some(config) = st.config.clone() else {
+            return;
+        };
+        if matches!(step(st, &config, audit, shared), Round::Idle) {
+            return;
+        }
+    }
 }
 
 /// Saves the delivered position if it is due (or, with `now`, whatever the time).
