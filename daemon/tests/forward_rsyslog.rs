@@ -347,6 +347,11 @@ fn every_record_arrives_once_over_rotation_and_a_kill_9_with_duplicates_only_pas
         );
         std::thread::sleep(Duration::from_millis(10));
     }
+    // The cursor is saved at most every SAVE_EVERY (100 ms), and a position still
+    // unsaved once that has passed is saved even if nothing more is delivered: what
+    // was delivered well before the kill is behind the saved cursor.
+    std::thread::sleep(metalift_daemon::audit::forward::cursor::SAVE_EVERY * 3);
+    let delivered_long_before = env.status().forwarder.unwrap().delivered_records as usize;
     reloads(&env, &daemon, 5);
     // kill -9 mid-stream: the cursor saved on disk bounds what may come twice.
     daemon.child.kill().unwrap();
@@ -360,9 +365,14 @@ fn every_record_arrives_once_over_rotation_and_a_kill_9_with_duplicates_only_pas
         "a saved cursor: {cursor:?}"
     );
     let past_cursor = env.lines_past_cursor(&cursor);
+    // Every line is a record and was forwarded from the first one, oldest first.
     assert!(
-        past_cursor < 30,
-        "the saved cursor is past what was sent: {past_cursor}"
+        past_cursor <= local_at_kill.len() - delivered_long_before,
+        "the saved cursor {cursor:?} is {past_cursor} records before the end of the log: \
+         more than the {} written after the {delivered_long_before} delivered {:?} before \
+         the kill",
+        local_at_kill.len() - delivered_long_before,
+        metalift_daemon::audit::forward::cursor::SAVE_EVERY * 3,
     );
     drop(daemon);
     let daemon = env.start(2048);
@@ -391,6 +401,37 @@ fn every_record_arrives_once_over_rotation_and_a_kill_9_with_duplicates_only_pas
         .filter(|l| l.contains("\"forward_gap\""))
         .count();
     assert_eq!(gaps, 0, "keep = 200: nothing rotated away");
+    drop(daemon);
+}
+
+#[test]
+fn a_graceful_stop_saves_the_cursor_at_the_last_record_sent_so_a_restart_sends_nothing_twice() {
+    let _serial = serial();
+    let env = Env::new();
+    let port = free_port();
+    let collector = rsyslog(env.dir.path(), "rsyslog.conf", port, &[]);
+    env.policy(&format!("address = \"127.0.0.1:{port}\""));
+    let mut daemon = env.start(1 << 20);
+    // Records in quick succession, then the stop at once: the schedule (a save at
+    // most every 100 ms) still holds the last positions; the stop must save them.
+    reloads(&env, &daemon, 20);
+    let pid = rustix::process::Pid::from_raw(daemon.child.id() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    assert!(daemon.child.wait().unwrap().success());
+    let cursor = std::fs::read_to_string(env.path("log/forward.cursor")).unwrap_or_default();
+    assert_eq!(
+        env.lines_past_cursor(&cursor),
+        0,
+        "every record, daemon_stop too, sent and the cursor saved at the stop: {cursor:?}"
+    );
+    drop(daemon);
+    let daemon = env.start(1 << 20);
+    reloads(&env, &daemon, 1);
+    let seen = wait_all_received(&env, &collector.out);
+    assert!(
+        seen.values().all(|&n| n == 1),
+        "nothing sent twice after a graceful restart: {seen:?}"
+    );
     drop(daemon);
 }
 

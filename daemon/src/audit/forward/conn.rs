@@ -95,6 +95,16 @@ impl Conn {
         }
     }
 
+    /// How long one write may block from now on (a stop's drain bounds it by its
+    /// deadline; [`IO_TIMEOUT`] otherwise).
+    pub fn set_write_timeout(&self, timeout: Duration) -> io::Result<()> {
+        let sock = match self {
+            Conn::Tcp(s) => s,
+            Conn::Tls(s) => &s.sock,
+        };
+        sock.set_write_timeout(Some(timeout.max(Duration::from_millis(1))))
+    }
+
     /// Bytes in the kernel's send queue not yet acknowledged by the collector.
     pub fn unacknowledged(&self) -> io::Result<u64> {
         let sock = match self {

@@ -1,15 +1,24 @@
 //! The forwarder's durable cursor: which file (device and inode, not name: names
 //! move on rotation) and the offset up to which its records were delivered.
 //!
-//! Saved after each delivered batch: written to a temporary file, `fsync`'d, then
-//! renamed over the cursor, so a `kill -9` or a crash leaves the old cursor or the
-//! new one, never a torn one. The directory is not `fsync`'d each time: after a
-//! power loss an older cursor at worst resends records (at least once, never lost).
+//! Saved at most every [`SAVE_EVERY`] while batches are being delivered, and once
+//! more when the forwarder falls idle or stops ([`SaveSchedule`]): written to a
+//! temporary file, `fsync`'d, then renamed over the cursor, so a `kill -9` or a
+//! crash leaves the old cursor or the new one, never a torn one. A crash therefore
+//! resends at most the records delivered in the last [`SAVE_EVERY`] (and the batch
+//! in flight): still at least once. Saving after every batch made the forwarder's
+//! `open`/`fdatasync`/`rename` of this file half of its CPU at 20 000 records/s
+//! (perf, `metalift-bench forwarding`). The directory is not `fsync`'d each time:
+//! after a power loss an older cursor at worst resends records (never loses any).
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// Longest a delivered position waits before it is saved.
+pub const SAVE_EVERY: Duration = Duration::from_millis(100);
 
 /// A file by identity, and a byte offset in it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -74,9 +83,110 @@ pub fn save(path: &Path, cursor: Cursor) -> io::Result<()> {
     std::fs::rename(&tmp, path)
 }
 
+/// When to save the cursor: the first delivery at once, later ones at most every
+/// `every`, and a position still unsaved as soon as `every` has passed since the
+/// last save (whether or not more was delivered), so the saved cursor is never more
+/// than `every` behind what was delivered, except for the batch being sent.
+#[derive(Debug)]
+pub struct SaveSchedule {
+    every: Duration,
+    last_save: Option<Instant>,
+    pending: Option<Cursor>,
+}
+
+impl SaveSchedule {
+    /// A schedule that saves at most every `every`.
+    #[must_use]
+    pub fn new(every: Duration) -> SaveSchedule {
+        SaveSchedule {
+            every,
+            last_save: None,
+            pending: None,
+        }
+    }
+
+    /// Notes that records up to `cursor` were delivered.
+    pub fn delivered(&mut self, cursor: Cursor) {
+        self.pending = Some(cursor);
+    }
+
+    /// The cursor to save now, if one is pending and due (taken: call [`saved`]
+    /// or put it back with [`delivered`] when saving fails).
+    ///
+    /// [`saved`]: SaveSchedule::saved
+    /// [`delivered`]: SaveSchedule::delivered
+    pub fn due(&mut self, now: Instant) -> Option<Cursor> {
+        let due = self
+            .last_save
+            .is_none_or(|last| now.saturating_duration_since(last) >= self.every);
+        if due {
+            self.pending.take()
+        } else {
+            None
+        }
+    }
+
+    /// The pending cursor whatever the time (the forwarder stops or starts over).
+    pub fn take(&mut self) -> Option<Cursor> {
+        self.pending.take()
+    }
+
+    /// Notes a save at `now`.
+    pub fn saved(&mut self, now: Instant) {
+        self.last_save = Some(now);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn at(offset: u64) -> Cursor {
+        Cursor {
+            dev: 1,
+            ino: 2,
+            offset,
+        }
+    }
+
+    #[test]
+    fn the_first_delivery_is_saved_at_once_later_ones_at_most_every_interval() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut s = SaveSchedule::new(ms(100));
+        assert_eq!(s.due(t0), None, "nothing delivered, nothing to save");
+        s.delivered(at(10));
+        assert_eq!(s.due(t0), Some(at(10)));
+        s.saved(t0);
+        s.delivered(at(20));
+        s.delivered(at(30));
+        assert_eq!(s.due(t0 + ms(50)), None, "within the interval: held");
+        assert_eq!(
+            s.due(t0 + ms(100)),
+            Some(at(30)),
+            "the newest position once the interval has passed"
+        );
+        s.saved(t0 + ms(100));
+        assert_eq!(s.due(t0 + ms(300)), None, "nothing new: nothing to save");
+    }
+
+    #[test]
+    fn a_position_delivered_just_before_the_forwarder_falls_idle_is_saved_when_due() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut s = SaveSchedule::new(ms(100));
+        s.delivered(at(10));
+        assert_eq!(s.due(t0), Some(at(10)));
+        s.saved(t0);
+        s.delivered(at(20));
+        assert_eq!(s.due(t0 + ms(10)), None);
+        // No further delivery: the idle forwarder asks again and gets it.
+        assert_eq!(s.due(t0 + ms(110)), Some(at(20)));
+        s.saved(t0 + ms(110));
+        s.delivered(at(40));
+        assert_eq!(s.take(), Some(at(40)), "at a stop, whatever the time");
+        assert_eq!(s.take(), None);
+    }
 
     #[test]
     fn a_saved_cursor_loads_back_and_a_missing_one_is_none() {

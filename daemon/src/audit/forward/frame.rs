@@ -9,7 +9,7 @@
 //! and collectors keep JSON bytes untouched). The frame is `MSG-LEN SP SYSLOG-MSG`
 //! (RFC 6587 §3.4.1, also RFC 5425 §4.3).
 
-use std::borrow::Cow;
+use super::head::Head;
 
 /// PRI: facility 13 (log audit) × 8 + severity 6 (informational).
 pub const PRI: u8 = 13 * 8 + 6;
@@ -54,24 +54,6 @@ pub fn push(out: &mut Vec<u8>, header: &Header, line: &[u8]) {
     out.extend_from_slice(format!("{len} ").as_bytes());
     out.extend_from_slice(msg.as_bytes());
     out.extend_from_slice(line);
-}
-
-/// The two top-level fields of a record line the header needs. Read with serde
-/// into borrowed strings, not as a `serde_json::Value`: every other field is
-/// skipped without allocating, and a `"kind"` nested in `"host"`'s labels is not
-/// mistaken for the record's (the writer puts `schema`, `id`, `host` first).
-#[derive(serde::Deserialize)]
-struct Head<'a> {
-    #[serde(borrow)]
-    kind: Cow<'a, str>,
-    #[serde(borrow, default)]
-    time: Option<Cow<'a, str>>,
-}
-
-impl<'a> Head<'a> {
-    fn of(line: &'a [u8]) -> Option<Head<'a>> {
-        serde_json::from_slice(line).ok()
-    }
 }
 
 /// A record's `"time"` as an RFC 5424 TIMESTAMP (§6.2.3: RFC 3339 in UTC, at most

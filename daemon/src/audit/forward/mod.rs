@@ -3,9 +3,13 @@
 //! The local log stays the record of truth and the queue: a thread of its own reads
 //! records back from the file after they were written ([`source`]), frames them as
 //! RFC 5424 messages ([`frame`]), sends them over TCP or TLS ([`conn`]), and saves a
-//! durable cursor after each delivered batch ([`cursor`]). The writer is never
-//! touched: a verdict and its record never wait for a collector. The thread polls
-//! the file (every [`POLL`] while caught up), so nothing is shared with the writer.
+//! durable cursor at most every [`cursor::SAVE_EVERY`] ([`cursor`]). The writer is
+//! never touched: a verdict and its record never wait for a collector. The thread
+//! polls the file, so nothing is shared with the writer: after a batch that took
+//! everything there was, it waits [`POLL`] before looking again, so under load the
+//! records of that wait go out as one batch (one read, one write to the socket)
+//! instead of a batch of a few records per turn of the loop. It runs at a lower
+//! scheduling priority than the verdict path ([`priority`]).
 //!
 //! - [`status`]: what `metalift status` shows of it (`forwarder`).
 //! - [`send_queue`]: the kernel's unacknowledged bytes (what `audit flush` waits on).
@@ -13,6 +17,8 @@
 pub mod conn;
 pub mod cursor;
 pub mod frame;
+pub mod head;
+pub mod priority;
 pub mod send_queue;
 pub mod source;
 pub mod status;
@@ -27,13 +33,17 @@ use metalift_policy::forward::Forward;
 use crate::audit::{AuditLog, Record};
 use crate::live_policy::store::PolicyStore;
 use conn::Conn;
-use source::{Gap, Source};
+use cursor::SaveSchedule;
+use source::{Batch, Gap, Source};
 pub use status::ForwarderStatus;
 
-/// How often a caught-up forwarder looks for new records.
+/// How often a caught-up forwarder looks for new records: also how long records
+/// wait to be batched together under load.
 pub const POLL: Duration = Duration::from_millis(20);
 /// At most this many bytes of records per write (one batch, the memory bound).
 pub const BATCH_BYTES: usize = 256 * 1024;
+/// Longest a stop spends sending what is left.
+pub const STOP_DRAIN: Duration = Duration::from_millis(500);
 /// Longest wait between reconnection attempts.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
@@ -87,10 +97,26 @@ struct State {
     retry_at: Instant,
     header: frame::Header,
     cursor_path: PathBuf,
+    saves: SaveSchedule,
+    /// The batch read from the log, reused (no allocation per batch).
+    batch: Vec<u8>,
+    /// The batch framed for the collector, reused.
+    out: Vec<u8>,
     last_count: Instant,
 }
 
+/// What one round did.
+enum Round {
+    /// Nothing sent: caught up, not connected, or failed.
+    Idle,
+    /// A batch sent; `more` when more was already waiting.
+    Sent { more: bool },
+}
+
 fn run(store: &PolicyStore, audit: &AuditLog, shared: &Shared) {
+    if let Err(error) = priority::lower_this_thread() {
+        tracing::warn!(%error, "cannot lower the audit forwarder's scheduling priority");
+    }
     let mut st = State {
         config: None,
         conn: None,
@@ -99,6 +125,9 @@ fn run(store: &PolicyStore, audit: &AuditLog, shared: &Shared) {
         retry_at: Instant::now(),
         header: frame::Header::of_this_host(),
         cursor_path: cursor::path_for(audit.path()),
+        saves: SaveSchedule::new(cursor::SAVE_EVERY),
+        batch: Vec::new(),
+        out: Vec::new(),
         last_count: Instant::now() - Duration::from_secs(10),
     };
     while !shared.stop.load(Ordering::Relaxed) {
@@ -111,6 +140,7 @@ fn run(store: &PolicyStore, audit: &AuditLog, shared: &Shared) {
             st.config = wanted;
         }
         let Some(config) = st.config.clone() else {
+            save_cursor(&mut st, true);
             st.source = None;
             std::thread::sleep(Duration::from_millis(200));
             continue;
@@ -127,24 +157,69 @@ fn run(store: &PolicyStore, audit: &AuditLog, shared: &Shared) {
             record_gaps(audit, &gaps);
             st.source = Some(source);
         }
-        if !step(&mut st, &config, audit, shared) {
+        let round = step(&mut st, &config, audit, shared);
+        save_cursor(&mut st, false);
+        if !matches!(round, Round::Sent { more: true }) {
             std::thread::sleep(POLL);
+        }
+    }
+    drain(&mut st, audit, shared);
+    save_cursor(&mut st, true);
+}
+
+/// At a stop, sends what the log holds now (the `daemon_stop` record among it)
+/// while connected, for at most [`STOP_DRAIN`]: the daemon's own wait for this
+/// reads `bytes_behind` from the status, which is as old as the last round. A
+/// collector that does not read cannot hold the stop longer: each write may block
+/// only until the deadline.
+fn drain(st: &mut State, audit: &AuditLog, shared: &Shared) {
+    let deadline = Instant::now() + STOP_DRAIN;
+    while let Some(conn) = st.conn.as_ref() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() || conn.set_write_timeout(left).is_err() {
+            return;
+        }
+        let Some(config) = st.config.clone() else {
+            return;
+        };
+        if matches!(step(st, &config, audit, shared), Round::Idle) {
+            return;
         }
     }
 }
 
-/// One round: pick up rotations, send one batch. `false` when there was nothing to do.
-fn step(st: &mut State, config: &Forward, audit: &AuditLog, shared: &Shared) -> bool {
+/// Saves the delivered position if it is due (or, with `now`, whatever the time).
+fn save_cursor(st: &mut State, now: bool) {
+    let at = Instant::now();
+    let due = if now {
+        st.saves.take()
+    } else {
+        st.saves.due(at)
+    };
+    let Some(c) = due else { return };
+    match cursor::save(&st.cursor_path, c) {
+        Ok(()) => st.saves.saved(at),
+        Err(error) => {
+            tracing::error!(%error, path = %st.cursor_path.display(), "cannot save the forwarding cursor");
+            // Retried next round (the interval still applies: no busy retry).
+            st.saves.delivered(c);
+            st.saves.saved(at);
+        }
+    }
+}
+
+/// One round: pick up rotations, send one batch.
+fn step(st: &mut State, config: &Forward, audit: &AuditLog, shared: &Shared) -> Round {
     let Some(source) = st.source.as_mut() else {
-        return false;
+        return Round::Idle;
     };
     let gaps = source.rescan();
     record_gaps(audit, &gaps);
-    let batch = match source.next_batch(BATCH_BYTES) {
+    let batch = match source.next_batch(BATCH_BYTES, &mut st.batch) {
         Ok(b) => b,
         Err(error) => {
             note_error(shared, format!("reading the audit log: {error}"));
-            return false;
+            return Round::Idle;
         }
     };
     let behind = source.bytes_behind();
@@ -166,12 +241,12 @@ fn step(st: &mut State, config: &Forward, audit: &AuditLog, shared: &Shared) -> 
         st.conn = None;
         note_error(shared, format!("{} closed the connection", config.address));
     }
-    let Some(batch) = batch else {
-        return false;
+    let Batch::Lines { more } = batch else {
+        return Round::Idle;
     };
     if st.conn.is_none() {
         if Instant::now() < st.retry_at {
-            return false;
+            return Round::Idle;
         }
         match Conn::open(config) {
             Ok(c) => {
@@ -183,41 +258,44 @@ fn step(st: &mut State, config: &Forward, audit: &AuditLog, shared: &Shared) -> 
                 note_error(shared, format!("{error:#}"));
                 st.retry_at = Instant::now() + st.backoff;
                 st.backoff = (st.backoff * 2).min(MAX_BACKOFF);
-                return false;
+                return Round::Idle;
             }
         }
     }
     let now = SystemTime::now();
-    let mut out = Vec::with_capacity(batch.len() + batch.len() / 4);
+    st.out.clear();
     let mut records = 0u64;
-    for line in batch.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
-        frame::push(&mut out, &st.header, line);
-        records += 1;
+    let mut start = 0;
+    for end in memchr::memchr_iter(b'\n', &st.batch) {
+        let line = &st.batch[start..end];
+        start = end + 1;
+        if !line.is_empty() {
+            frame::push(&mut st.out, &st.header, line);
+            records += 1;
+        }
     }
     let Some(conn) = st.conn.as_mut() else {
-        return false;
+        return Round::Idle;
     };
-    if let Err(error) = conn.send(&out) {
+    if let Err(error) = conn.send(&st.out) {
         st.conn = None;
         note_error(shared, format!("sending to {}: {error}", config.address));
         st.retry_at = Instant::now() + st.backoff;
-        return false;
+        return Round::Idle;
     }
-    source.advance(batch.len());
+    source.advance(&st.batch);
     if let Some(c) = source.cursor() {
-        if let Err(error) = cursor::save(&st.cursor_path, c) {
-            tracing::error!(%error, path = %st.cursor_path.display(), "cannot save the forwarding cursor");
-        }
+        st.saves.delivered(c);
     }
     let mut s = shared.lock();
     s.delivered_records += records;
-    s.delivered_bytes += out.len() as u64;
+    s.delivered_bytes += st.out.len() as u64;
     s.last_delivery_at = Some(crate::audit::rfc3339::format(now));
     s.position = source.cursor();
     s.bytes_behind = source.bytes_behind();
     s.records_behind = s.records_behind.saturating_sub(records);
     s.unacknowledged_bytes = conn.unacknowledged().ok();
-    true
+    Round::Sent { more }
 }
 
 fn note_error(shared: &Shared, error: String) {

@@ -22,6 +22,10 @@ struct Held {
     /// Where it was last seen (for the gap record).
     name: PathBuf,
     file: File,
+    /// Bytes from the start counted for [`Source::records_behind`], and the
+    /// newlines in them: each byte is counted once, not once a second.
+    counted_to: u64,
+    lines: u64,
 }
 
 /// Records rotated away (deleted) before they were forwarded.
@@ -34,6 +38,19 @@ pub struct Gap {
     pub records: Option<u64>,
 }
 
+/// What [`Source::next_batch`] found after the cursor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Batch {
+    /// Nothing: every whole line is delivered.
+    CaughtUp,
+    /// Whole lines; `more` when there were more bytes than the batch took (or a
+    /// newer file waits), so the next batch need not wait for the writer.
+    Lines {
+        /// Whether more is already waiting.
+        more: bool,
+    },
+}
+
 /// The files still to forward, oldest (the cursor's) first.
 #[derive(Debug)]
 pub struct Source {
@@ -42,6 +59,9 @@ pub struct Source {
     held: VecDeque<Held>,
     /// Offset delivered in the front file.
     offset: u64,
+    /// Newlines before `offset` in the front file; `None` until counted (a cursor
+    /// loaded at start-up), then kept up by [`Source::advance`].
+    offset_lines: Option<u64>,
 }
 
 impl Source {
@@ -53,6 +73,7 @@ impl Source {
             keep,
             held: VecDeque::new(),
             offset: 0,
+            offset_lines: Some(0),
         };
         let mut gaps = Vec::new();
         let chain = source.chain();
@@ -61,6 +82,7 @@ impl Source {
             Some(c) => match chain.iter().position(|h| h.dev == c.dev && h.ino == c.ino) {
                 Some(i) => {
                     source.offset = c.offset;
+                    source.offset_lines = None;
                     i
                 }
                 None => {
@@ -105,6 +127,8 @@ impl Source {
                 ino: meta.ino(),
                 name: path,
                 file,
+                counted_to: 0,
+                lines: 0,
             });
         }
         newest_first.reverse();
@@ -113,7 +137,17 @@ impl Source {
 
     /// Picks up files created by rotation since, and turns files deleted before
     /// they were wholly forwarded into gaps (counting their remaining records).
+    ///
+    /// Only a rotation creates or deletes the log's files, and a rotation always
+    /// puts a new file at the live path: while the live path is still the newest
+    /// held file, nothing changed and the rescan is one `stat` (walking the chain
+    /// opens every rotated file, each round).
     pub fn rescan(&mut self) -> Vec<Gap> {
+        if let (Some(newest), Ok(live)) = (self.held.back(), std::fs::metadata(&self.log)) {
+            if newest.dev == live.dev() && newest.ino == live.ino() {
+                return Vec::new();
+            }
+        }
         let chain = self.chain();
         let mut gaps = Vec::new();
         // Oldest first: a held file no longer in the chain was rotated away.
@@ -127,6 +161,7 @@ impl Source {
             let mut front = self.held.pop_front().expect("front exists");
             let records = count_lines_from(&mut front.file, self.offset).ok();
             self.offset = 0;
+            self.offset_lines = Some(0);
             if records != Some(0) {
                 gaps.push(Gap {
                     file: front.name.display().to_string(),
@@ -148,46 +183,53 @@ impl Source {
         gaps
     }
 
-    /// Up to `max` bytes of whole lines after the cursor, or `None` when caught up.
-    /// Moves to the next file when the front one is finished (a newer one exists).
-    pub fn next_batch(&mut self, max: usize) -> io::Result<Option<Vec<u8>>> {
+    /// Up to `max` bytes of whole lines after the cursor, into `buf` (cleared first,
+    /// its allocation reused across batches). Moves to the next file when the front
+    /// one is finished (a newer one exists).
+    pub fn next_batch(&mut self, max: usize, buf: &mut Vec<u8>) -> io::Result<Batch> {
         loop {
             let newer_exists = self.held.len() > 1;
             let Some(front) = self.held.front_mut() else {
-                return Ok(None);
+                return Ok(Batch::CaughtUp);
             };
-            let mut buf = Vec::new();
+            buf.clear();
             front.file.seek(SeekFrom::Start(self.offset))?;
-            (&mut front.file).take(max as u64).read_to_end(&mut buf)?;
-            let whole = buf.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
-            if whole == 0 && buf.len() == max {
+            (&mut front.file).take(max as u64).read_to_end(buf)?;
+            let full = buf.len() == max;
+            let whole = memchr::memrchr(b'\n', buf).map_or(0, |i| i + 1);
+            if whole == 0 && full {
                 // One line longer than a batch: take it whole.
-                let mut rest = Vec::new();
+                buf.clear();
                 front.file.seek(SeekFrom::Start(self.offset))?;
-                std::io::BufRead::read_until(
-                    &mut io::BufReader::new(&front.file),
-                    b'\n',
-                    &mut rest,
-                )?;
-                if rest.ends_with(b"\n") {
-                    return Ok(Some(rest));
+                std::io::BufRead::read_until(&mut io::BufReader::new(&front.file), b'\n', buf)?;
+                if buf.ends_with(b"\n") {
+                    return Ok(Batch::Lines { more: true });
                 }
+                buf.clear();
             }
             if whole > 0 {
                 buf.truncate(whole);
-                return Ok(Some(buf));
+                return Ok(Batch::Lines {
+                    more: full || newer_exists,
+                });
             }
             if !newer_exists {
-                return Ok(None);
+                buf.clear();
+                return Ok(Batch::CaughtUp);
             }
             self.held.pop_front();
             self.offset = 0;
+            self.offset_lines = Some(0);
         }
     }
 
-    /// Marks `n` bytes after the cursor delivered.
-    pub fn advance(&mut self, n: usize) {
-        self.offset += n as u64;
+    /// Marks `batch` (the bytes after the cursor that [`Source::next_batch`] gave)
+    /// delivered.
+    pub fn advance(&mut self, batch: &[u8]) {
+        self.offset += batch.len() as u64;
+        if let Some(n) = self.offset_lines.as_mut() {
+            *n += newlines(batch);
+        }
     }
 
     /// The cursor to save: the front file and the delivered offset.
@@ -212,29 +254,121 @@ impl Source {
         total.saturating_sub(self.offset)
     }
 
-    /// Whole records not yet delivered (reads them: call it rarely when far behind).
+    /// Whole records not yet delivered. Reads only what was written since the last
+    /// call (the first call after a start-up also counts the front file up to the
+    /// cursor); a read error leaves the count where it got to.
     #[must_use]
     pub fn records_behind(&mut self) -> u64 {
-        let mut n = 0;
-        let mut offset = self.offset;
+        let mut total = 0;
         for h in &mut self.held {
-            n += count_lines_from(&mut h.file, offset).unwrap_or(0);
-            offset = 0;
+            if let Ok((lines, end)) = count_range(&mut h.file, h.counted_to, None) {
+                h.lines += lines;
+                h.counted_to = end;
+            }
+            total += h.lines;
         }
-        n
+        let before = match (self.offset_lines, self.held.front_mut()) {
+            (Some(n), _) => n,
+            (None, Some(front)) => match count_range(&mut front.file, 0, Some(self.offset)) {
+                Ok((n, _)) => {
+                    self.offset_lines = Some(n);
+                    n
+                }
+                Err(_) => return 0,
+            },
+            (None, None) => 0,
+        };
+        total.saturating_sub(before)
+    }
+}
+
+fn newlines(bytes: &[u8]) -> u64 {
+    memchr::memchr_iter(b'\n', bytes).count() as u64
+}
+
+/// Newlines in `file` from `from` up to `to` (or its end), and where that was.
+fn count_range(file: &mut File, from: u64, to: Option<u64>) -> io::Result<(u64, u64)> {
+    file.seek(SeekFrom::Start(from))?;
+    let mut buf = vec![0u8; 64 * 1024];
+    let (mut n, mut at) = (0u64, from);
+    loop {
+        let want = match to {
+            Some(to) => usize::try_from(to.saturating_sub(at))
+                .unwrap_or(usize::MAX)
+                .min(buf.len()),
+            None => buf.len(),
+        };
+        if want == 0 {
+            return Ok((n, at));
+        }
+        let got = file.read(&mut buf[..want])?;
+        if got == 0 {
+            return Ok((n, at));
+        }
+        n += newlines(&buf[..got]);
+        at += got as u64;
     }
 }
 
 /// Newlines in `file` after `offset`.
 fn count_lines_from(file: &mut File, offset: u64) -> io::Result<u64> {
-    file.seek(SeekFrom::Start(offset))?;
-    let mut buf = vec![0u8; 64 * 1024];
-    let mut n = 0u64;
-    loop {
-        let got = file.read(&mut buf)?;
-        if got == 0 {
-            return Ok(n);
+    count_range(file, offset, None).map(|(n, _)| n)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+
+    use super::*;
+
+    fn append(path: &Path, lines: usize) {
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(path)
+            .unwrap();
+        for _ in 0..lines {
+            f.write_all(b"{\"kind\":\"x\"}\n").unwrap();
         }
-        n += buf[..got].iter().filter(|&&b| b == b'\n').count() as u64;
+    }
+
+    #[test]
+    fn records_behind_follows_writes_deliveries_rotated_files_and_a_loaded_cursor() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("audit.jsonl");
+        append(&rotated_path(&log, 1), 2);
+        append(&log, 3);
+        let (mut source, gaps) = Source::open(&log, 5, None);
+        assert!(gaps.is_empty());
+        assert_eq!(source.records_behind(), 5, "both files");
+        append(&log, 2);
+        assert_eq!(source.records_behind(), 7, "what was written since");
+        let mut buf = Vec::new();
+        // The rotated file, then the live one.
+        for expect in [2, 5] {
+            assert!(matches!(
+                source.next_batch(1 << 20, &mut buf).unwrap(),
+                Batch::Lines { .. }
+            ));
+            assert_eq!(newlines(&buf), expect);
+            source.advance(&buf);
+        }
+        assert_eq!(source.records_behind(), 0);
+        append(&log, 1);
+        assert_eq!(source.records_behind(), 1);
+
+        // A cursor loaded at start-up, two records into the live file.
+        let live = std::fs::metadata(&log).unwrap();
+        let cursor = Cursor {
+            dev: live.dev(),
+            ino: live.ino(),
+            offset: 2 * b"{\"kind\":\"x\"}\n".len() as u64,
+        };
+        let (mut source, _) = Source::open(&log, 5, Some(cursor));
+        assert_eq!(
+            source.records_behind(),
+            4,
+            "6 in the live file, 2 delivered"
+        );
     }
 }
