@@ -9,14 +9,18 @@
 
 mod support;
 
-use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use support::*;
 
-struct Daemon {
-    child: Child,
-    dir: tempfile::TempDir,
+/// The real daemon, with what these tests ask of it.
+struct Daemon(RealDaemon);
+
+impl std::ops::Deref for Daemon {
+    type Target = RealDaemon;
+    fn deref(&self) -> &RealDaemon {
+        &self.0
+    }
 }
 
 impl Daemon {
@@ -32,16 +36,6 @@ impl Daemon {
 
     /// A daemon whose policy says `probe_action` for the probe.
     fn start_full(family: u8, brand: Option<&str>, probe_action: &str) -> Daemon {
-        let bin_dir = probe().parent().unwrap().to_path_buf();
-        let metaliftd = bin_dir.join("metaliftd");
-        assert!(
-            metaliftd.is_file(),
-            "metaliftd must be built first: cargo build --workspace (scripts/test.sh does)"
-        );
-        let dir = tempfile::tempdir().unwrap();
-        for sub in ["etc", "run", "log"] {
-            std::fs::create_dir_all(dir.path().join(sub)).unwrap();
-        }
         // Unlocks the probe and, were they to ask, /bin/true and sh as well.
         let mut policy = String::from(
             "version = 1\nmode = \"enforce\"\n\n[profile.apple7]\napple_family_max = FAMILY\n\
@@ -58,51 +52,13 @@ impl Daemon {
                 path.display().to_string()
             ));
         }
-        std::fs::write(dir.path().join("etc/policy.toml"), policy).unwrap();
-        let mut cmd = clean(&metaliftd);
-        cmd.env_remove("METALIFT_HOST_CHIP_BRAND");
-        if let Some(brand) = brand {
-            cmd.env("METALIFT_HOST_CHIP_BRAND", brand);
-        }
-        let child = cmd
-            .arg("--policy")
-            .arg(dir.path().join("etc/policy.toml"))
-            .arg("--socket")
-            .arg(dir.path().join("run/metalift.sock"))
-            .arg("--audit-log")
-            .arg(dir.path().join("log/audit.jsonl"))
-            .arg("--allow-insecure-owner")
-            .env("RUST_LOG", "debug")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.path().join("log/daemon.log")).unwrap())
-            .spawn()
-            .unwrap();
-        let daemon = Daemon { child, dir };
-        let deadline = Instant::now() + PATIENCE;
-        while !daemon.socket().exists() {
-            assert!(Instant::now() < deadline, "metaliftd did not come up");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        daemon
-    }
-
-    fn socket(&self) -> std::path::PathBuf {
-        self.dir.path().join("run/metalift.sock")
+        Daemon(RealDaemon::start(&policy, brand))
     }
 
     /// The audit records of kind decision or outcome.
     fn records(&self) -> Vec<serde_json::Value> {
         std::thread::sleep(Duration::from_millis(300));
-        std::fs::read_to_string(self.dir.path().join("log/audit.jsonl"))
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-            .filter(|r| r["kind"] == "decision" || r["kind"] == "outcome")
-            .collect()
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("log/daemon.log")).unwrap_or_default()
+        self.records_of(&["decision", "outcome"])
     }
 
     /// The log once the daemon has stopped writing its start-up lines (the
@@ -120,13 +76,6 @@ impl Daemon {
             assert!(Instant::now() < deadline, "metaliftd kept logging: {now}");
             last = now;
         }
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

@@ -19,73 +19,38 @@
 mod support;
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use support::*;
 
 /// A real metaliftd whose policy gives the probe `probe_action` (`apple7` is
 /// Apple7 with 32768 bytes of threadgroup memory: the simulated host's own).
-struct Daemon {
-    child: Child,
-    dir: tempfile::TempDir,
+struct Daemon(RealDaemon);
+
+impl std::ops::Deref for Daemon {
+    type Target = RealDaemon;
+    fn deref(&self) -> &RealDaemon {
+        &self.0
+    }
 }
 
 impl Daemon {
     fn start(probe_action: &str) -> Daemon {
-        let metaliftd = probe().parent().unwrap().join("metaliftd");
-        assert!(
-            metaliftd.is_file(),
-            "metaliftd must be built first: cargo build --workspace"
-        );
-        let dir = tempfile::tempdir().unwrap();
-        for sub in ["etc", "run", "log"] {
-            std::fs::create_dir_all(dir.path().join(sub)).unwrap();
-        }
         let policy = format!(
             "version = 1\nmode = \"enforce\"\n\n[profile.apple7]\napple_family_max = 7\n\
              max_threadgroup_memory = 32768\n\n[[rule]]\nid = \"probe\"\npath = {:?}\n{}\n",
             probe().display().to_string(),
             probe_action
         );
-        std::fs::write(dir.path().join("etc/policy.toml"), policy).unwrap();
-        let child = clean(&metaliftd)
-            .env_remove("METALIFT_HOST_CHIP_BRAND")
-            .arg("--policy")
-            .arg(dir.path().join("etc/policy.toml"))
-            .arg("--socket")
-            .arg(dir.path().join("run/metalift.sock"))
-            .arg("--audit-log")
-            .arg(dir.path().join("log/audit.jsonl"))
-            .arg("--allow-insecure-owner")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let daemon = Daemon { child, dir };
-        let deadline = Instant::now() + PATIENCE;
-        while !daemon.socket().exists() {
-            assert!(Instant::now() < deadline, "metaliftd did not come up");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        daemon
-    }
-
-    fn socket(&self) -> PathBuf {
-        self.dir.path().join("run/metalift.sock")
+        Daemon(RealDaemon::start(&policy, None))
     }
 
     /// The one outcome record (waits for it: the shim sends it as the device is made).
     fn outcome(&self) -> serde_json::Value {
         let deadline = Instant::now() + PATIENCE;
         loop {
-            let outcomes: Vec<serde_json::Value> =
-                std::fs::read_to_string(self.dir.path().join("log/audit.jsonl"))
-                    .unwrap_or_default()
-                    .lines()
-                    .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-                    .filter(|r| r["kind"] == "outcome")
-                    .collect();
+            let outcomes = self.records_of(&["outcome"]);
             if let [one] = outcomes.as_slice() {
                 return one.clone();
             }
@@ -93,13 +58,6 @@ impl Daemon {
             assert!(Instant::now() < deadline, "no outcome was recorded");
             std::thread::sleep(Duration::from_millis(50));
         }
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

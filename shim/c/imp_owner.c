@@ -36,8 +36,15 @@
  * Called once per capability method at patch time and, for a method whose IMP
  * changed, once after the original -initGPUFamilySupport returned: inside
  * Metal's registration lock. dladdr takes the loader's lock (glibc
- * dl_load_lock; dyld's loaders read lock), looks up the nearest symbol in the
- * image's own table, and does no IPC: bounded work. On macOS this reading of
+ * dl_load_lock; dyld's loaders read lock: dyld-1378 dyld/DyldAPIs.cpp
+ * APIs::findImageMappedAt, locks.withLoadersReadLock, for an address outside
+ * the shared cache), looks up the nearest symbol in the image's own table, and
+ * does no IPC: bounded work. No lock-order inversion with a thread that holds
+ * dyld's lock and waits for Metal's: dyld releases the loaders write lock
+ * before it runs initializers and load notifiers "to avoid deadlocks with
+ * other framework locks, that might call dyld inquiry functions" (the same
+ * file, APIs::dlopen_from), so a library whose initializer creates a device
+ * waits for Metal's lock without holding dyld's. On macOS this reading of
  * dyld and objc4 is not run here (no Mac): the Linux simulation runs the same
  * code against glibc's dladdr.
  */

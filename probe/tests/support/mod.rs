@@ -2,6 +2,10 @@
 //! way to run a program with libmetalift injected.
 #![allow(dead_code)]
 
+mod real_daemon;
+#[allow(unused_imports)] // each test binary uses the part it needs
+pub use real_daemon::RealDaemon;
+
 use std::io::{Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
