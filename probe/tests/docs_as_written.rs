@@ -236,10 +236,21 @@ fn steps(yaml: &str) -> Vec<Step> {
     steps
 }
 
+/// A child process killed when dropped (a failing assertion must not leave a
+/// daemon behind).
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// The installed system daemon's stand-in: metaliftd on `root`'s installed paths,
 /// as the LaunchDaemon runs it (no development flag: the policy must be root's),
 /// on an M1 host (the default policy's `native` profile asks `"host"`).
-fn system_daemon(root: &Path) -> Child {
+fn system_daemon(root: &Path) -> Killed {
     let mut daemon = clean(bin("metaliftd"))
         .arg("--policy")
         .arg(root.join("etc/metalift/policy.toml"))
@@ -263,7 +274,7 @@ fn system_daemon(root: &Path) -> Child {
         assert!(Instant::now() < deadline, "metaliftd did not come up");
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
-    daemon
+    Killed(daemon)
 }
 
 fn is_root() -> bool {
@@ -332,7 +343,7 @@ fn the_ci_cookbooks_github_job_runs_as_written_where_linux_can() {
         &bin("metalift-llama-bench"),
         &checkout.join("build/bin/llama-bench"),
     );
-    let mut daemon = system_daemon(root);
+    let daemon = system_daemon(root);
 
     // Where the job's absolute paths are on this machine: under the root.
     let here = |script: &str| -> String {
@@ -371,7 +382,7 @@ fn the_ci_cookbooks_github_job_runs_as_written_where_linux_can() {
                 _ => line.to_owned(),
             };
             // pgrep would also find the daemons of tests running beside this one.
-            let line = line.replace("\"$(pgrep -x metaliftd)\"", &daemon.id().to_string());
+            let line = line.replace("\"$(pgrep -x metaliftd)\"", &daemon.0.id().to_string());
             // Root already: sudo is not installed on every test machine.
             let line = line.replace("sudo ", "");
             script.push_str(&line);
@@ -401,8 +412,7 @@ fn the_ci_cookbooks_github_job_runs_as_written_where_linux_can() {
             }
         }
     }
-    let _ = daemon.kill();
-    let _ = daemon.wait();
+    drop(daemon);
 
     // The probe and the bench were unlocked by the drop-in's rules and applied, and
     // the last step's audit showed both.
