@@ -118,7 +118,7 @@ fn run(args: Args) -> anyhow::Result<()> {
         if q {
             forwarding::run(art, 2, Duration::from_millis(500), 10_000)
         } else {
-            forwarding::run(art, 5, Duration::from_secs(2), 100_000)
+            forwarding::run(art, 8, Duration::from_secs(2), 100_000)
         }
     };
     let reloads = |art: &Artifacts| reload::run(art, if q { 10 } else { 100 });
