@@ -29,7 +29,8 @@ struct Args {
 
 #[derive(Debug, Subcommand)]
 enum Cmd {
-    /// Every benchmark, then the summary table.
+    /// Every benchmark but `versus` (which needs an older build), then the summary
+    /// table. The forwarding benchmark needs rsyslogd (scripts/setup.sh installs it).
     All,
     /// Item 1: start-up of a process without Metal (shimmed, unshimmed, empty
     /// preload), and the added time of an unlock.
@@ -194,6 +195,7 @@ fn run(args: Args) -> anyhow::Result<()> {
                         ("identity-hop", &hop),
                         ("reload", &reloads),
                         ("big-exe", &big),
+                        ("forwarding", &forward),
                     ] {
                         eprintln!("metalift-bench: running {name}…");
                         all.push(bench(&art)?);

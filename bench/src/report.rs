@@ -87,7 +87,10 @@ pub fn document(
     out.push_str(
         "## Not in this file\n\nPolicy evaluation and load+compile at 10 to 100,000 rules: \
          `cargo bench -p metalift-policy --bench evaluate` (criterion prints its own report). \
-         The llama.cpp figures in a macOS guest: `bench/llama-guest.sh` on a Mac.\n",
+         The llama.cpp figures in a macOS guest: `bench/llama-guest.sh` on a Mac. \
+         Issue 31's figures against an older build, in one run: `metalift-bench versus \
+         OLD_BUILD_DIR` (the older commit's `cargo build --release -p metalift-daemon -p \
+         metalift-probe -p metalift-shim`).\n",
     );
     out
 }
