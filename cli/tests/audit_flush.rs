@@ -71,10 +71,10 @@ fn against_a_collector_that_reads_flush_returns_once_everything_is_acknowledged(
     assert!(out.contains("flushed"), "{out}");
 }
 
-#[test]
-fn against_a_collector_that_never_reads_flush_times_out_saying_how_far_behind_and_verdicts_still_come(
-) {
-    let dir = DaemonDir::new("flush-stuck-");
+/// A loopback collector that accepts one connection and never reads it, with a
+/// receive buffer so small that a few records fill the window: the daemon's
+/// writes then block. Returns its port and the thread holding the connection.
+fn never_reading_collector() -> (u16, std::thread::JoinHandle<()>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let small: libc::c_int = 2048;
     // SAFETY: setsockopt reads one c_int through a pointer valid for the call, on
@@ -96,6 +96,64 @@ fn against_a_collector_that_never_reads_flush_times_out_saying_how_far_behind_an
         std::thread::sleep(Duration::from_secs(30));
         drop(conn);
     });
+    (port, held)
+}
+
+/// A stop never waits for a collector: with the forwarder blocked in a write to
+/// one that does not read (a write bounded only by the 5 s I/O timeout), SIGTERM
+/// still ends the daemon within its drain (0.5 s) and a moment, and the
+/// `daemon_stop` record is in the local log.
+#[test]
+fn against_a_collector_that_never_reads_the_daemon_still_stops_within_a_second() {
+    let dir = DaemonDir::new("stop-stuck-");
+    let (port, held) = never_reading_collector();
+    forward_to(&dir, port);
+    let mut daemon = dir.start(&[], &[]);
+    for _ in 0..200 {
+        check_in(&daemon.socket);
+    }
+    // Check in until the forwarder is stuck: behind, and no progress over 300 ms
+    // (the kernel takes a few MB into the send queue before a write blocks).
+    let forwarder = || {
+        let report = metalift_daemon::service::status::request_raw(&dir.socket(), HANG_GUARD)
+            .expect("status");
+        let status: serde_json::Value = serde_json::from_str(&report).expect("json");
+        status["forwarder"].clone()
+    };
+    let start = Instant::now();
+    loop {
+        for _ in 0..500 {
+            check_in(&daemon.socket);
+        }
+        let before = forwarder();
+        std::thread::sleep(Duration::from_millis(300));
+        let after = forwarder();
+        if after["connected"] == true
+            && after["bytes_behind"].as_u64().unwrap_or(0) > 0
+            && after["delivered_bytes"] == before["delivered_bytes"]
+        {
+            break;
+        }
+        assert!(
+            start.elapsed() < HANG_GUARD,
+            "the forwarder never blocked: {after}"
+        );
+    }
+    let exit = daemon.terminate(Duration::from_millis(2500));
+    assert!(
+        exit.is_some_and(|s| s.success()),
+        "metaliftd did not stop within 2.5 s of SIGTERM ({exit:?}): {}",
+        std::fs::read_to_string(dir.daemon_log()).unwrap_or_default()
+    );
+    assert_eq!(dir.records_of("daemon_stop").len(), 1);
+    drop(held);
+}
+
+#[test]
+fn against_a_collector_that_never_reads_flush_times_out_saying_how_far_behind_and_verdicts_still_come(
+) {
+    let dir = DaemonDir::new("flush-stuck-");
+    let (port, held) = never_reading_collector();
     forward_to(&dir, port);
     let daemon = dir.start(&[], &[]);
     for _ in 0..200 {

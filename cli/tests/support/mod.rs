@@ -73,6 +73,22 @@ impl Daemon {
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
+
+    /// Sends SIGTERM (what launchd and systemd send to stop it) and waits up to
+    /// `bound` for it to exit: its exit status, or `None` if it is still running.
+    pub fn terminate(&mut self, bound: Duration) -> Option<std::process::ExitStatus> {
+        let pid = libc::pid_t::try_from(self.child.id()).expect("a pid");
+        // SAFETY: kill(2) on our own child's pid (not yet reaped: we hold the Child).
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0, "SIGTERM");
+        let start = Instant::now();
+        while start.elapsed() < bound {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
 }
 
 impl Drop for Daemon {

@@ -242,6 +242,21 @@ async fn serve(
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
     forwarder.stop();
+    // The thread drains for at most STOP_DRAIN once it sees the stop; a write it
+    // began before (bounded only by the I/O timeout, against a collector that does
+    // not read) is cut short after that, so a stop never waits for a collector.
+    let deadline = std::time::Instant::now()
+        + crate::audit::forward::STOP_DRAIN
+        + std::time::Duration::from_millis(250);
+    while !forwarder_thread.is_finished() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    if !forwarder_thread.is_finished() {
+        tracing::warn!(
+            "the audit forwarder is still writing to its collector: closing the connection"
+        );
+        forwarder.abort();
+    }
     if forwarder_thread.join().is_err() {
         tracing::error!("the audit forwarder thread panicked");
     }

@@ -105,6 +105,17 @@ impl Conn {
         sock.set_write_timeout(Some(timeout.max(Duration::from_millis(1))))
     }
 
+    /// A second handle on the connection's socket, for [`Shared::abort`] to shut it
+    /// down from another thread while a write blocks.
+    ///
+    /// [`Shared::abort`]: super::Shared::abort
+    pub fn abort_handle(&self) -> io::Result<TcpStream> {
+        match self {
+            Conn::Tcp(s) => s.try_clone(),
+            Conn::Tls(s) => s.sock.try_clone(),
+        }
+    }
+
     /// Bytes in the kernel's send queue not yet acknowledged by the collector.
     pub fn unacknowledged(&self) -> io::Result<u64> {
         let sock = match self {

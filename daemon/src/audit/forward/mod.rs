@@ -52,6 +52,9 @@ pub const MAX_BACKOFF: Duration = Duration::from_secs(5);
 pub struct Shared {
     status: Mutex<ForwarderStatus>,
     stop: AtomicBool,
+    /// The open connection's socket, for [`Shared::abort`]; `None` when not
+    /// connected (a handle kept past its connection would keep the socket open).
+    abort: Mutex<Option<std::net::TcpStream>>,
 }
 
 impl Shared {
@@ -64,6 +67,31 @@ impl Shared {
     /// Asks the thread to stop (after its current write).
     pub fn stop(&self) {
         self.stop.store(true, Ordering::Relaxed);
+    }
+
+    /// Shuts the connection down under a write that blocks (a collector that does
+    /// not read, a write begun before [`Shared::stop`] and bounded only by
+    /// [`conn::IO_TIMEOUT`]): the write fails at once, the thread sees the stop.
+    /// What was not acknowledged is past the saved cursor and is sent again by
+    /// the next start (at least once).
+    pub fn abort(&self) {
+        let handle = self
+            .abort
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(socket) = handle {
+            let _ = socket.shutdown(std::net::Shutdown::Both);
+        }
+    }
+
+    /// Keeps the abort handle in step with the thread's connection.
+    fn connected(&self, conn: Option<&Conn>) {
+        *self
+            .abort
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) =
+            conn.and_then(|c| c.abort_handle().ok());
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, ForwarderStatus> {
@@ -134,6 +162,7 @@ fn run(store: &PolicyStore, audit: &AuditLog, shared: &Shared) {
         let wanted = store.current().policy.forward().cloned();
         if wanted != st.config {
             st.conn = None;
+            shared.connected(None);
             st.backoff = Duration::from_millis(100);
             st.retry_at = Instant::now();
             *shared.lock() = ForwarderStatus::configured(wanted.as_ref());
@@ -165,6 +194,7 @@ fn run(store: &PolicyStore, audit: &AuditLog, shared: &Shared) {
     }
     drain(&mut st, audit, shared);
     save_cursor(&mut st, true);
+    shared.connected(None);
 }
 
 /// At a stop, sends what the log holds now (the `daemon_stop` record among it)
@@ -239,6 +269,7 @@ fn step(st: &mut State, config: &Forward, audit: &AuditLog, shared: &Shared) -> 
     }
     if st.conn.as_ref().is_some_and(Conn::peer_closed) {
         st.conn = None;
+        shared.connected(None);
         note_error(shared, format!("{} closed the connection", config.address));
     }
     let Batch::Lines { more } = batch else {
@@ -250,6 +281,7 @@ fn step(st: &mut State, config: &Forward, audit: &AuditLog, shared: &Shared) -> 
         }
         match Conn::open(config) {
             Ok(c) => {
+                shared.connected(Some(&c));
                 st.conn = Some(c);
                 st.backoff = Duration::from_millis(100);
                 shared.lock().connected = true;
@@ -279,6 +311,7 @@ fn step(st: &mut State, config: &Forward, audit: &AuditLog, shared: &Shared) -> 
     };
     if let Err(error) = conn.send(&st.out) {
         st.conn = None;
+        shared.connected(None);
         note_error(shared, format!("sending to {}: {error}", config.address));
         st.retry_at = Instant::now() + st.backoff;
         return Round::Idle;
