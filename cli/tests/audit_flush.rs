@@ -101,10 +101,10 @@ fn never_reading_collector() -> (u16, std::thread::JoinHandle<()>) {
 
 /// A stop never waits for a collector: with the forwarder blocked in a write to
 /// one that does not read (a write bounded only by the 5 s I/O timeout), SIGTERM
-/// still ends the daemon within its drain (0.5 s) and a moment, and the
+/// still ends the daemon within its drain and a moment (about 1.3 s), and the
 /// `daemon_stop` record is in the local log.
 #[test]
-fn against_a_collector_that_never_reads_the_daemon_still_stops_within_a_second() {
+fn against_a_collector_that_never_reads_the_daemon_still_stops_in_a_moment() {
     let dir = DaemonDir::new("stop-stuck-");
     let (port, held) = never_reading_collector();
     forward_to(&dir, port);
@@ -139,10 +139,13 @@ fn against_a_collector_that_never_reads_the_daemon_still_stops_within_a_second()
             "the forwarder never blocked: {after}"
         );
     }
-    let exit = daemon.terminate(Duration::from_millis(2500));
+    // About 1.3 s here (the service's 0.5 s wait for the forwarder to catch up,
+    // then STOP_DRAIN + 250 ms before the cut); without the cut, until the blocked
+    // write's 5 s timeout.
+    let exit = daemon.terminate(Duration::from_secs(3));
     assert!(
         exit.is_some_and(|s| s.success()),
-        "metaliftd did not stop within 2.5 s of SIGTERM ({exit:?}): {}",
+        "metaliftd did not stop within 3 s of SIGTERM ({exit:?}): {}",
         std::fs::read_to_string(dir.daemon_log()).unwrap_or_default()
     );
     assert_eq!(dir.records_of("daemon_stop").len(), 1);
