@@ -91,6 +91,8 @@ pub fn save(path: &Path, cursor: Cursor) -> io::Result<()> {
 pub struct SaveSchedule {
     every: Duration,
     last_save: Option<Instant>,
+    /// The file (device, inode) of the last position saved (or tried).
+    saved_file: Option<(u64, u64)>,
     pending: Option<Cursor>,
 }
 
@@ -101,6 +103,7 @@ impl SaveSchedule {
         SaveSchedule {
             every,
             last_save: None,
+            saved_file: None,
             pending: None,
         }
     }
@@ -115,10 +118,19 @@ impl SaveSchedule {
     ///
     /// [`saved`]: SaveSchedule::saved
     /// [`delivered`]: SaveSchedule::delivered
+    ///
+    /// A position in another file than the last one saved is due at once: a crash
+    /// then never leaves the cursor in a file the forwarder had finished, which
+    /// rotation could delete before a restart (a gap of unknown size reported for
+    /// records that had all been sent).
     pub fn due(&mut self, now: Instant) -> Option<Cursor> {
-        let due = self
-            .last_save
-            .is_none_or(|last| now.saturating_duration_since(last) >= self.every);
+        let new_file = self
+            .pending
+            .is_some_and(|p| self.saved_file != Some((p.dev, p.ino)));
+        let due = new_file
+            || self
+                .last_save
+                .is_none_or(|last| now.saturating_duration_since(last) >= self.every);
         if due {
             self.pending.take()
         } else {
@@ -131,9 +143,11 @@ impl SaveSchedule {
         self.pending.take()
     }
 
-    /// Notes a save at `now`.
-    pub fn saved(&mut self, now: Instant) {
+    /// Notes a save of `cursor` at `now` (or a failed try: the next is then due
+    /// after the interval, not at once).
+    pub fn saved(&mut self, now: Instant, cursor: Cursor) {
         self.last_save = Some(now);
+        self.saved_file = Some((cursor.dev, cursor.ino));
     }
 }
 
@@ -157,7 +171,7 @@ mod tests {
         assert_eq!(s.due(t0), None, "nothing delivered, nothing to save");
         s.delivered(at(10));
         assert_eq!(s.due(t0), Some(at(10)));
-        s.saved(t0);
+        s.saved(t0, at(0));
         s.delivered(at(20));
         s.delivered(at(30));
         assert_eq!(s.due(t0 + ms(50)), None, "within the interval: held");
@@ -166,7 +180,7 @@ mod tests {
             Some(at(30)),
             "the newest position once the interval has passed"
         );
-        s.saved(t0 + ms(100));
+        s.saved(t0 + ms(100), at(0));
         assert_eq!(s.due(t0 + ms(300)), None, "nothing new: nothing to save");
     }
 
@@ -177,15 +191,38 @@ mod tests {
         let mut s = SaveSchedule::new(ms(100));
         s.delivered(at(10));
         assert_eq!(s.due(t0), Some(at(10)));
-        s.saved(t0);
+        s.saved(t0, at(0));
         s.delivered(at(20));
         assert_eq!(s.due(t0 + ms(10)), None);
         // No further delivery: the idle forwarder asks again and gets it.
         assert_eq!(s.due(t0 + ms(110)), Some(at(20)));
-        s.saved(t0 + ms(110));
+        s.saved(t0 + ms(110), at(0));
         s.delivered(at(40));
         assert_eq!(s.take(), Some(at(40)), "at a stop, whatever the time");
         assert_eq!(s.take(), None);
+    }
+
+    #[test]
+    fn a_position_in_another_file_is_saved_at_once() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut s = SaveSchedule::new(ms(100));
+        s.delivered(at(10));
+        let first = s.due(t0).expect("the first");
+        s.saved(t0, first);
+        s.delivered(at(20));
+        assert_eq!(s.due(t0 + ms(10)), None, "the same file: held");
+        // The forwarder finished that file (rotated away) and sent from the next.
+        let next = Cursor {
+            dev: 1,
+            ino: 3,
+            offset: 5,
+        };
+        s.delivered(next);
+        assert_eq!(s.due(t0 + ms(20)), Some(next), "another file: at once");
+        s.saved(t0 + ms(20), next);
+        s.delivered(Cursor { offset: 9, ..next });
+        assert_eq!(s.due(t0 + ms(30)), None, "then the interval again");
     }
 
     #[test]

@@ -228,12 +228,12 @@ fn save_cursor(st: &mut State, now: bool) {
     };
     let Some(c) = due else { return };
     match cursor::save(&st.cursor_path, c) {
-        Ok(()) => st.saves.saved(at),
+        Ok(()) => st.saves.saved(at, c),
         Err(error) => {
             tracing::error!(%error, path = %st.cursor_path.display(), "cannot save the forwarding cursor");
             // Retried next round (the interval still applies: no busy retry).
             st.saves.delivered(c);
-            st.saves.saved(at);
+            st.saves.saved(at, c);
         }
     }
 }
