@@ -13,6 +13,13 @@ use metalift_policy::wire::{
 };
 use metalift_shim::c::{self, CWireError};
 use proptest::prelude::*;
+use support::{answers_strategy, outcome_strategy};
+
+mod support;
+
+/// The outcomes these properties draw: reasons and device classes of these shapes.
+const REASON: &str = "[^\u{0}]{0,200}";
+const CLASS: &str = "[^\u{0}]{0,60}";
 
 /// What the C decoder must say about `body`, from what `decode_body` says.
 fn expected(body: &[u8]) -> Result<VerdictMsg, CWireError> {
@@ -62,64 +69,6 @@ fn verdict_strategy() -> impl Strategy<Value = VerdictMsg> {
         )
 }
 
-fn answers_strategy() -> impl Strategy<Value = Answers> {
-    (any::<u32>(), any::<u64>(), any::<u64>()).prop_map(|(f, t, w)| Answers {
-        families: f,
-        threadgroup_memory: t,
-        working_set: w,
-    })
-}
-
-fn outcome_strategy() -> impl Strategy<Value = Outcome> {
-    (outcome_without_other_shim(), other_shim_strategy())
-        .prop_map(|(o, other_shim)| Outcome { other_shim, ..o })
-}
-
-/// Another shim: absent, or an image with selectors (no `,`, none empty: they
-/// are joined with `,`) and an order.
-fn other_shim_strategy() -> impl Strategy<Value = Option<OtherShim>> {
-    proptest::option::of(
-        (
-            "[^\0]{0,60}",
-            proptest::collection::vec("[A-Za-z][A-Za-z0-9:]{0,30}", 0..4),
-            any::<bool>(),
-        )
-            .prop_map(|(image, methods, after)| OtherShim {
-                image,
-                methods,
-                patched: if after {
-                    OtherShimPatched::After
-                } else {
-                    OtherShimPatched::Before
-                },
-            }),
-    )
-}
-
-fn outcome_without_other_shim() -> impl Strategy<Value = Outcome> {
-    (
-        any::<u64>(),
-        0u8..3,
-        "[^\u{0}]{0,200}",
-        "[^\u{0}]{0,60}",
-        answers_strategy(),
-        answers_strategy(),
-    )
-        .prop_map(|(id, r, reason, class, stock, effective)| Outcome {
-            decision_id: id,
-            result: [
-                OutcomeResult::Applied,
-                OutcomeResult::Stock,
-                OutcomeResult::Failed,
-            ][usize::from(r)],
-            reason,
-            device_class: class,
-            stock,
-            effective,
-            other_shim: None,
-        })
-}
-
 proptest! {
     #[test]
     fn every_rust_encoded_verdict_decodes_identically_in_c(v in verdict_strategy()) {
@@ -130,7 +79,7 @@ proptest! {
     }
 
     #[test]
-    fn every_c_encoded_outcome_is_byte_identical_to_rust(o in outcome_strategy()) {
+    fn every_c_encoded_outcome_is_byte_identical_to_rust(o in outcome_strategy(REASON, CLASS)) {
         let rust = wire::encode_frame(&Message::Outcome(o.clone()));
         let c_frame = c::encode_outcome(&o, MAX_FRAME + LENGTH_PREFIX);
         prop_assert_eq!(&c_frame, &rust);

@@ -19,12 +19,19 @@ use std::ffi::{c_char, c_void, CStr, CString};
 use metalift_policy::profile::Capabilities;
 use metalift_policy::verdict::Mode;
 use metalift_policy::wire::{
-    Answers, CheckIn, DeclineReason, Declined, Message, OtherShim, OtherShimPatched, Outcome,
-    OutcomeResult, VerdictMsg, WireAction, MAX_FRAME,
+    Answers, CheckIn, DeclineReason, Declined, Message, Outcome, OutcomeResult, VerdictMsg,
+    WireAction, MAX_FRAME,
 };
 use metalift_shim::c::{self, CWireError, RawError, RawOutcome, RawVerdict};
 use metalift_xpc::dict::{self, key, DictSink, DictValue, MapDict};
 use proptest::prelude::*;
+use support::outcome_strategy;
+
+mod support;
+
+/// The outcomes these properties draw: reasons and device classes of these shapes.
+const REASON: &str = "[^\0]{0,80}";
+const CLASS: &str = "[^\0]{0,40}";
 
 // ---------------------------------------------------------------- the stand-in
 
@@ -516,64 +523,9 @@ fn the_job_claims_the_c_adds_to_a_check_in_are_the_ones_rust_reads() {
     ));
 }
 
-fn outcome_strategy() -> impl Strategy<Value = Outcome> {
-    (outcome_without_other_shim(), other_shim_strategy())
-        .prop_map(|(o, other_shim)| Outcome { other_shim, ..o })
-}
-
-/// Another shim: absent, or an image with selectors (no `,`, none empty: they
-/// are joined with `,`) and an order.
-fn other_shim_strategy() -> impl Strategy<Value = Option<OtherShim>> {
-    proptest::option::of(
-        (
-            "[^\0]{0,60}",
-            proptest::collection::vec("[A-Za-z][A-Za-z0-9:]{0,30}", 0..4),
-            any::<bool>(),
-        )
-            .prop_map(|(image, methods, after)| OtherShim {
-                image,
-                methods,
-                patched: if after {
-                    OtherShimPatched::After
-                } else {
-                    OtherShimPatched::Before
-                },
-            }),
-    )
-}
-
-fn outcome_without_other_shim() -> impl Strategy<Value = Outcome> {
-    let answers = (any::<u32>(), any::<u64>(), any::<u64>()).prop_map(|(f, t, w)| Answers {
-        families: f,
-        threadgroup_memory: t,
-        working_set: w,
-    });
-    (
-        any::<u64>(),
-        0u8..3,
-        "[^\0]{0,80}",
-        "[^\0]{0,40}",
-        answers.clone(),
-        answers,
-    )
-        .prop_map(|(id, result, reason, class, stock, effective)| Outcome {
-            decision_id: id,
-            result: match result {
-                0 => OutcomeResult::Applied,
-                1 => OutcomeResult::Stock,
-                _ => OutcomeResult::Failed,
-            },
-            reason,
-            device_class: class,
-            stock,
-            effective,
-            other_shim: None,
-        })
-}
-
 proptest! {
     #[test]
-    fn every_outcome_the_c_encodes_is_the_one_rust_reads(o in outcome_strategy()) {
+    fn every_outcome_the_c_encodes_is_the_one_rust_reads(o in outcome_strategy(REASON, CLASS)) {
         let d = xpc_dictionary_create(std::ptr::null(), std::ptr::null(), 0);
         // SAFETY: `d` is a live stand-in dictionary; `raw` lives across the call.
         c::with_raw_outcome(&o, |raw| unsafe { ml_xpc_encode_outcome(d, raw) });
