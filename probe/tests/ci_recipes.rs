@@ -309,10 +309,10 @@ fn an_export_the_user_cannot_read_the_log_for_names_the_file_and_the_fix_and_wri
     let out_dir = rig.dir.path().join("export");
     // Run as `nobody` (root reads everything): the log is root's, 0640.
     let runuser = Path::new("/usr/sbin/runuser");
-    if !runuser.exists() || !rustix_is_root() {
-        println!("SKIPPED: needs root and runuser(1) to act as another user");
+    if !root_or_skip("acting as another user needs root") {
         return;
     }
+    assert!(runuser.exists(), "runuser(1) (util-linux) is missing");
     std::fs::create_dir_all(&out_dir).unwrap();
     // Everything on the way to the binary and the export dir must be reachable by nobody.
     let mut p = out_dir.clone();
@@ -346,11 +346,4 @@ fn an_export_the_user_cannot_read_the_log_for_names_the_file_and_the_fix_and_wri
         0,
         "nothing half-written"
     );
-}
-
-fn rustix_is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
 }

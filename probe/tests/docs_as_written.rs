@@ -18,10 +18,10 @@ mod support;
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Output, Stdio};
 use std::time::Instant;
 
-use support::{clean, probe, shim, PATIENCE};
+use support::{clean, probe, root_or_skip, shim, PATIENCE};
 
 fn repo() -> &'static Path {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
@@ -277,24 +277,11 @@ fn system_daemon(root: &Path) -> Killed {
     Killed(daemon)
 }
 
-fn is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-}
-
 #[test]
 fn the_ci_cookbooks_github_job_runs_as_written_where_linux_can() {
     // The install step chowns to root and chgrps to staff, as the guest's admin
     // does; as another user neither can run.
-    if !is_root() {
-        assert!(
-            std::env::var_os("METALIFT_TEST_SKIP_ROOT").is_some_and(|v| v == "1"),
-            "the cookbook's job needs root (sudo): run as root, as CI does, or set \
-             METALIFT_TEST_SKIP_ROOT=1 to skip it"
-        );
-        eprintln!("SKIPPED: not root (METALIFT_TEST_SKIP_ROOT=1)");
+    if !root_or_skip("the cookbook's job needs root (sudo)") {
         return;
     }
     let yaml = block_after(

@@ -117,15 +117,7 @@ fn verify_on(brand: &str, capabilities: Capabilities) -> (Output, serde_json::Va
     let mut cmd = injected(probe(), &daemon.socket);
     cmd.env("SIMMETAL_HOST_CHIP_BRAND", brand)
         .args(["--verify", "--json"]);
-    let output = run(cmd, b"");
-    let json = serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
-        panic!(
-            "no JSON ({e}): {}\nstderr: {}",
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        )
-    });
-    (output, json)
+    run_json(cmd)
 }
 
 fn result_of(json: &serde_json::Value, kernel: &str) -> String {

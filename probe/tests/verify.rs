@@ -20,15 +20,7 @@ fn verify(variant: &str, behaviour: Behaviour) -> (Output, serde_json::Value) {
     let mut cmd = injected(probe(), &daemon.socket);
     cmd.env("LD_LIBRARY_PATH", simmetal(variant))
         .args(["--verify", "--json"]);
-    let output = run(cmd, b"");
-    let json = serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
-        panic!(
-            "no JSON ({e}): {}\nstderr: {}",
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        )
-    });
-    (output, json)
+    run_json(cmd)
 }
 
 /// `kernel → result` of the probe's verification.

@@ -367,6 +367,39 @@ pub fn run(mut cmd: Command, stdin: &[u8]) -> Output {
     output
 }
 
+/// Whether this process runs as root. A test that needs root (to act as another
+/// user, to chown) calls it: as another user it fails saying why, unless
+/// `METALIFT_TEST_SKIP_ROOT=1` asks to skip it (CI runs as root, so there it
+/// always runs).
+pub fn root_or_skip(why: &str) -> bool {
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
+    if !root {
+        assert!(
+            std::env::var_os("METALIFT_TEST_SKIP_ROOT").is_some_and(|v| v == "1"),
+            "{why}: run as root, as CI does, or set METALIFT_TEST_SKIP_ROOT=1 to skip it"
+        );
+        eprintln!("SKIPPED: not root (METALIFT_TEST_SKIP_ROOT=1)");
+    }
+    root
+}
+
+/// Runs `cmd` (a probe with `--verify --json` or the like) and parses its JSON,
+/// whatever its exit status: the output and the report.
+pub fn run_json(cmd: Command) -> (Output, serde_json::Value) {
+    let output = run(cmd, b"");
+    let json = serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+        panic!(
+            "no JSON ({e}): {}\nstderr: {}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        )
+    });
+    (output, json)
+}
+
 /// Runs a probe (with `--json`) and parses what it printed.
 pub fn probe_json(mut cmd: Command) -> serde_json::Value {
     cmd.arg("--json");
