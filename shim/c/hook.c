@@ -344,12 +344,12 @@ static void note_other(int i, const char *image, int patched)
 }
 
 /* Before the original runs, verdict or not: what each capability method
- * holds now, and whose it is. Returns false when one already holds
- * metalift's own IMP (left under another shim by an earlier rollback, in
- * this process's parent): patching over it again would loop. */
-static bool look_before(ml_class cls)
+ * holds now, and whose it is. Returns the index of a method that already
+ * holds metalift's own IMP (left under another shim by an earlier rollback, in
+ * this process's parent: patching over it again would loop), or -1. */
+static int look_before(ml_class cls)
 {
-    bool clean = true;
+    int own = -1;
     other_patched = -1;
     for (int i = 0; i < SEL_COUNT; i++) {
         found_method[i] = rt.class_get_instance_method(cls, sels[i]);
@@ -365,13 +365,14 @@ static bool look_before(ml_class cls)
             note_other(i, image, ML_OTHER_BEFORE);
             break;
         case ML_IMP_METALIFT:
-            clean = false;
+            if (own < 0)
+                own = i;
             break;
         case ML_IMP_METAL:
             break;
         }
     }
-    return clean;
+    return own;
 }
 
 /* After the original: a method whose IMP is no longer what metalift left
@@ -502,7 +503,7 @@ static void before_first_init(ml_id device)
 {
     check_in_and_plan(device);
     ml_class cls = class_of(device);
-    bool clean = look_before(cls);
+    int own = look_before(cls);
     pending_result = ML_RESULT_STOCK;
     snprintf(pending_reason, sizeof pending_reason, "%s", plan.reason);
     if (!plan.unlock)
@@ -518,13 +519,13 @@ static void before_first_init(ml_id device)
         }
     }
     for (int i = 0; i < wanted; i++) {
-        if (!clean || left_under_other[i]) {
+        if (own >= 0 || left_under_other[i]) {
             pending_result = ML_RESULT_FAILED;
             snprintf(pending_reason, sizeof pending_reason,
                      "-[%s %s] still holds metalift's own IMP from earlier in this process "
                      "or its parent (a rollback leaves it under another shim's); patching "
                      "again would loop, so nothing was installed",
-                     device_class_name, sel_names[i]);
+                     device_class_name, sel_names[own >= 0 ? own : i]);
             return;
         }
     }
