@@ -153,7 +153,7 @@ _metalift() {
             return 0
             ;;
         metalift__subcmd__audit)
-            opts="-f -n -h --audit-log --log --since --until --exe --rule --action --result --pid --decision --records --kind --summary --follow --lines --json --job --markdown --help flush export help"
+            opts="-f -n -h --audit-log --log --since --until --exe --rule --action --result --pid --decision --records --kind --host --boot-id --label --show-label --summary --follow --lines --json --job --markdown --help flush export help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -200,7 +200,23 @@ _metalift() {
                     return 0
                     ;;
                 --kind)
-                    COMPREPLY=($(compgen -W "decision outcome policy_loaded policy_rejected daemon_start daemon_stop records_lost refused verification" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "decision outcome refused policy_loaded policy_rejected daemon_start daemon_stop records_lost forward_gap verification" -- "${cur}"))
+                    return 0
+                    ;;
+                --host)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --boot-id)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --label)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --show-label)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 --lines)

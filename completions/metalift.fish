@@ -68,7 +68,7 @@ complete -c metalift -n "__fish_metalift_using_subcommand status" -l socket -d '
 complete -c metalift -n "__fish_metalift_using_subcommand status" -l wait -d 'Wait up to SECS for a daemon to answer on the socket before judging (for a script that has just started one: a socket not there yet, or one left by an earlier daemon, is asked again); the exit status is then the state\'s' -r
 complete -c metalift -n "__fish_metalift_using_subcommand status" -l json -d 'Print one JSON object (also when the daemon is down) instead of text'
 complete -c metalift -n "__fish_metalift_using_subcommand status" -s h -l help -d 'Print help'
-complete -c metalift -n "__fish_metalift_using_subcommand audit; and not __fish_seen_subcommand_from flush export help" -l log -l audit-log -d 'The audit log; its rotated files (PATH.1, PATH.2, ...) are read first' -r -F
+complete -c metalift -n "__fish_metalift_using_subcommand audit; and not __fish_seen_subcommand_from flush export help" -l log -l audit-log -d 'What to read: the audit log (its rotated files, PATH.1, PATH.2, ... and compressed ones, first), a collector\'s file or directory, an export bundle; any number, read in the order given' -r -F
 complete -c metalift -n "__fish_metalift_using_subcommand audit; and not __fish_seen_subcommand_from flush export help" -l since -d 'Only from WHEN on: an RFC 3339 time (2026-11-30T11:00:00Z, or with +01:00), a date (UTC), `today`, `yesterday` (local midnight), or a duration ago (10m, 2h, 1day)' -r
 complete -c metalift -n "__fish_metalift_using_subcommand audit; and not __fish_seen_subcommand_from flush export help" -l until -d 'Only before WHEN (same forms as --since)' -r
 complete -c metalift -n "__fish_metalift_using_subcommand audit; and not __fish_seen_subcommand_from flush export help" -l exe -d 'Only this executable: a path (a symlink matches what it resolves to), a glob with `/` against the whole path, or a glob without `/` against the file name' -r
@@ -82,15 +82,20 @@ failed\t'The shim tried and rolled back'
 no-outcome\t'No outcome was reported (the process never created a Metal device, or died)'"
 complete -c metalift -n "__fish_metalift_using_subcommand audit; and not __fish_seen_subcommand_from flush export help" -l pid -d 'Only this process id' -r
 complete -c metalift -n "__fish_metalift_using_subcommand audit; and not __fish_seen_subcommand_from flush export help" -l decision -d 'Only this decision id' -r
-complete -c metalift -n "__fish_metalift_using_subcommand audit; and not __fish_seen_subcommand_from flush export help" -l kind -d 'Only records of this kind (implies --records)' -r -f -a "decision\t'Verdicts decided'
-outcome\t'What the shim did'
-policy_loaded\t'A policy became live'
-policy_rejected\t'A policy was refused'
-daemon_start\t'The daemon started'
-daemon_stop\t'The daemon stopped'
-records_lost\t'Records the log could not take (written when it takes records again)'
-refused\t'A check-in or outcome the daemon refused (another process\'s outcome, a wrong decision id, a malformed message, a uid changed since connect)'
-verification\t'A `metalift verify` run (verified unlock), passed or failed'"
+complete -c metalift -n "__fish_metalift_using_subcommand audit; and not __fish_seen_subcommand_from flush export help" -l kind -d 'Only records of this kind (implies --records)' -r -f -a "decision\t''
+outcome\t''
+refused\t''
+policy_loaded\t''
+policy_rejected\t''
+daemon_start\t''
+daemon_stop\t''
+records_lost\t''
+forward_gap\t''
+verification\t''"
+complete -c metalift -n "__fish_metalift_using_subcommand audit; and not __fish_seen_subcommand_from flush export help" -l host -d 'Only records of guests with this host name' -r
+complete -c metalift -n "__fish_metalift_using_subcommand audit; and not __fish_seen_subcommand_from flush export help" -l boot-id -d 'Only records of the guest boot whose boot id starts with this (8 characters are shown in the GUEST column)' -r
+complete -c metalift -n "__fish_metalift_using_subcommand audit; and not __fish_seen_subcommand_from flush export help" -l label -d 'Only records whose host carries this label (`[audit.labels]`); repeatable, all must match' -r
+complete -c metalift -n "__fish_metalift_using_subcommand audit; and not __fish_seen_subcommand_from flush export help" -l show-label -d 'Also show the value of this host label in the per-process view (a column in text and Markdown; JSON has every label); repeatable' -r
 complete -c metalift -n "__fish_metalift_using_subcommand audit; and not __fish_seen_subcommand_from flush export help" -s n -l lines -d 'Only the last N processes (records, with --records) of the live file, like `tail -n`; with --follow, these first, then what is appended' -r
 complete -c metalift -n "__fish_metalift_using_subcommand audit; and not __fish_seen_subcommand_from flush export help" -l job -d 'Only processes of this CI job: any value of the job claims the shim read from the process\'s environment (GITHUB_RUN_ID, CI_JOB_ID, BUILDKITE_JOB_ID, BUILD_TAG, ...). Advisory: a process can claim any job. With --records: the decisions carrying it' -r
 complete -c metalift -n "__fish_metalift_using_subcommand audit; and not __fish_seen_subcommand_from flush export help" -l records -d 'Show the raw records instead of one line per process'

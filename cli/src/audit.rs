@@ -8,9 +8,11 @@
 //! while metaliftd is stopped. Everything streams: memory stays bounded however
 //! large the log (see [`join`] for what the join keeps).
 
+pub mod dedup;
 pub mod export;
 pub mod filter;
 pub mod flush;
+pub mod inputs;
 pub mod join;
 mod local_day;
 pub mod markdown;
@@ -23,12 +25,19 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
 
-use self::filter::{ActionFilter, ExeFilter, Filters, KindFilter, ResultFilter};
+use self::dedup::Dedup;
+use self::filter::{ActionFilter, ExeFilter, Filters, LabelFilter, ResultFilter};
 use self::join::{Join, Process};
-use self::view::Summary;
+use self::view::{Columns, Summary};
 use self::when::When;
 use metalift_daemon::audit::reader::{Entry, Item, LogReader};
-use metalift_daemon::audit::DEFAULT_LOG_PATH;
+use metalift_daemon::audit::{Record, DEFAULT_LOG_PATH};
+
+/// Exit status when the input is not empty but holds no record at all.
+pub const NO_RECORDS: u8 = 3;
+
+/// Lines that are not records reported one by one; past it only counted.
+const REPORTED_BAD_LINES: u64 = 10;
 
 /// How often `--follow` looks for new records.
 const FOLLOW_INTERVAL: Duration = Duration::from_millis(250);
@@ -42,16 +51,26 @@ Views:
   --records   the raw records (decision, outcome, policy_loaded, ...)
   --summary   counts by result, rule and executable
 
+Inputs (--log, any number): a file is a log with its rotated siblings (PATH.1 ...,
+and PATH.N.gz/.bz2/.zst); a directory is walked (an export bundle is its
+audit.jsonl). Each line is a record as JSON, bare or behind a syslog header
+(RFC 5424 as metaliftd sends it and rsyslog's %rawmsg% keeps it, or RFC 3164
+`TIME HOST TAG:`). A record a collector received twice (same \"id\") counts once.
+
 Exit status:
-  0  the log was read (whether or not anything matched)
-  2  the log cannot be read (missing, permission denied), or a usage error")]
+  0  records were read (whether or not anything matched)
+  2  an input cannot be read (missing, permission denied, a damaged compressed
+     file: the others are still read), or a usage error
+  3  the input is not empty but holds no record (the first offending line is named)")]
 pub struct Args {
     /// `flush`, `export`: commands on the audit trail (without one: show it).
     #[command(subcommand)]
     pub command: Option<Command>,
-    /// The audit log; its rotated files (PATH.1, PATH.2, ...) are read first.
-    #[arg(long, visible_alias = "audit-log", value_name = "PATH", default_value = DEFAULT_LOG_PATH, env = "METALIFT_AUDIT_LOG")]
-    pub log: PathBuf,
+    /// What to read: the audit log (its rotated files, PATH.1, PATH.2, ... and
+    /// compressed ones, first), a collector's file or directory, an export bundle;
+    /// any number, read in the order given.
+    #[arg(long, visible_alias = "audit-log", value_name = "PATH", num_args = 1.., default_value = DEFAULT_LOG_PATH, env = "METALIFT_AUDIT_LOG")]
+    pub log: Vec<PathBuf>,
     /// Only from WHEN on: an RFC 3339 time (2026-11-30T11:00:00Z, or with +01:00),
     /// a date (UTC), `today`, `yesterday` (local midnight), or a duration ago (10m, 2h, 1day).
     #[arg(long, value_name = "WHEN", value_parser = when::parse)]
@@ -82,8 +101,23 @@ pub struct Args {
     #[arg(long)]
     pub records: bool,
     /// Only records of this kind (implies --records).
-    #[arg(long, value_enum)]
-    pub kind: Option<KindFilter>,
+    #[arg(long, value_name = "KIND", value_parser = clap::builder::PossibleValuesParser::new(Record::KINDS))]
+    pub kind: Option<String>,
+    /// Only records of guests with this host name.
+    #[arg(long, value_name = "NAME")]
+    pub host: Option<String>,
+    /// Only records of the guest boot whose boot id starts with this (8 characters
+    /// are shown in the GUEST column).
+    #[arg(long = "boot-id", value_name = "ID")]
+    pub boot_id: Option<String>,
+    /// Only records whose host carries this label (`[audit.labels]`); repeatable,
+    /// all must match.
+    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = filter::parse_label)]
+    pub labels: Vec<LabelFilter>,
+    /// Also show the value of this host label in the per-process view (a column in
+    /// text and Markdown; JSON has every label); repeatable.
+    #[arg(long = "show-label", value_name = "KEY")]
+    pub show_labels: Vec<String>,
     /// Print counts by result, rule and executable instead of lines.
     #[arg(long, conflicts_with_all = ["records", "kind", "follow"])]
     pub summary: bool,
@@ -145,7 +179,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 fn read_error(path: &Path, e: io::Error) -> anyhow::Error {
     match e.kind() {
         io::ErrorKind::PermissionDenied => anyhow::anyhow!(
-            "permission denied: cannot read the audit log {} (it is readable by root \
+            "permission denied: cannot read {} (the audit log is readable by root \
              and the admin group only; run with sudo)",
             path.display()
         ),
@@ -153,8 +187,21 @@ fn read_error(path: &Path, e: io::Error) -> anyhow::Error {
             "no audit log at {} (is metaliftd running, and with this --audit-log?)",
             path.display()
         ),
-        _ => anyhow::Error::new(e).context(format!("cannot read audit log {}", path.display())),
+        _ => anyhow::Error::new(e).context(format!("cannot read {}", path.display())),
     }
+}
+
+/// What was read, for the closing report and the exit status.
+#[derive(Debug, Default)]
+struct Tally {
+    /// Records read (known kinds or not; copies not counted).
+    records: u64,
+    /// Lines that are not records.
+    bad_lines: u64,
+    /// The first of them: where, what it is, and its text's start.
+    first_bad: Option<String>,
+    /// Records of kinds this version does not know (a newer daemon wrote them).
+    unknown_kinds: u64,
 }
 
 /// Where matching lines go, and what is counted on the way.
@@ -166,11 +213,12 @@ struct Printer<'a> {
     summary: Option<Summary>,
     /// `--markdown`: the unlocks, written at the end.
     markdown: Option<markdown::Table>,
+    columns: Columns,
     filters: Filters,
     join: Join,
     decided: records::Decided,
-    /// Records of kinds this version does not know (a newer daemon wrote them).
-    unknown_kinds: u64,
+    dedup: Dedup,
+    tally: Tally,
 }
 
 impl Printer<'_> {
@@ -179,27 +227,40 @@ impl Printer<'_> {
         let entry = match item {
             Item::Entry(entry) => entry,
             Item::Corrupt { file, line, error } => {
-                return writeln!(
-                    self.err,
-                    "metalift audit: {}:{line}: skipped corrupt line: {error}",
-                    file.display()
-                );
+                self.tally.bad_lines += 1;
+                let at = format!("{}:{line}: {error}", file.display());
+                if self.tally.bad_lines <= REPORTED_BAD_LINES {
+                    writeln!(self.err, "metalift audit: {at}: skipped corrupt line")?;
+                }
+                self.tally.first_bad.get_or_insert(at);
+                return Ok(());
             }
         };
-        let Entry { raw, record, .. } = entry;
+        let Entry {
+            raw, record, stamp, ..
+        } = entry;
+        if !self.dedup.first_time(&stamp.id) {
+            return Ok(());
+        }
+        self.tally.records += 1;
         let Some(record) = record else {
-            self.unknown_kinds += 1;
+            self.tally.unknown_kinds += 1;
             return Ok(());
         };
         if !self.records_view {
+            if !self.filters.keeps_guest(stamp.host.as_ref()) {
+                return Ok(());
+            }
             let mut join = std::mem::take(&mut self.join);
-            let result = join.push(record, &mut |p| self.process(p));
+            let result = join.push(record, &stamp, &mut |p| self.process(p));
             self.join = join;
             return result;
         }
-        let seen = self.decided.see(&record);
+        let seen = self.decided.see(&record, &stamp);
         let decided = seen.as_ref().map(|(r, a)| (r.as_deref(), a.as_str()));
-        if !self.filters.keeps_record(&record, decided) {
+        if !self.filters.keeps_guest(stamp.host.as_ref())
+            || !self.filters.keeps_record(&record, decided)
+        {
             return Ok(());
         }
         if self.json {
@@ -235,17 +296,63 @@ impl Printer<'_> {
                 Ok(())
             }
             (None, true) => view::json_line(self.out, &p),
-            (None, false) => view::line(self.out, &p),
+            (None, false) => view::line(self.out, &p, &self.columns),
         }
+    }
+
+    /// The end of what is read: the joined lines still waiting, the Markdown table
+    /// or the summary, and the closing words on stderr.
+    fn close(&mut self, json: bool) -> io::Result<()> {
+        self.flush_join(None)?;
+        if let Some(table) = &self.markdown {
+            table.write(self.out)?;
+        }
+        if let Some(summary) = &self.summary {
+            if json {
+                summary.write_json(self.out)?;
+            } else {
+                summary.write_text(self.out)?;
+            }
+        }
+        self.out.flush()?;
+        self.report()
+    }
+
+    /// The closing words on stderr: lines skipped, copies, kinds not known.
+    fn report(&mut self) -> io::Result<()> {
+        let t = &self.tally;
+        if t.bad_lines > REPORTED_BAD_LINES {
+            writeln!(
+                self.err,
+                "metalift audit: skipped {} lines that are not records ({} not shown)",
+                t.bad_lines,
+                t.bad_lines - REPORTED_BAD_LINES
+            )?;
+        }
+        if t.unknown_kinds > 0 {
+            writeln!(
+                self.err,
+                "metalift audit: skipped {} records of kinds this version does not \
+                 know (written by a newer metaliftd?)",
+                t.unknown_kinds
+            )?;
+        }
+        if self.dedup.forgotten > 0 {
+            writeln!(
+                self.err,
+                "metalift audit: more than {} holes in the record ids: a copy of a record \
+                 older than that may be counted twice",
+                dedup::MAX_RANGES
+            )?;
+        }
+        Ok(())
     }
 }
 
 /// `metalift audit` writing to `out`, with corrupt-line reports to `err`.
 pub fn run_with(args: &Args, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::Result<ExitCode> {
     let records_view = args.records || args.kind.is_some();
-    if !args.follow {
-        std::fs::metadata(&args.log).map_err(|e| read_error(&args.log, e))?;
-    }
+    let tail = args.follow || args.lines.is_some();
     let now = SystemTime::now();
     let filters = Filters {
         since: args.since.map(|w| w.resolve(now)),
@@ -256,67 +363,111 @@ pub fn run_with(args: &Args, out: &mut dyn Write, err: &mut dyn Write) -> anyhow
         result: args.result,
         pid: args.pid,
         decision: args.decision,
-        kind: args.kind,
+        kind: args.kind.clone(),
         job: args.job.clone(),
+        host: args.host.clone(),
+        boot_id: args.boot_id.clone(),
+        labels: args.labels.clone(),
     };
-    let tail = args.follow || args.lines.is_some();
-    let mut reader = if tail {
-        let mut wanted = |item: &Item| match item {
-            Item::Entry(e) => records_view || e.kind == "decision",
-            Item::Corrupt { .. } => false,
-        };
-        LogReader::open_tail(&args.log, args.lines.unwrap_or(0), &mut wanted)
-    } else {
-        LogReader::open(&args.log)
-    }
-    .map_err(|e| read_error(&args.log, e))?;
-
     let mut printer = Printer {
         out,
         err,
         json: args.json,
         records_view,
         summary: args.summary.then(Summary::default),
-        markdown: args.markdown.then(markdown::Table::default),
+        markdown: args
+            .markdown
+            .then(|| markdown::Table::new(&args.show_labels)),
+        columns: Columns::new(&args.show_labels),
         filters,
         join: Join::default(),
         decided: records::Decided::default(),
-        unknown_kinds: 0,
+        dedup: Dedup::default(),
+        tally: Tally::default(),
     };
+    if tail {
+        return follow(args, &mut printer);
+    }
+    let inputs = inputs::expand(&args.log).map_err(|e| read_error(first_missing(&args.log), e))?;
     if !args.json && !args.summary && !args.markdown {
         if records_view {
             records::header(printer.out)?;
         } else {
-            view::header(printer.out)?;
+            view::header(printer.out, &printer.columns)?;
         }
     }
-    if tail {
-        reader.poll_each(&mut |item| printer.item(item))
-    } else {
-        reader.read_to_end_each(&mut |item| printer.item(item))
-    }
-    .map_err(|e| read_error(&args.log, e))?;
-    if !args.follow {
-        printer.flush_join(None)?;
-        if let Some(table) = &printer.markdown {
-            table.write(printer.out)?;
-        }
-        if let Some(summary) = &printer.summary {
-            if args.json {
-                summary.write_json(printer.out)?;
-            } else {
-                summary.write_text(printer.out)?;
+    // A damaged input is reported and the others are still read; the run then
+    // exits 2.
+    let mut failed = None;
+    for input in &inputs {
+        if let Err(e) = inputs::read(input, &mut |item| printer.item(item)) {
+            if e.kind() == io::ErrorKind::BrokenPipe {
+                return Err(e.into());
             }
+            let e = read_error(input.path(), e);
+            writeln!(printer.err, "metalift audit: error: {e:#}")?;
+            failed.get_or_insert(e);
         }
-        printer.out.flush()?;
-        if printer.unknown_kinds > 0 {
+    }
+    printer.close(args.json)?;
+    if failed.is_some() {
+        return Ok(ExitCode::from(crate::report::ERROR));
+    }
+    if printer.tally.records == 0 {
+        if let Some(first) = &printer.tally.first_bad {
             writeln!(
                 printer.err,
-                "metalift audit: skipped {} records of kinds this version does not \
-                 know (written by a newer metaliftd?)",
-                printer.unknown_kinds
+                "metalift audit: error: no metalift record in {} lines read: expected one \
+                 audit record per line, as JSON, bare or behind a syslog header (RFC 5424 \
+                 `<PRI>1 TIME HOST APP PROCID MSGID SD {{...}}`, or RFC 3164 \
+                 `TIME HOST TAG: {{...}}`); the first line that is not: {first}",
+                printer.tally.bad_lines
             )?;
+            return Ok(ExitCode::from(NO_RECORDS));
         }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The first of `paths` that does not exist (for an error that names it), or the first.
+fn first_missing(paths: &[PathBuf]) -> &Path {
+    paths
+        .iter()
+        .find(|p| std::fs::symlink_metadata(p).is_err())
+        .or(paths.first())
+        .map_or(Path::new(DEFAULT_LOG_PATH), PathBuf::as_path)
+}
+
+/// `--follow` and `-n`: the one live log, from its end.
+fn follow(args: &Args, printer: &mut Printer<'_>) -> anyhow::Result<ExitCode> {
+    let [log] = args.log.as_slice() else {
+        anyhow::bail!("--follow and -n read one live log; give one --log PATH");
+    };
+    if std::fs::metadata(log).is_ok_and(|m| m.is_dir()) {
+        anyhow::bail!(
+            "--follow and -n read one live log file; {} is a directory",
+            log.display()
+        );
+    }
+    let records_view = printer.records_view;
+    let mut wanted = |item: &Item| match item {
+        Item::Entry(e) => records_view || e.kind == "decision",
+        Item::Corrupt { .. } => false,
+    };
+    let mut reader = LogReader::open_tail(log, args.lines.unwrap_or(0), &mut wanted)
+        .map_err(|e| read_error(log, e))?;
+    if !args.json && !args.summary && !args.markdown {
+        if records_view {
+            records::header(printer.out)?;
+        } else {
+            view::header(printer.out, &printer.columns)?;
+        }
+    }
+    reader
+        .poll_each(&mut |item| printer.item(item))
+        .map_err(|e| read_error(log, e))?;
+    if !args.follow {
+        printer.close(args.json)?;
         return Ok(ExitCode::SUCCESS);
     }
     printer.out.flush()?;
@@ -324,7 +475,7 @@ pub fn run_with(args: &Args, out: &mut dyn Write, err: &mut dyn Write) -> anyhow
         std::thread::sleep(FOLLOW_INTERVAL);
         reader
             .poll_each(&mut |item| printer.item(item))
-            .map_err(|e| read_error(&args.log, e))?;
+            .map_err(|e| read_error(log, e))?;
         // An idle log: decisions whose outcome did not come within the window.
         printer.flush_join(Some(SystemTime::now()))?;
         printer.out.flush()?;

@@ -8,7 +8,7 @@ use anyhow::Context as _;
 use globset::{Glob, GlobMatcher};
 
 use super::join::{Process, NO_OUTCOME};
-use metalift_daemon::audit::Record;
+use metalift_daemon::audit::{Host, Record};
 
 /// `--action`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -45,52 +45,23 @@ impl ResultFilter {
     }
 }
 
-/// `--kind` (raw records only).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum KindFilter {
-    /// Verdicts decided.
-    #[value(name = "decision")]
-    Decision,
-    /// What the shim did.
-    #[value(name = "outcome")]
-    Outcome,
-    /// A policy became live.
-    #[value(name = "policy_loaded")]
-    PolicyLoaded,
-    /// A policy was refused.
-    #[value(name = "policy_rejected")]
-    PolicyRejected,
-    /// The daemon started.
-    #[value(name = "daemon_start")]
-    DaemonStart,
-    /// The daemon stopped.
-    #[value(name = "daemon_stop")]
-    DaemonStop,
-    /// Records the log could not take (written when it takes records again).
-    #[value(name = "records_lost")]
-    RecordsLost,
-    /// A check-in or outcome the daemon refused (another process's outcome, a
-    /// wrong decision id, a malformed message, a uid changed since connect).
-    #[value(name = "refused")]
-    Refused,
-    /// A `metalift verify` run (verified unlock), passed or failed.
-    #[value(name = "verification")]
-    Verification,
+/// `--label KEY=VALUE`: the host's `[audit.labels]` must have KEY with VALUE.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LabelFilter {
+    /// The label's name.
+    pub key: String,
+    /// Its value.
+    pub value: String,
 }
 
-impl KindFilter {
-    fn as_str(self) -> &'static str {
-        match self {
-            KindFilter::Decision => "decision",
-            KindFilter::Outcome => "outcome",
-            KindFilter::PolicyLoaded => "policy_loaded",
-            KindFilter::PolicyRejected => "policy_rejected",
-            KindFilter::DaemonStart => "daemon_start",
-            KindFilter::DaemonStop => "daemon_stop",
-            KindFilter::RecordsLost => "records_lost",
-            KindFilter::Refused => "refused",
-            KindFilter::Verification => "verification",
-        }
+/// Parses `--label KEY=VALUE`.
+pub fn parse_label(arg: &str) -> Result<LabelFilter, String> {
+    match arg.split_once('=') {
+        Some((key, value)) if !key.is_empty() => Ok(LabelFilter {
+            key: key.to_owned(),
+            value: value.to_owned(),
+        }),
+        _ => Err(format!("{arg:?} is not KEY=VALUE (e.g. image=ci-15.4)")),
     }
 }
 
@@ -164,10 +135,16 @@ pub struct Filters {
     pub pid: Option<i32>,
     /// `--decision`.
     pub decision: Option<u64>,
-    /// `--kind` (raw records only).
-    pub kind: Option<KindFilter>,
+    /// `--kind` (raw records only): one of `Record::KINDS`.
+    pub kind: Option<String>,
     /// `--job`: any value of the decision's CI job claims.
     pub job: Option<String>,
+    /// `--host`: the guest's host name.
+    pub host: Option<String>,
+    /// `--boot-id`: a prefix of the guest's boot id.
+    pub boot_id: Option<String>,
+    /// `--label`: every one must match.
+    pub labels: Vec<LabelFilter>,
 }
 
 impl Filters {
@@ -175,10 +152,32 @@ impl Filters {
         self.since.is_none_or(|s| time >= s) && self.until.is_none_or(|u| time < u)
     }
 
+    /// Whether a record of the guest `host` is selected by `--host`, `--boot-id`
+    /// and `--label` (a record without a host part is not, when any is given).
+    #[must_use]
+    pub fn keeps_guest(&self, host: Option<&Host>) -> bool {
+        if self.host.is_none() && self.boot_id.is_none() && self.labels.is_empty() {
+            return true;
+        }
+        let Some(host) = host else {
+            return false;
+        };
+        self.host.as_deref().is_none_or(|h| h == host.name)
+            && self
+                .boot_id
+                .as_deref()
+                .is_none_or(|b| host.boot_id.as_deref().is_some_and(|id| id.starts_with(b)))
+            && self
+                .labels
+                .iter()
+                .all(|l| host.labels.get(&l.key) == Some(&l.value))
+    }
+
     /// Whether a joined line is selected.
     #[must_use]
     pub fn keeps_process(&self, p: &Process) -> bool {
         self.in_time(p.time)
+            && self.keeps_guest(p.host.as_ref())
             && self.exe.as_ref().is_none_or(|f| f.matches(&p.exe))
             && self
                 .rule
@@ -199,7 +198,7 @@ impl Filters {
     /// select outcomes too.
     #[must_use]
     pub fn keeps_record(&self, r: &Record, decided: Option<(Option<&str>, &str)>) -> bool {
-        if self.kind.is_some_and(|k| k.as_str() != r.kind()) || !self.in_time(r.time()) {
+        if self.kind.as_deref().is_some_and(|k| k != r.kind()) || !self.in_time(r.time()) {
             return false;
         }
         let (exe, pid, id, result) = match r {

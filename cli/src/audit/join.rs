@@ -8,11 +8,11 @@
 //! (the shim reports when Metal's device is first created), so five minutes of window
 //! loses no join in practice.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::time::{Duration, SystemTime};
 
-use metalift_daemon::audit::{DecisionRecord, OtherShimRecord, OutcomeRecord, Record};
+use metalift_daemon::audit::{DecisionRecord, Host, OtherShimRecord, OutcomeRecord, Record, Stamp};
 
 /// Decisions kept waiting for their outcome, at most.
 pub const DEFAULT_CAPACITY: usize = 10_000;
@@ -59,6 +59,9 @@ pub struct Process {
     /// The CI job the process claimed (the decision's `advisory.job`); empty when none.
     #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub job: std::collections::BTreeMap<String, String>,
+    /// The guest: host name, boot id and labels of the record (`null` for records
+    /// older than the `host` part).
+    pub host: Option<Host>,
 }
 
 impl Process {
@@ -83,7 +86,17 @@ impl Process {
             device_class: None,
             other_shim: None,
             job: d.advisory.job,
+            host: None,
         }
+    }
+
+    /// This process on the guest `host` (the writer's pid left out: it is metaliftd's).
+    fn on(mut self, host: Option<&Host>) -> Process {
+        self.host = host.map(|h| Host {
+            pid: None,
+            ..h.clone()
+        });
+        self
     }
 
     fn answered(mut self, o: OutcomeRecord) -> Process {
@@ -112,17 +125,35 @@ impl Process {
             device_class: None,
             other_shim: None,
             job: std::collections::BTreeMap::new(),
+            host: None,
         }
         .answered(o)
     }
 }
 
+/// Which daemon run wrote a record: the 128 random bits of its `id`
+/// (`metalift_daemon::audit::stamp`), 0 for records older than ids.
+///
+/// Why the run and not the boot id: a decision and its outcome are written by the
+/// same daemon process (the shim reports on the check-in's own connection, which
+/// ends with that process; see [`Join::push`] on `daemon_start`), and the run is
+/// unique per daemon process, while a boot id is shared by every daemon run of one
+/// boot and is `null` where it cannot be read. `decision_id` alone is not unique
+/// across guests: it is the daemon's start time in microseconds plus a counter, so
+/// two clones booted together can share it.
+fn run_of(stamp: &Stamp) -> u128 {
+    super::dedup::split_id(&stamp.id).map_or(0, |(run, _)| run)
+}
+
 /// Joins decisions to outcomes as records stream by.
 #[derive(Debug)]
 pub struct Join {
-    /// Decisions waiting for their outcome, by id. Ids grow with time (a daemon
-    /// counts up from a start derived from its start time), so the first is the oldest.
-    pending: BTreeMap<u64, Process>,
+    /// Where each waiting decision is in `by_age`, by (run, decision id).
+    waiting: HashMap<(u128, u64), u64>,
+    /// Waiting decisions in the order they were read (about their log time: a
+    /// collector's file is in arrival order), so the first is the oldest.
+    by_age: BTreeMap<u64, ((u128, u64), Process)>,
+    read: u64,
     capacity: usize,
     window: Duration,
 }
@@ -141,7 +172,9 @@ impl Join {
     #[must_use]
     pub fn new(capacity: usize, window: Duration) -> Join {
         Join {
-            pending: BTreeMap::new(),
+            waiting: HashMap::new(),
+            by_age: BTreeMap::new(),
+            read: 0,
             capacity: capacity.max(1),
             window,
         }
@@ -156,33 +189,70 @@ impl Join {
     /// Decisions waiting now.
     #[must_use]
     pub fn pending(&self) -> usize {
-        self.pending.len()
+        self.by_age.len()
     }
 
-    /// Takes the next record of the log; lines that are complete go to `out`.
-    pub fn push(&mut self, record: Record, out: Out<'_>) -> io::Result<()> {
+    fn pop_oldest(&mut self) -> Option<Process> {
+        let (_, (key, p)) = self.by_age.pop_first()?;
+        self.waiting.remove(&key);
+        Some(p)
+    }
+
+    /// Takes the next record of the log with its stamp (which run, which guest);
+    /// lines that are complete go to `out`. A decision is joined only with an
+    /// outcome of the same daemon run ([`run_of`]).
+    pub fn push(&mut self, record: Record, stamp: &Stamp, out: Out<'_>) -> io::Result<()> {
         self.expire(record.time(), out)?;
+        let run = run_of(stamp);
         match record {
             Record::Decision(d) => {
-                let id = d.decision_id;
-                if let Some(replaced) = self.pending.insert(id, Process::decided(d)) {
-                    // The same id twice: the first will never be joined now.
-                    out(replaced)?;
+                let key = (run, d.decision_id);
+                let p = Process::decided(d).on(stamp.host.as_ref());
+                self.read += 1;
+                if let Some(earlier) = self.waiting.insert(key, self.read) {
+                    // The same id twice in one run: the first will never be joined now.
+                    if let Some((_, replaced)) = self.by_age.remove(&earlier) {
+                        out(replaced)?;
+                    }
                 }
-                while self.pending.len() > self.capacity {
-                    if let Some((_, oldest)) = self.pending.pop_first() {
+                self.by_age.insert(self.read, (key, p));
+                while self.by_age.len() > self.capacity {
+                    if let Some(oldest) = self.pop_oldest() {
                         out(oldest)?;
                     }
                 }
                 Ok(())
             }
-            Record::Outcome(o) => match self.pending.remove(&o.decision_id) {
-                Some(decided) => out(decided.answered(o)),
-                None => out(Process::orphan(o)),
-            },
-            // A new daemon: the connections that would carry the old one's
-            // outcomes are gone.
-            Record::DaemonStart { .. } => self.finish(out),
+            Record::Outcome(o) => {
+                let decided = self
+                    .waiting
+                    .remove(&(run, o.decision_id))
+                    .and_then(|at| self.by_age.remove(&at));
+                match decided {
+                    Some((_, decided)) => out(decided.answered(o)),
+                    None => out(Process::orphan(o).on(stamp.host.as_ref())),
+                }
+            }
+            // A new daemon on a guest: the connections that would carry its
+            // previous daemon's outcomes are gone (those of other guests are not).
+            Record::DaemonStart { .. } => {
+                let restarted: Vec<u64> = self
+                    .by_age
+                    .iter()
+                    .filter(|(_, ((r, _), p))| {
+                        // Records older than ids (run 0) cannot tell runs apart.
+                        (*r != run || run == 0) && same_guest(p.host.as_ref(), stamp.host.as_ref())
+                    })
+                    .map(|(at, _)| *at)
+                    .collect();
+                for at in restarted {
+                    if let Some((key, p)) = self.by_age.remove(&at) {
+                        self.waiting.remove(&key);
+                        out(p)?;
+                    }
+                }
+                Ok(())
+            }
             _ => Ok(()),
         }
     }
@@ -193,13 +263,13 @@ impl Join {
         let Some(limit) = now.checked_sub(self.window) else {
             return Ok(());
         };
-        // Oldest first (ids grow with time), so only the front is looked at.
+        // Oldest first, so only the front is looked at.
         while self
-            .pending
+            .by_age
             .first_key_value()
-            .is_some_and(|(_, p)| p.time < limit)
+            .is_some_and(|(_, (_, p))| p.time < limit)
         {
-            if let Some((_, p)) = self.pending.pop_first() {
+            if let Some(p) = self.pop_oldest() {
                 out(p)?;
             }
         }
@@ -208,10 +278,23 @@ impl Join {
 
     /// The end of the log read: every decision still waiting is "no outcome".
     pub fn finish(&mut self, out: Out<'_>) -> io::Result<()> {
-        while let Some((_, p)) = self.pending.pop_first() {
+        while let Some(p) = self.pop_oldest() {
             out(p)?;
         }
         Ok(())
+    }
+}
+
+/// Whether two records' hosts are one guest: the same boot id, or, where either
+/// has none (older daemons, an unreadable boot id), the same host name.
+fn same_guest(a: Option<&Host>, b: Option<&Host>) -> bool {
+    match (a, b) {
+        (Some(a), Some(b)) => match (&a.boot_id, &b.boot_id) {
+            (Some(x), Some(y)) => x == y,
+            _ => a.name == b.name,
+        },
+        (None, None) => true,
+        _ => false,
     }
 }
 
@@ -282,7 +365,7 @@ mod tests {
             Ok(())
         };
         for r in records {
-            join.push(r, &mut out).unwrap();
+            join.push(r, &Stamp::default(), &mut out).unwrap();
         }
         join.finish(&mut out).unwrap();
         lines
@@ -316,11 +399,14 @@ mod tests {
             Ok(())
         };
         let mut join = Join::default();
-        join.push(decision(1, 0), &mut out).unwrap();
-        join.push(Record::Outcome(o), &mut out).unwrap();
+        join.push(decision(1, 0), &Stamp::default(), &mut out)
+            .unwrap();
+        join.push(Record::Outcome(o), &Stamp::default(), &mut out)
+            .unwrap();
         join.finish(&mut out).unwrap();
         let mut text = Vec::new();
-        super::super::view::line(&mut text, &seen[0]).unwrap();
+        super::super::view::line(&mut text, &seen[0], &super::super::view::Columns::default())
+            .unwrap();
         let text = String::from_utf8(text).unwrap();
         assert!(
             text.contains(
@@ -343,9 +429,11 @@ mod tests {
         };
         // Every other decision never gets an outcome.
         for id in 0..200_000u64 {
-            join.push(decision(id, id / 1000), &mut out).unwrap();
+            join.push(decision(id, id / 1000), &Stamp::default(), &mut out)
+                .unwrap();
             if id % 2 == 0 {
-                join.push(outcome(id, id / 1000), &mut out).unwrap();
+                join.push(outcome(id, id / 1000), &Stamp::default(), &mut out)
+                    .unwrap();
             }
             most = most.max(join.pending());
         }
@@ -362,8 +450,10 @@ mod tests {
             lines.push((p.decision_id, p.result));
             Ok(())
         };
-        join.push(decision(1, 0), &mut out).unwrap();
-        join.push(decision(2, 61), &mut out).unwrap();
+        join.push(decision(1, 0), &Stamp::default(), &mut out)
+            .unwrap();
+        join.push(decision(2, 61), &Stamp::default(), &mut out)
+            .unwrap();
         assert_eq!(lines, [(1, NO_OUTCOME.to_owned())]);
         assert_eq!(join.pending(), 1);
     }
@@ -388,5 +478,86 @@ mod tests {
             lines,
             [(1, NO_OUTCOME.to_owned()), (1, "applied".to_owned())]
         );
+    }
+
+    fn guest(run: u128, seq: u64, name: &str, boot: &str) -> Stamp {
+        Stamp {
+            schema: 1,
+            id: format!("{run:032x}-{seq}"),
+            host: Some(Host {
+                name: name.into(),
+                boot_id: Some(boot.into()),
+                labels: BTreeMap::new(),
+                pid: Some(1),
+            }),
+        }
+    }
+
+    #[test]
+    fn two_clones_with_the_same_decision_id_each_get_their_own_outcome() {
+        // Two guests cloned from one image, booted together: their daemons drew the
+        // same decision ids. Guest B's decision 1 is not in what was read (rotated
+        // away before the collector kept it); its outcome must not join guest A's.
+        let a = |seq| guest(0xa, seq, "clone", "boot-a");
+        let b = |seq| guest(0xb, seq, "clone", "boot-b");
+        let Record::Outcome(mut failed) = outcome(1, 2) else {
+            unreachable!()
+        };
+        failed.result = "failed".into();
+        failed.exe = "/bin/on-b".into();
+        let mut lines = Vec::new();
+        let mut out = |p: Process| {
+            lines.push((
+                p.host.map(|h| h.boot_id.unwrap_or_default()),
+                p.exe,
+                p.action,
+                p.result,
+            ));
+            Ok(())
+        };
+        let mut join = Join::default();
+        join.push(decision(1, 0), &a(1), &mut out).unwrap();
+        join.push(Record::Outcome(failed), &b(7), &mut out).unwrap();
+        join.push(outcome(1, 3), &a(2), &mut out).unwrap();
+        join.finish(&mut out).unwrap();
+        let line = |boot: &str, exe: &str, action: &str, result: &str| {
+            (
+                Some(boot.to_owned()),
+                exe.to_owned(),
+                action.to_owned(),
+                result.to_owned(),
+            )
+        };
+        assert_eq!(
+            lines,
+            [
+                line("boot-b", "/bin/on-b", "?", "failed"),
+                line("boot-a", "/bin/p1", "unlock", "applied"),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_daemon_start_on_one_guest_does_not_end_another_guests_wait() {
+        let mut lines = Vec::new();
+        let mut out = |p: Process| {
+            lines.push((p.decision_id, p.result));
+            Ok(())
+        };
+        let mut join = Join::default();
+        join.push(decision(1, 0), &guest(0xa, 1, "a", "boot-a"), &mut out)
+            .unwrap();
+        let start = Record::DaemonStart {
+            time: at(1),
+            version: "0".into(),
+            pid: 1,
+            policy: "p".into(),
+            listen: "s".into(),
+        };
+        join.push(start, &guest(0xb, 1, "b", "boot-b"), &mut out)
+            .unwrap();
+        join.push(outcome(1, 2), &guest(0xa, 2, "a", "boot-a"), &mut out)
+            .unwrap();
+        assert_eq!(lines, [(1, "applied".to_owned())]);
     }
 }

@@ -6,6 +6,7 @@
 use std::io::{self, Write};
 
 use super::join::Process;
+use super::view::{guest, Columns};
 
 /// Rows kept; past it the table says how many more there were (a step summary
 /// is for reading, and GitHub caps its size at 1 MiB).
@@ -16,9 +17,19 @@ pub const MAX_ROWS: usize = 500;
 pub struct Table {
     rows: Vec<Process>,
     more: u64,
+    columns: Columns,
 }
 
 impl Table {
+    /// A table with a column for each host label in `labels` (`--show-label`).
+    #[must_use]
+    pub fn new(labels: &[String]) -> Table {
+        Table {
+            columns: Columns::new(labels),
+            ..Table::default()
+        }
+    }
+
     /// Takes one joined process; keeps it when it was an unlock.
     pub fn add(&mut self, p: Process) {
         if p.action != "unlock" && p.action != "would-unlock" {
@@ -38,19 +49,31 @@ impl Table {
         if self.rows.is_empty() {
             return writeln!(out, "No process was unlocked.");
         }
-        writeln!(out, "| Process | Rule | Result |")?;
-        writeln!(out, "| --- | --- | --- |")?;
+        let labels = self.columns.labels();
+        let mut head = String::from("| Process | Guest |");
+        for label in labels {
+            head.push_str(&format!(" {} |", cell(label)));
+        }
+        writeln!(out, "{head} Rule | Result |")?;
+        writeln!(out, "{}", "| --- ".repeat(4 + labels.len()) + "|")?;
         for p in &self.rows {
             let result = match (p.action.as_str(), p.reason.is_empty()) {
                 ("would-unlock", _) => format!("would unlock (monitor); {}", p.result),
                 (_, true) => p.result.clone(),
                 (_, false) => format!("{} ({})", p.result, p.reason),
             };
-            writeln!(
-                out,
-                "| `{}` (pid {}) | {} | {} |",
+            let mut row = format!(
+                "| `{}` (pid {}) | {} |",
                 cell(&p.exe),
                 p.pid,
+                cell(&guest(p))
+            );
+            for value in self.columns.label_values(p) {
+                row.push_str(&format!(" {} |", cell(value)));
+            }
+            writeln!(
+                out,
+                "{row} {} | {} |",
                 cell(p.rule.as_deref().unwrap_or("-")),
                 cell(&result)
             )?;

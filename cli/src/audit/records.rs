@@ -1,10 +1,10 @@
 //! `metalift audit --records`: the raw records, one table row each (or, with
 //! `--json`, each line exactly as written), streamed with fixed column widths.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::{self, Write};
 
-use metalift_daemon::audit::Record;
+use metalift_daemon::audit::{Record, Stamp};
 
 /// Decisions remembered so `--rule`/`--action` also select the outcomes answering them.
 const REMEMBERED_DECISIONS: usize = 10_000;
@@ -13,23 +13,39 @@ const REMEMBERED_DECISIONS: usize = 10_000;
 const WIDTHS: [usize; 6] = [20, 15, 7, 40, 16, 12];
 const HEADERS: [&str; 7] = ["TIME", "KIND", "PID", "EXE", "RULE", "ACTION", "DETAIL"];
 
-/// The rule and action of recent decisions, by id (bounded: the oldest go first).
+/// The rule and action of recent decisions, by daemon run and decision id
+/// (bounded: the oldest go first; see `join` for why the run).
 #[derive(Debug, Default)]
-pub struct Decided(BTreeMap<u64, (Option<String>, String)>);
+pub struct Decided {
+    by_id: HashMap<(u128, u64), (u64, Option<String>, String)>,
+    order: BTreeMap<u64, (u128, u64)>,
+    read: u64,
+}
 
 impl Decided {
     /// Remembers a decision; returns the (rule, action) `record` has or answers.
-    pub fn see(&mut self, record: &Record) -> Option<(Option<String>, String)> {
+    pub fn see(&mut self, record: &Record, stamp: &Stamp) -> Option<(Option<String>, String)> {
+        let run = super::dedup::split_id(&stamp.id).map_or(0, |(run, _)| run);
         match record {
             Record::Decision(d) => {
-                if self.0.len() >= REMEMBERED_DECISIONS {
-                    self.0.pop_first();
+                if self.order.len() >= REMEMBERED_DECISIONS {
+                    if let Some((_, key)) = self.order.pop_first() {
+                        self.by_id.remove(&key);
+                    }
                 }
-                self.0
-                    .insert(d.decision_id, (d.rule.clone(), action_of(d).to_owned()));
+                self.read += 1;
+                let key = (run, d.decision_id);
+                let seen = (self.read, d.rule.clone(), action_of(d).to_owned());
+                if let Some((earlier, ..)) = self.by_id.insert(key, seen) {
+                    self.order.remove(&earlier);
+                }
+                self.order.insert(self.read, key);
                 Some((d.rule.clone(), action_of(d).to_owned()))
             }
-            Record::Outcome(o) => self.0.get(&o.decision_id).cloned(),
+            Record::Outcome(o) => self
+                .by_id
+                .get(&(run, o.decision_id))
+                .map(|(_, rule, action)| (rule.clone(), action.clone())),
             _ => None,
         }
     }

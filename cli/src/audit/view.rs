@@ -11,17 +11,79 @@ use super::join::Process;
 /// Characters of the policy hash shown in text.
 const HASH_PREFIX: usize = 12;
 
+/// Characters of the boot id shown in the GUEST column.
+pub const BOOT_PREFIX: usize = 8;
+
+/// The columns chosen on the command line: the host labels `--show-label` names.
+#[derive(Debug, Default, Clone)]
+pub struct Columns {
+    labels: Vec<String>,
+}
+
+impl Columns {
+    /// The view with these label columns.
+    #[must_use]
+    pub fn new(labels: &[String]) -> Columns {
+        Columns {
+            labels: labels.to_vec(),
+        }
+    }
+
+    /// The label names, in order.
+    #[must_use]
+    pub fn labels(&self) -> &[String] {
+        &self.labels
+    }
+
+    /// The value of each label column for `p` (`-` when the guest has none).
+    #[must_use]
+    pub fn label_values<'p>(&self, p: &'p Process) -> Vec<&'p str> {
+        self.labels
+            .iter()
+            .map(|key| {
+                p.host
+                    .as_ref()
+                    .and_then(|h| h.labels.get(key))
+                    .map_or("-", String::as_str)
+            })
+            .collect()
+    }
+}
+
+/// The guest as one word: host name and the start of its boot id (`-` when the
+/// record has no host part).
+#[must_use]
+pub fn guest(p: &Process) -> String {
+    match &p.host {
+        None => "-".to_owned(),
+        Some(h) => {
+            let boot: String = h
+                .boot_id
+                .as_deref()
+                .unwrap_or("?")
+                .chars()
+                .take(BOOT_PREFIX)
+                .collect();
+            format!("{}/{boot}", h.name)
+        }
+    }
+}
+
 /// Writes the header of the text view.
-pub fn header(out: &mut dyn Write) -> io::Result<()> {
-    writeln!(
+pub fn header(out: &mut dyn Write, columns: &Columns) -> io::Result<()> {
+    write!(
         out,
-        "{:<20}  {:>7}  {:<20}  {:<12}  {:<10}  {:<12}  EXE",
-        "TIME", "PID", "RULE", "ACTION", "RESULT", "POLICY"
-    )
+        "{:<20}  {:<24}  {:>7}  {:<20}  {:<12}  {:<10}  {:<12}",
+        "TIME", "GUEST", "PID", "RULE", "ACTION", "RESULT", "POLICY"
+    )?;
+    for label in columns.labels() {
+        write!(out, "  {:<12}", label.to_uppercase())?;
+    }
+    writeln!(out, "  EXE")
 }
 
 /// Writes one process as a text line (and why, when it is failed or stock).
-pub fn line(out: &mut dyn Write, p: &Process) -> io::Result<()> {
+pub fn line(out: &mut dyn Write, p: &Process, columns: &Columns) -> io::Result<()> {
     let policy: String = p
         .policy_sha256
         .as_deref()
@@ -44,17 +106,21 @@ pub fn line(out: &mut dyn Write, p: &Process) -> io::Result<()> {
         let claims: Vec<String> = p.job.iter().map(|(k, v)| format!("{k}={v}")).collect();
         why.push_str(&format!("  [job {}]", claims.join(" ")));
     }
-    writeln!(
+    write!(
         out,
-        "{:<20}  {:>7}  {:<20}  {:<12}  {:<10}  {:<12}  {}{why}",
+        "{:<20}  {:<24}  {:>7}  {:<20}  {:<12}  {:<10}  {:<12}",
         humantime::format_rfc3339_seconds(p.time).to_string(),
+        guest(p),
         p.pid,
         p.rule.as_deref().unwrap_or("-"),
         p.action,
         p.result,
         policy,
-        p.exe,
-    )
+    )?;
+    for value in columns.label_values(p) {
+        write!(out, "  {value:<12}")?;
+    }
+    writeln!(out, "  {}{why}", p.exe)
 }
 
 /// Writes one process as one JSON object on its own line.

@@ -56,23 +56,19 @@ struct Head {
     time: SystemTime,
 }
 
-/// The `"kind"` words this version's [`Record`] has.
-const KNOWN_KINDS: [&str; 6] = [
-    "decision",
-    "outcome",
-    "policy_loaded",
-    "policy_rejected",
-    "daemon_start",
-    "daemon_stop",
-];
-
-/// Parses one line (without its newline). `file` and `line` locate a corrupt one.
+/// Parses one line (without its newline): a record, bare or behind the syslog
+/// header a collector kept ([`super::collected`]). `file` and `line` locate a
+/// corrupt one.
 #[must_use]
 pub fn parse_line(text: &str, file: &Path, line: usize) -> Item {
     let corrupt = |error: String| Item::Corrupt {
         file: file.to_owned(),
         line,
         error,
+    };
+    let text = match super::collected::record_text(text) {
+        Ok(text) => text,
+        Err(what) => return corrupt(what.to_owned()),
     };
     let error = match serde_json::from_str::<Record>(text) {
         Ok(record) => {
@@ -87,7 +83,7 @@ pub fn parse_line(text: &str, file: &Path, line: usize) -> Item {
         Err(e) => e,
     };
     match serde_json::from_str::<Head>(text) {
-        Ok(head) if !KNOWN_KINDS.contains(&head.kind.as_str()) => Item::Entry(Entry {
+        Ok(head) if !Record::KINDS.contains(&head.kind.as_str()) => Item::Entry(Entry {
             raw: text.to_owned(),
             kind: head.kind,
             time: head.time,

@@ -10,6 +10,7 @@
 //! - [`writer`]: [`AuditLog`], one `write(2)` per record, size rotation under one lock.
 //! - [`log_lock`]: one daemon per log (`<log>.lock`, an exclusive `flock`).
 //! - [`rotation`]: [`Rotation`] settings and the file-name scheme of rotated files.
+//! - [`collected`]: a record as a collector stores it (bare JSON, or behind a syslog header).
 //! - [`line`]: one line read back as the writer's typed [`Record`] (or a newer kind, or corrupt).
 //! - [`reader`]: reading the log back (rotated files first), and following it, for `metalift audit`.
 //! - [`receipt`]: what a `verification` record proves it ran (hashes, stock and effective answers, the control).
@@ -17,6 +18,7 @@
 //! - [`forward`]: forwarding every record to a syslog collector (`[audit.forward]`).
 //! - [`tail`]: where the last N lines start, read backwards (`metalift audit -f -n N`).
 
+pub mod collected;
 pub mod forward;
 pub mod host;
 pub mod line;

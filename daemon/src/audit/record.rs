@@ -404,6 +404,22 @@ impl From<&Answers> for AnswersRecord {
 }
 
 impl Record {
+    /// Every `"kind"` word a [`Record`] has, in the order of the enum: what
+    /// `metalift audit --kind` accepts and what the reader knows. A test checks it
+    /// against the schema generated from the types, so a new kind cannot be missed.
+    pub const KINDS: [&'static str; 10] = [
+        "decision",
+        "outcome",
+        "refused",
+        "policy_loaded",
+        "policy_rejected",
+        "daemon_start",
+        "daemon_stop",
+        "records_lost",
+        "forward_gap",
+        "verification",
+    ];
+
     /// The `"kind"` word of this record.
     #[must_use]
     pub fn kind(&self) -> &'static str {

@@ -51,3 +51,36 @@ pub fn record_schema() -> Value {
 pub fn render() -> String {
     serde_json::to_string_pretty(&record_schema()).unwrap_or_default()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every `"kind": {"const": ...}` in the schema, in order.
+    fn kinds_in(value: &Value, out: &mut Vec<String>) {
+        match value {
+            Value::Object(map) => {
+                if let Some(kind) = map.get("kind").and_then(|k| k.get("const")) {
+                    out.extend(kind.as_str().map(str::to_owned));
+                }
+                map.values().for_each(|v| kinds_in(v, out));
+            }
+            Value::Array(items) => items.iter().for_each(|v| kinds_in(v, out)),
+            _ => {}
+        }
+    }
+
+    #[test]
+    fn the_kinds_the_reader_accepts_are_the_kinds_the_types_write() {
+        let mut in_schema = Vec::new();
+        kinds_in(&record_schema(), &mut in_schema);
+        in_schema.sort();
+        in_schema.dedup();
+        let mut listed: Vec<String> = super::super::Record::KINDS
+            .iter()
+            .map(|k| (*k).to_owned())
+            .collect();
+        listed.sort();
+        assert_eq!(listed, in_schema);
+    }
+}
