@@ -12,6 +12,7 @@ pub mod dedup;
 pub mod export;
 pub mod filter;
 pub mod flush;
+pub mod group;
 pub mod inputs;
 pub mod join;
 mod local_day;
@@ -121,6 +122,11 @@ pub struct Args {
     /// Print counts by result, rule and executable instead of lines.
     #[arg(long, conflicts_with_all = ["records", "kind", "follow"])]
     pub summary: bool,
+    /// With --summary: one row per group of these keys (comma-separated): host,
+    /// boot, label:NAME, job, rule, exe, chip, os (macOS build), result; counts of
+    /// processes, unlocked, applied, failed (top reasons), stock, no outcome.
+    #[arg(long, value_name = "KEY[,KEY]", value_delimiter = ',', value_parser = group::parse_key, requires = "summary")]
+    pub by: Vec<group::Key>,
     /// Follow the log from its end as records are appended, across rotations (Ctrl-C to stop).
     #[arg(long, short = 'f')]
     pub follow: bool,
@@ -139,7 +145,8 @@ pub struct Args {
     pub job: Option<String>,
     /// A Markdown table of the unlocks (process, rule, result), e.g. for
     /// $GITHUB_STEP_SUMMARY: `metalift audit --job "$GITHUB_RUN_ID" --markdown`.
-    #[arg(long, conflicts_with_all = ["records", "kind", "follow", "summary", "json"])]
+    /// With --summary: the groups as a Markdown table.
+    #[arg(long, conflicts_with_all = ["records", "kind", "follow", "json"])]
     pub markdown: bool,
 }
 
@@ -211,6 +218,8 @@ struct Printer<'a> {
     json: bool,
     records_view: bool,
     summary: Option<Summary>,
+    /// `--summary --by` (or `--summary --markdown`): counts by group.
+    grouped: Option<group::Grouped>,
     /// `--markdown`: the unlocks, written at the end.
     markdown: Option<markdown::Table>,
     columns: Columns,
@@ -286,6 +295,10 @@ impl Printer<'_> {
         if !self.filters.keeps_process(&p) {
             return Ok(());
         }
+        if let Some(grouped) = &mut self.grouped {
+            grouped.add(&p);
+            return Ok(());
+        }
         if let Some(table) = &mut self.markdown {
             table.add(p);
             return Ok(());
@@ -304,6 +317,17 @@ impl Printer<'_> {
     /// or the summary, and the closing words on stderr.
     fn close(&mut self, json: bool) -> io::Result<()> {
         self.flush_join(None)?;
+        if let Some(grouped) = &self.grouped {
+            if json {
+                grouped.write_json(self.out)?;
+            } else if self.markdown.is_some() {
+                grouped.write_markdown(self.out)?;
+            } else {
+                grouped.write_text(self.out)?;
+            }
+            self.out.flush()?;
+            return self.report();
+        }
         if let Some(table) = &self.markdown {
             table.write(self.out)?;
         }
@@ -375,6 +399,14 @@ pub fn run_with(args: &Args, out: &mut dyn Write, err: &mut dyn Write) -> anyhow
         json: args.json,
         records_view,
         summary: args.summary.then(Summary::default),
+        grouped: (args.summary && (!args.by.is_empty() || args.markdown)).then(|| {
+            let keys = if args.by.is_empty() {
+                vec![group::Key::Result]
+            } else {
+                args.by.clone()
+            };
+            group::Grouped::new(keys)
+        }),
         markdown: args
             .markdown
             .then(|| markdown::Table::new(&args.show_labels)),

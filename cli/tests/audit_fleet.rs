@@ -36,6 +36,7 @@ fn guest(name: &str, boot_id: &str, image: &str) -> Stamper {
         boot_id: Some(boot_id.into()),
         labels: BTreeMap::from([("image".to_owned(), image.to_owned())]),
         pid: Some(77),
+        os_build: Some("24A335".into()),
     })
 }
 
@@ -389,4 +390,70 @@ fn an_export_bundle_directory_is_its_records() {
             "applied".to_owned()
         )]
     );
+}
+
+#[test]
+fn the_fleet_summary_by_image_and_macos_build_names_the_failing_image_with_its_reason() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = fleet_file(tmp.path());
+    let log = file.to_str().unwrap();
+    let out = metalift(&[
+        "audit",
+        "--log",
+        log,
+        "--summary",
+        "--by",
+        "label:image,os",
+        "--result",
+        "failed",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(v["by"], json!(["label:image", "os"]));
+    assert_eq!(v["groups"].as_array().unwrap().len(), 1, "{v}");
+    let g = &v["groups"][0];
+    assert_eq!(g["key"], json!({"label:image": "ci-15", "os": "24A335"}));
+    assert_eq!(g["counts"]["failed"], 1);
+    assert_eq!(g["top_failures"][0]["reason"], "supportsFamily: not found");
+
+    // Every process, by image: text and Markdown.
+    let text = stdout(&metalift(&[
+        "audit",
+        "--log",
+        log,
+        "--summary",
+        "--by",
+        "label:image",
+    ]));
+    let rows: Vec<Vec<&str>> = text
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    // LABEL:IMAGE PROCESSES UNLOCKED APPLIED FAILED STOCK NO-OUTCOME ...
+    assert_eq!(
+        rows[0][..7],
+        ["ci-15", "2", "2", "1", "1", "0", "0"],
+        "{text}"
+    );
+    assert_eq!(
+        rows[1][..7],
+        ["ci-14", "1", "1", "1", "0", "0", "0"],
+        "{text}"
+    );
+    let md = stdout(&metalift(&[
+        "audit",
+        "--log",
+        log,
+        "--summary",
+        "--by",
+        "host,result",
+        "--markdown",
+    ]));
+    assert!(md.contains("| host | result | Processes |"), "{md}");
+    assert!(md.contains("| ci-clone | failed | 1 | 1 | 0 | 1 |"), "{md}");
+    let bad = metalift(&["audit", "--log", log, "--summary", "--by", "colour"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(stderr(&bad).contains("label:NAME"), "{}", stderr(&bad));
 }

@@ -62,6 +62,9 @@ pub struct Process {
     /// The guest: host name, boot id and labels of the record (`null` for records
     /// older than the `host` part).
     pub host: Option<Host>,
+    /// The host chip the daemon decided on (the decision's `host_chip`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host_chip: Option<String>,
 }
 
 impl Process {
@@ -87,6 +90,7 @@ impl Process {
             other_shim: None,
             job: d.advisory.job,
             host: None,
+            host_chip: d.host_chip,
         }
     }
 
@@ -126,6 +130,7 @@ impl Process {
             other_shim: None,
             job: std::collections::BTreeMap::new(),
             host: None,
+            host_chip: None,
         }
         .answered(o)
     }
@@ -489,6 +494,7 @@ mod tests {
                 boot_id: Some(boot.into()),
                 labels: BTreeMap::new(),
                 pid: Some(1),
+                os_build: None,
             }),
         }
     }

@@ -91,7 +91,7 @@ impl Table {
 }
 
 /// Text safe inside one table cell: `|` escaped, newlines and backticks replaced.
-fn cell(text: &str) -> String {
+pub fn cell(text: &str) -> String {
     text.replace('|', "\\|")
         .replace(['\n', '\r'], " ")
         .replace('`', "'")

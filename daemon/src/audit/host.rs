@@ -9,6 +9,9 @@
 //! apart if they ever shared a log (issue 34: the log is now locked, but a
 //! collector joining logs still sees which run wrote what).
 //!
+//! The macOS build (`os_build`) is read once too, from the same source verified
+//! unlock compares with (`crate::live_policy::host_os`).
+//!
 //! Where the boot id comes from (`platform`):
 //! - Linux: `/proc/sys/kernel/random/boot_id` (a UUID the kernel draws at boot;
 //!   proc_sys_kernel(5)).
@@ -38,6 +41,12 @@ pub struct Host {
     /// a machine rather than a writer (`metalift audit export`'s manifest).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pid: Option<u32>,
+    /// The macOS build the machine runs (`24A335`; `crate::live_policy::host_os`),
+    /// read once when the log opens (an update reboots): what a fleet's records are
+    /// grouped by after a macOS update. Absent where none is known (Linux without
+    /// the test rig's override) and from records of older daemons.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub os_build: Option<String>,
 }
 
 impl Host {
@@ -52,6 +61,7 @@ impl Host {
             boot_id: platform::boot_id(),
             labels: BTreeMap::new(),
             pid: None,
+            os_build: crate::live_policy::host_os::os_build(),
         }
     }
 

@@ -175,6 +175,7 @@ mod tests {
             boot_id: Some("b00t".into()),
             labels: Default::default(),
             pid: Some(4242),
+            os_build: None,
         });
         let first: serde_json::Value =
             serde_json::from_slice(&stamper.line(&stop()).unwrap()).unwrap();
