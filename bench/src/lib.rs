@@ -19,6 +19,8 @@
 //!   tree in one run (`metalift-bench versus <old-build-dir>`).
 //! - [`forwarding`] (Linux): issue 30, check-ins with audit forwarding to a real
 //!   rsyslogd on vs off, and RSS with the collector down.
+//! - [`fleet_read`] (Linux): issue 41, `metalift audit` on a collector's file of a
+//!   fleet's records against jq answering the same questions.
 //!
 //! Every figure is compared with a baseline measured in the same run, and the
 //! harness asserts nothing about time: a missed target is printed as missed.
@@ -31,6 +33,8 @@ pub mod stats;
 pub mod baseline;
 #[cfg(target_os = "linux")]
 pub mod big_exe;
+#[cfg(target_os = "linux")]
+pub mod fleet_read;
 #[cfg(target_os = "linux")]
 pub mod forwarding;
 #[cfg(target_os = "linux")]

@@ -59,6 +59,14 @@ enum Cmd {
     /// Issue 30: check-ins with audit forwarding (to a local rsyslogd) on vs off, and
     /// RSS with the collector down through 100,000 records.
     Forwarding,
+    /// Issue 41: `metalift audit` on a generated collector file (RFC 5424 lines from
+    /// 200 guests) against jq answering the same three questions. Needs jq and GNU
+    /// time (scripts/setup.sh installs both) and target/release/metalift.
+    FleetRead {
+        /// The generated file's size in MB (the issue asks for at least 1000).
+        #[arg(long, default_value_t = 1000)]
+        megabytes: u64,
+    },
     /// Internal: the transport-only baseline server.
     #[command(hide = true)]
     ServeBaseline {
@@ -92,8 +100,8 @@ fn run(args: Args) -> anyhow::Result<()> {
     use anyhow::Context as _;
     use metalift_bench::harness::{self, Artifacts};
     use metalift_bench::{
-        big_exe, forwarding, identity_hop, probe_cost, reload, stalls, startup, summary_table,
-        throughput, versus, Section,
+        big_exe, fleet_read, forwarding, identity_hop, probe_cost, reload, stalls, startup,
+        summary_table, throughput, versus, Section,
     };
 
     let q = args.quick;
@@ -122,6 +130,18 @@ fn run(args: Args) -> anyhow::Result<()> {
             forwarding::run(art, 8, Duration::from_secs(2), 100_000)
         }
     };
+    // `metalift` beside this binary (target/release/): the only artifact it needs.
+    let fleet = |megabytes: u64| {
+        let cli = std::env::current_exe()?
+            .parent()
+            .map(|d| d.join("metalift"))
+            .context("the benchmark binary has no directory")?;
+        fleet_read::run(
+            &cli,
+            if q { megabytes.min(100) } else { megabytes },
+            if q { 1 } else { 3 },
+        )
+    };
     let reloads = |art: &Artifacts| reload::run(art, if q { 10 } else { 100 });
     let stall = |art: &Artifacts| {
         if q {
@@ -140,6 +160,7 @@ fn run(args: Args) -> anyhow::Result<()> {
     let sections: Vec<Section> = match args.command {
         Cmd::ServeBaseline { socket } => return metalift_bench::baseline::serve(&socket),
         Cmd::CheckInOnce { socket } => return big_exe::check_in_once(&socket),
+        Cmd::FleetRead { megabytes } => vec![fleet(megabytes)?],
         cmd => {
             let art = Artifacts::locate()?;
             let provenance = metalift_bench::report::Provenance::of_this_tree(q);
@@ -196,6 +217,7 @@ fn run(args: Args) -> anyhow::Result<()> {
                         ("reload", &reloads),
                         ("big-exe", &big),
                         ("forwarding", &forward),
+                        ("fleet-read", &|_: &Artifacts| fleet(1000)),
                     ] {
                         eprintln!("metalift-bench: running {name}…");
                         all.push(bench(&art)?);

@@ -18,6 +18,7 @@ pub mod join;
 mod local_day;
 pub mod markdown;
 pub mod records;
+pub mod skim;
 pub mod view;
 pub mod when;
 
@@ -28,10 +29,13 @@ use std::time::{Duration, SystemTime};
 
 use self::dedup::Dedup;
 use self::filter::{ActionFilter, ExeFilter, Filters, LabelFilter, ResultFilter};
+use self::inputs::Line;
 use self::join::{Join, Process};
 use self::view::{Columns, Summary};
 use self::when::When;
-use metalift_daemon::audit::reader::{Entry, Item, LogReader};
+use metalift_daemon::audit::collected;
+use metalift_daemon::audit::line::parse_record;
+use metalift_daemon::audit::reader::{parse_line, Entry, Item, LogReader};
 use metalift_daemon::audit::{Record, DEFAULT_LOG_PATH};
 
 /// Exit status when the input is not empty but holds no record at all.
@@ -228,11 +232,38 @@ struct Printer<'a> {
     decided: records::Decided,
     dedup: Dedup,
     tally: Tally,
+    prefilter: skim::Prefilter,
+    hosts: skim::Hosts,
 }
 
 impl Printer<'_> {
-    /// Takes one item read from the log.
-    fn item(&mut self, item: Item) -> io::Result<()> {
+    /// Takes one line read: skims it, skips it when it cannot change the answer,
+    /// parses it otherwise.
+    fn line(&mut self, line: Line<'_>) -> io::Result<()> {
+        let (text, file, number) = match line {
+            Line::Corrupt(item) => return self.item(*item, false),
+            Line::Text { text, file, number } => (text, file, number),
+        };
+        let Some((json, skimmed)) = collected::record_text(text)
+            .ok()
+            .and_then(|json| Some((json, skim::skim(json)?)))
+        else {
+            return self.item(parse_line(text, file, number), false);
+        };
+        if self.prefilter.skips(&skimmed, json, &self.join) {
+            self.tally.records += 1;
+            return Ok(());
+        }
+        if !self.dedup.first_time(skimmed.id) {
+            return Ok(());
+        }
+        let stamp = self.hosts.stamp(&skimmed);
+        let item = parse_record(json, Some(stamp), Some(skimmed.kind), file, number);
+        self.item(item, true)
+    }
+
+    /// Takes one item read from the log (`deduplicated`: its id was counted already).
+    fn item(&mut self, item: Item, deduplicated: bool) -> io::Result<()> {
         let entry = match item {
             Item::Entry(entry) => entry,
             Item::Corrupt { file, line, error } => {
@@ -248,7 +279,7 @@ impl Printer<'_> {
         let Entry {
             raw, record, stamp, ..
         } = entry;
-        if !self.dedup.first_time(&stamp.id) {
+        if !deduplicated && !self.dedup.first_time(&stamp.id) {
             return Ok(());
         }
         self.tally.records += 1;
@@ -416,6 +447,13 @@ pub fn run_with(args: &Args, out: &mut dyn Write, err: &mut dyn Write) -> anyhow
         decided: records::Decided::default(),
         dedup: Dedup::default(),
         tally: Tally::default(),
+        prefilter: skim::Prefilter::new(
+            records_view,
+            args.kind.as_deref(),
+            args.rule.is_some() || args.action.is_some(),
+            args.job.as_deref(),
+        ),
+        hosts: skim::Hosts::default(),
     };
     if tail {
         return follow(args, &mut printer);
@@ -432,7 +470,7 @@ pub fn run_with(args: &Args, out: &mut dyn Write, err: &mut dyn Write) -> anyhow
     // exits 2.
     let mut failed = None;
     for input in &inputs {
-        if let Err(e) = inputs::read(input, &mut |item| printer.item(item)) {
+        if let Err(e) = inputs::read(input, &mut |line| printer.line(line)) {
             if e.kind() == io::ErrorKind::BrokenPipe {
                 return Err(e.into());
             }
@@ -496,7 +534,7 @@ fn follow(args: &Args, printer: &mut Printer<'_>) -> anyhow::Result<ExitCode> {
         }
     }
     reader
-        .poll_each(&mut |item| printer.item(item))
+        .poll_each(&mut |item| printer.item(item, false))
         .map_err(|e| read_error(log, e))?;
     if !args.follow {
         printer.close(args.json)?;
@@ -506,7 +544,7 @@ fn follow(args: &Args, printer: &mut Printer<'_>) -> anyhow::Result<ExitCode> {
     loop {
         std::thread::sleep(FOLLOW_INTERVAL);
         reader
-            .poll_each(&mut |item| printer.item(item))
+            .poll_each(&mut |item| printer.item(item, false))
             .map_err(|e| read_error(log, e))?;
         // An idle log: decisions whose outcome did not come within the window.
         printer.flush_join(Some(SystemTime::now()))?;

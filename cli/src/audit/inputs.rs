@@ -17,15 +17,36 @@
 //! not gzip is an error naming the file, never read as text.
 
 use std::fs::File;
-use std::io::{self, BufRead, BufReader, Read};
+use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
-use metalift_daemon::audit::reader::{parse_line, Item, LogReader, Sink};
+use metalift_daemon::audit::reader::{log_files, Item};
+
+/// One line read, before it is parsed (so a reader can skip what cannot match
+/// without parsing it), or what made it no line of text.
+#[derive(Debug)]
+pub enum Line<'a> {
+    /// A line of text, without its newline.
+    Text {
+        /// The line.
+        text: &'a str,
+        /// The file it is in.
+        file: &'a Path,
+        /// Its 1-based number in that file.
+        number: usize,
+    },
+    /// Not a line of text: not UTF-8, or the last line without its newline (rare:
+    /// boxed so every line read is not the size of an item).
+    Corrupt(Box<Item>),
+}
+
+/// Where lines go as they are read.
+pub type LineSink<'a> = &'a mut dyn FnMut(Line<'_>) -> io::Result<()>;
 
 /// One thing to read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Input {
-    /// A log file with its uncompressed rotated siblings, read by [`LogReader`].
+    /// A log file with its uncompressed rotated siblings (`PATH.N`, oldest first).
     Log(PathBuf),
     /// One file read alone (a compressed rotation, or a file found in a directory).
     File(PathBuf),
@@ -189,17 +210,34 @@ fn compressed_siblings(path: &Path) -> io::Result<Vec<PathBuf>> {
 }
 
 /// Reads one input to its end into `sink`.
-pub fn read(input: &Input, sink: Sink<'_>) -> io::Result<()> {
+pub fn read(input: &Input, sink: LineSink<'_>) -> io::Result<()> {
     match input {
-        Input::Log(path) => LogReader::open(path)
-            .and_then(|mut reader| reader.read_to_end_each(sink))
-            .map_err(|e| with_path(path, e)),
-        Input::File(path) => read_file(path, sink),
+        Input::Log(path) => {
+            // Every file is opened before any is read, so a rotation meanwhile
+            // neither skips nor repeats records: the handles keep their files.
+            let mut files = Vec::new();
+            for name in log_files(path).map_err(|e| with_path(path, e))? {
+                match File::open(&name) {
+                    Ok(file) => files.push((name, file)),
+                    // Rotated away between the listing and the open: its records
+                    // are in the next file of the listing.
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(with_path(&name, e)),
+                }
+            }
+            for (name, file) in files {
+                read_file(&name, file, sink)?;
+            }
+            Ok(())
+        }
+        Input::File(path) => {
+            let file = File::open(path).map_err(|e| with_path(path, e))?;
+            read_file(path, file, sink)
+        }
     }
 }
 
-fn read_file(path: &Path, sink: Sink<'_>) -> io::Result<()> {
-    let mut file = File::open(path).map_err(|e| with_path(path, e))?;
+fn read_file(path: &Path, mut file: File, sink: LineSink<'_>) -> io::Result<()> {
     let compression = Compression::of(path);
     let magic = compression.magic();
     let mut head = vec![0u8; magic.len()];
@@ -223,8 +261,7 @@ fn read_file(path: &Path, sink: Sink<'_>) -> io::Result<()> {
                 .map_err(|e| with_path(path, io::Error::new(io::ErrorKind::InvalidData, e)))?,
         ),
     };
-    read_lines(BufReader::with_capacity(256 * 1024, decoded), path, sink)
-        .map_err(|e| with_path(path, e))
+    read_lines(decoded, path, sink).map_err(|e| with_path(path, e))
 }
 
 fn read_up_to(file: &mut File, buf: &mut [u8]) -> io::Result<usize> {
@@ -240,32 +277,62 @@ fn read_up_to(file: &mut File, buf: &mut [u8]) -> io::Result<usize> {
     Ok(got)
 }
 
-/// Each line of `reader` into `sink`; an unfinished last line is corrupt.
-fn read_lines(mut reader: impl BufRead, name: &Path, sink: Sink<'_>) -> io::Result<()> {
-    let mut buf = Vec::new();
-    let mut line = 0usize;
+/// Bytes read at a time.
+const CHUNK: usize = 1 << 20;
+
+/// Each line of `reader` into `sink`; an unfinished last line is corrupt. Lines are
+/// found with `memchr` in large chunks and passed without a copy (a fleet's day is
+/// gigabytes: this loop is most of a skipped record's cost).
+fn read_lines(mut reader: impl Read, name: &Path, sink: LineSink<'_>) -> io::Result<()> {
+    let mut buf = vec![0u8; CHUNK];
+    let mut filled = 0usize;
+    let mut number = 0usize;
     loop {
-        buf.clear();
-        if reader.read_until(b'\n', &mut buf)? == 0 {
+        if filled == buf.len() {
+            // One line longer than the buffer: let it grow.
+            buf.resize(buf.len() * 2, 0);
+        }
+        let n = match reader.read(&mut buf[filled..]) {
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        let end = filled + n;
+        let mut start = 0usize;
+        for newline in memchr::memchr_iter(b'\n', &buf[filled..end]) {
+            let at = filled + newline;
+            number += 1;
+            sink(line_of(&buf[start..at], name, number))?;
+            start = at + 1;
+        }
+        if n == 0 {
+            if start < end {
+                number += 1;
+                sink(Line::Corrupt(Box::new(Item::Corrupt {
+                    file: name.to_owned(),
+                    line: number,
+                    error: "incomplete last line (no newline)".into(),
+                })))?;
+            }
             return Ok(());
         }
-        line += 1;
-        let item = match buf.strip_suffix(b"\n") {
-            None => Item::Corrupt {
-                file: name.to_owned(),
-                line,
-                error: "incomplete last line (no newline)".into(),
-            },
-            Some(raw) => match std::str::from_utf8(raw) {
-                Ok(text) => parse_line(text, name, line),
-                Err(e) => Item::Corrupt {
-                    file: name.to_owned(),
-                    line,
-                    error: format!("not UTF-8: {e}"),
-                },
-            },
-        };
-        sink(item)?;
+        buf.copy_within(start..end, 0);
+        filled = end - start;
+    }
+}
+
+fn line_of<'a>(raw: &'a [u8], name: &'a Path, number: usize) -> Line<'a> {
+    match std::str::from_utf8(raw) {
+        Ok(text) => Line::Text {
+            text,
+            file: name,
+            number,
+        },
+        Err(e) => Line::Corrupt(Box::new(Item::Corrupt {
+            file: name.to_owned(),
+            line: number,
+            error: format!("not UTF-8: {e}"),
+        })),
     }
 }
 

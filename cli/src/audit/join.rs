@@ -197,6 +197,12 @@ impl Join {
         self.by_age.len()
     }
 
+    /// Whether the decision `decision_id` of daemon run `run` waits for its outcome.
+    #[must_use]
+    pub fn is_waiting(&self, run: u128, decision_id: u64) -> bool {
+        self.waiting.contains_key(&(run, decision_id))
+    }
+
     fn pop_oldest(&mut self) -> Option<Process> {
         let (_, (key, p)) = self.by_age.pop_first()?;
         self.waiting.remove(&key);

@@ -61,23 +61,51 @@ struct Head {
 /// corrupt one.
 #[must_use]
 pub fn parse_line(text: &str, file: &Path, line: usize) -> Item {
+    match super::collected::record_text(text) {
+        Ok(json) => parse_record(json, None, None, file, line),
+        Err(what) => Item::Corrupt {
+            file: file.to_owned(),
+            line,
+            error: what.to_owned(),
+        },
+    }
+}
+
+/// Parses one record's JSON. `stamp`: its common fields when the caller has read
+/// them already (`metalift audit` reads them with a scan and keeps each guest's
+/// `host` parsed once), else they are parsed here. `kind`: its top-level `"kind"`
+/// when the caller has read it: a decision or outcome is then parsed as its own
+/// struct, not through the tagged enum (which buffers every field first: most of
+/// the time `metalift audit --summary` spent on a fleet's file).
+#[must_use]
+pub fn parse_record(
+    text: &str,
+    stamp: Option<Stamp>,
+    kind: Option<&str>,
+    file: &Path,
+    line: usize,
+) -> Item {
     let corrupt = |error: String| Item::Corrupt {
         file: file.to_owned(),
         line,
         error,
     };
-    let text = match super::collected::record_text(text) {
-        Ok(text) => text,
-        Err(what) => return corrupt(what.to_owned()),
+    let stamp_of = |stamp: Option<Stamp>| {
+        stamp.unwrap_or_else(|| serde_json::from_str(text).unwrap_or_default())
     };
-    let error = match serde_json::from_str::<Record>(text) {
+    let parsed = match kind {
+        Some("decision") => serde_json::from_str(text).map(Record::Decision),
+        Some("outcome") => serde_json::from_str(text).map(Record::Outcome),
+        _ => serde_json::from_str::<Record>(text),
+    };
+    let error = match parsed {
         Ok(record) => {
             return Item::Entry(Entry {
                 raw: text.to_owned(),
                 kind: record.kind().to_owned(),
                 time: record.time(),
                 record: Some(record),
-                stamp: serde_json::from_str(text).unwrap_or_default(),
+                stamp: stamp_of(stamp),
             })
         }
         Err(e) => e,
@@ -88,7 +116,7 @@ pub fn parse_line(text: &str, file: &Path, line: usize) -> Item {
             kind: head.kind,
             time: head.time,
             record: None,
-            stamp: serde_json::from_str(text).unwrap_or_default(),
+            stamp: stamp_of(stamp),
         }),
         Ok(head) => corrupt(format!("bad {:?} record: {error}", head.kind)),
         Err(e) if error.is_syntax() || error.is_eof() => corrupt(format!("not JSON: {e}")),

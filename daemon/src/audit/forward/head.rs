@@ -36,6 +36,47 @@ impl<'a> Head<'a> {
     }
 }
 
+/// Each top-level key of `line` (raw, escapes as written) with its value's raw
+/// JSON, in order, until `f` breaks; `None` when the line is not an object the
+/// scanner can walk (then ask serde). `metalift audit` reads a record's `id`,
+/// `host`, `kind` and `decision_id` this way before deciding to parse it whole.
+pub fn top_level<'a>(
+    line: &'a [u8],
+    f: &mut dyn FnMut(&'a [u8], &'a [u8]) -> std::ops::ControlFlow<()>,
+) -> Option<()> {
+    let mut s = Scanner { b: line, i: 0 };
+    s.ws();
+    s.eat(b'{')?;
+    loop {
+        s.ws();
+        let key = s.string()?;
+        s.ws();
+        s.eat(b':')?;
+        s.ws();
+        let start = s.i;
+        s.value()?;
+        if f(key, &line[start..s.i]).is_break() {
+            return Some(());
+        }
+        s.ws();
+        match s.next()? {
+            b',' => {}
+            b'}' => return Some(()),
+            _ => return None,
+        }
+    }
+}
+
+/// A raw JSON string value (with its quotes) as text, when it has no escapes.
+#[must_use]
+pub fn plain_str(raw: &[u8]) -> Option<&str> {
+    let inner = raw.strip_prefix(b"\"")?.strip_suffix(b"\"")?;
+    if inner.contains(&b'\\') || inner.contains(&b'"') {
+        return None;
+    }
+    std::str::from_utf8(inner).ok()
+}
+
 /// The fast path: `None` means "ask serde", never "no head".
 fn scan(line: &[u8]) -> Option<Head<'_>> {
     let mut s = Scanner { b: line, i: 0 };
@@ -189,6 +230,31 @@ mod tests {
         let head = scan(&line).expect("kind and time found by the scan");
         assert_eq!(head.kind, "forward_gap");
         assert_eq!(head.time.as_deref(), Some("1970-01-01T00:00:00.000000Z"));
+    }
+
+    #[test]
+    fn top_level_gives_each_key_with_its_raw_value_and_stops_when_told() {
+        let line = br#"{"id":"r-1","host":{"labels":{"kind":"x"}},"kind":"outcome","decision_id":42,"x":[1]}"#;
+        let mut seen = Vec::new();
+        top_level(line, &mut |k, v| {
+            seen.push((
+                String::from_utf8_lossy(k).into_owned(),
+                String::from_utf8_lossy(v).into_owned(),
+            ));
+            if k == b"decision_id" {
+                std::ops::ControlFlow::Break(())
+            } else {
+                std::ops::ControlFlow::Continue(())
+            }
+        })
+        .unwrap();
+        let keys: Vec<&str> = seen.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(keys, ["id", "host", "kind", "decision_id"]);
+        assert_eq!(seen[1].1, r#"{"labels":{"kind":"x"}}"#);
+        assert_eq!(plain_str(seen[2].1.as_bytes()), Some("outcome"));
+        assert_eq!(seen[3].1, "42");
+        assert_eq!(plain_str(br#""a\"b""#), None);
+        assert!(top_level(b"not json", &mut |_, _| std::ops::ControlFlow::Continue(())).is_none());
     }
 
     #[test]
