@@ -28,8 +28,9 @@
 //! `metalift-hostile` (links `normal/`) and `metalift-hostile-late` (dlopens
 //! `$HOSTILE_METAL`).
 //!
-//! `metalift-probe` links `normal/` with a `DT_RUNPATH` to it, the way llama.cpp
-//! links Metal.framework; a test swaps in another variant with `LD_LIBRARY_PATH`
+//! `metalift-probe` (and the llama-bench test double, the package's example)
+//! links `normal/` with a `DT_RUNPATH` to it, the way llama.cpp links
+//! Metal.framework; a test swaps in another variant with `LD_LIBRARY_PATH`
 //! (searched before `DT_RUNPATH`). The directory is exported to the package's code
 //! as `env!("SIMMETAL_DIR")`, and `metalift-probe --simmetal-dir` prints it, so
 //! tests, the benchmark and `metalift demo` never guess a hashed path.
@@ -109,12 +110,13 @@ fn main() {
     std::fs::create_dir_all(&bin_dir).expect("create OUT_DIR/bin");
     hostile(&cc, &normal, &bin_dir.join("metalift-hostile"), false);
     hostile(&cc, &normal, &bin_dir.join("metalift-hostile-late"), true);
-    // The probe, and the stand-in llama-bench (`metalift verify --workload`).
-    for bin in ["metalift-probe", "metalift-llama-bench"] {
-        println!("cargo:rustc-link-arg-bin={bin}=-L{}", normal.display());
-        println!("cargo:rustc-link-arg-bin={bin}=-lsimmetal");
+    // The probe, and the examples: the one example is the llama-bench test
+    // double (`tests/llama_bench`), which asks the device as the probe does.
+    for target in ["bin=metalift-probe", "examples"] {
+        println!("cargo:rustc-link-arg-{target}=-L{}", normal.display());
+        println!("cargo:rustc-link-arg-{target}=-lsimmetal");
         println!(
-            "cargo:rustc-link-arg-bin={bin}=-Wl,-rpath,{}",
+            "cargo:rustc-link-arg-{target}=-Wl,-rpath,{}",
             normal.display()
         );
     }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command README.md names: builds every artifact the end-to-end tests
-# inject or spawn (libmetalift, the simulated Metal libraries, metaliftd, the probe),
-# then runs every test in the workspace.
+# inject or spawn (libmetalift, the simulated Metal libraries, metaliftd, the probe,
+# the llama-bench test double, which is the probe package's example), then runs every
+# test in the workspace.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --workspace --all-targets

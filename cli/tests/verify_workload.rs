@@ -1,11 +1,12 @@
 //! `metalift verify --workload -- CMD…` (issue 32 item 4): the workload runs stock
 //! and unlocked and its own speed-up is in the receipt. On Linux the workload is
-//! `metalift-llama-bench`, the probe crate's stand-in for llama.cpp's
-//! llama-bench (its `-o json` exactly; faster when the simulated device answers
-//! llama.cpp's flags: `metalift_probe::llama_bench`), unlocked by the real shim
-//! through verify's throw-away daemon.
+//! `metalift-llama-bench`, the probe package's test double for llama.cpp's
+//! llama-bench (`probe/tests/llama_bench/`: a recorded `-o json` output, sped up
+//! when the simulated device answers llama.cpp's flags), unlocked by the real
+//! shim through verify's throw-away daemon.
 //!
-//! Needs the workspace built first (`cargo build --workspace`, as scripts/test.sh does).
+//! Needs the workspace built first (`cargo build --workspace --all-targets`, as
+//! scripts/test.sh does: the double is the probe package's example).
 #![cfg(target_os = "linux")]
 
 mod support;
@@ -27,19 +28,21 @@ fn write_policy(dir: &DaemonDir) {
     .expect("policy");
 }
 
-/// The stand-in with short tests: ppP, tgG, two repetitions each.
-fn llama_bench(p: u32, g: u32) -> Vec<String> {
-    let bench = workspace_binary("metalift-llama-bench");
+/// The llama-bench test double, as a workload (it prints its recorded pp512 and
+/// tg128 whatever it is asked).
+fn llama_bench() -> Vec<String> {
+    // The probe package's example: target/debug/examples/, beside metalift-probe's.
+    let examples = workspace_binary("metalift-probe").with_file_name("examples");
+    let bench = examples.join("metalift-llama-bench");
+    assert!(
+        bench.is_file(),
+        "{} is missing: run `cargo build --workspace --all-targets` first (scripts/test.sh does)",
+        bench.display()
+    );
     [
         bench.display().to_string(),
         "-m".into(),
         "tiny.gguf".into(),
-        "-p".into(),
-        p.to_string(),
-        "-n".into(),
-        g.to_string(),
-        "-r".into(),
-        "2".into(),
         "-o".into(),
         "json".into(),
     ]
@@ -103,10 +106,10 @@ fn file_records(dir: &DaemonDir) -> Vec<Value> {
 }
 
 #[test]
-fn given_the_stand_in_llama_bench_the_receipt_records_prompt_and_generation_speedups() {
+fn given_the_llama_bench_double_the_receipt_records_prompt_and_generation_speedups() {
     let dir = DaemonDir::new("verify-workload");
     write_policy(&dir);
-    let (output, json, _) = verify(&dir, &[], &llama_bench(64, 8));
+    let (output, json, _) = verify(&dir, &[], &llama_bench());
     let record = record(&output, json);
     assert!(output.status.success(), "{record}");
     assert_eq!(record["passed"], true, "{record}");
@@ -114,9 +117,9 @@ fn given_the_stand_in_llama_bench_the_receipt_records_prompt_and_generation_spee
     assert_eq!(w["measure"], "llama_bench", "{w}");
     assert_eq!(w["runs"], 3, "{w}");
     assert_eq!(w["result"], "pass", "{w}");
-    // The stand-in's rates: pp 431.86 -> 4786.70 (11.1x), tg 12.63 -> 206.60 (16.4x).
-    let pp = test_row(w, "pp64");
-    let tg = test_row(w, "tg8");
+    // The double's rates: pp 431.86 -> 4786.70 (11.1x), tg 12.63 -> 206.60 (16.4x).
+    let pp = test_row(w, "pp512");
+    let tg = test_row(w, "tg128");
     for (row, stock, fast) in [(pp, 431.86, 4786.70), (tg, 12.63, 206.60)] {
         assert_eq!(row["unit"], "tokens/s", "{row}");
         assert_eq!(row["stock"].as_array().map(Vec::len), Some(3), "{row}");
@@ -141,14 +144,11 @@ fn given_the_stand_in_llama_bench_the_receipt_records_prompt_and_generation_spee
 fn a_speedup_below_min_speedup_fails_the_verification_naming_the_test() {
     let dir = DaemonDir::new("verify-minspeedup");
     write_policy(&dir);
-    // pp's modelled speed-up is 11.1x, tg's 16.4x: 13 sits between them. A delay
-    // adds to both sides of a test's ratio, so it pulls tg's down towards 13: tg32's
-    // fast side (155 ms) takes a ~40 ms stall before it crosses, pp128's slow side
-    // (296 ms) a ~50 ms one more than its fast side to rise above 13.
+    // pp's modelled speed-up is 11.1x, tg's 16.4x: 13 sits between them.
     let (output, json, _) = verify(
         &dir,
         &["--workload-runs", "1", "--min-speedup", "13"],
-        &llama_bench(128, 32),
+        &llama_bench(),
     );
     let record = record(&output, json);
     assert_eq!(output.status.code(), Some(1), "{record}");
@@ -157,8 +157,8 @@ fn a_speedup_below_min_speedup_fails_the_verification_naming_the_test() {
     assert_eq!(w["result"], "below_min_speedup", "{w}");
     assert_eq!(w["min_speedup"], 13.0, "{w}");
     let detail = w["detail"].as_str().unwrap_or("");
-    assert!(detail.contains("pp128"), "{w}");
-    assert!(!detail.contains("tg32"), "{w}");
+    assert!(detail.contains("pp512"), "{w}");
+    assert!(!detail.contains("tg128"), "{w}");
     // Every kernel passed: only the workload fails it, and the record says why.
     assert!(record["kernels"]
         .as_array()

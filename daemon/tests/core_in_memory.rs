@@ -8,9 +8,9 @@
 //! tests over [`stand_in::Memory`]. The stand-in is therefore no copy of the
 //! peer task: it only moves dictionaries, in the real key layout
 //! (`metalift_xpc::dict`), with "the kernel's" identity beside each message
-//! (never in the dictionary), and identifies on the core's blocking pool as the
-//! real link does. A drift test reads both links and fails if either does any
-//! step itself. Whatever differs between a shim that asks over XPC and one that
+//! (never in the dictionary). Neither link is given the session: the steps,
+//! the waits and the identification's place on the core's blocking pool are
+//! `serve`'s, so these tests cover them for the libxpc link too. Whatever differs between a shim that asks over XPC and one that
 //! asks over the socket is therefore only the libxpc calls and how the kernel
 //! identity is read (`checkin/peer/macos.rs`), listed as type-checked only in
 //! `daemon/src/macos/mod.rs`.
@@ -79,6 +79,9 @@ struct Kernel {
     euid: u32,
     exe: PathBuf,
     signature: Option<CodeSignature>,
+    /// Makes reading the facts slow, as `SecCode` can be: they meet the test at
+    /// this barrier when they start and again before they return.
+    gate: Option<Arc<std::sync::Barrier>>,
 }
 
 impl Kernel {
@@ -89,6 +92,7 @@ impl Kernel {
             euid: 501,
             exe: PathBuf::from(exe),
             signature: None,
+            gate: None,
         }
     }
 
@@ -102,6 +106,10 @@ impl Kernel {
 
     /// The stand-in for `peer::facts_from_audit_token`.
     fn facts(&self) -> PeerFacts {
+        if let Some(gate) = &self.gate {
+            gate.wait();
+            gate.wait();
+        }
         PeerFacts {
             pid: self.pid,
             pid_version: Some(u64::from(self.pid_version)),
@@ -207,14 +215,10 @@ impl Peer {
 
 /// The stand-in for libxpc: only a link, like `peer_task.rs`'s `Libxpc`. What
 /// happens to a message is `xpc_peer::serve`'s and `session`'s, never this
-/// module's (`the_stand_in_and_the_xpc_peer_task_are_only_links` reads both).
+/// module's: a [`PeerLink`] is never given the session.
 mod stand_in {
-    // stand-in begins
-    use std::time::Duration;
-
-    use metalift_daemon::checkin::peer::PeerFacts;
-    use metalift_daemon::checkin::session::Session;
-    use metalift_daemon::checkin::transport::xpc_peer::{Event, PeerError, PeerLink, Stamp};
+    use metalift_daemon::checkin::peer::{self, PeerFacts};
+    use metalift_daemon::checkin::transport::xpc_peer::{Event, PeerLink, Stamp};
     use metalift_policy::wire::Message;
     use metalift_xpc::dict::{self as wire_dict, MapDict};
     use tokio::sync::mpsc;
@@ -242,11 +246,10 @@ mod stand_in {
             }
         }
 
-        async fn next(&mut self, wait: Duration) -> Event<Kernel, ()> {
-            match tokio::time::timeout(wait, self.inbox.recv()).await {
-                Err(_) => Event::TimedOut,
-                Ok(None) => Event::Closed,
-                Ok(Some((dict, token))) => Event::Message {
+        async fn next(&mut self) -> Event<Kernel, ()> {
+            match self.inbox.recv().await {
+                None => Event::Closed,
+                Some((dict, token)) => Event::Message {
                     message: wire_dict::decode(&dict),
                     token,
                     reply: Some(()),
@@ -258,28 +261,15 @@ mod stand_in {
             let _ = self.outbox.send(to_dict(message));
         }
 
-        /// "The kernel's" facts, on the core's blocking pool within the uid's
-        /// share, where the real link runs `facts_from_audit_token`.
-        async fn identify(
-            &mut self,
-            session: &Session,
-            uid: u32,
-            token: Kernel,
-        ) -> Result<PeerFacts, PeerError> {
-            Ok(session
-                .core()
-                .blocking()
-                .run_for(uid, move || token.facts())
-                .await?)
+        /// "The kernel's" facts, where the real link runs `facts_from_audit_token`.
+        fn identify(token: Kernel) -> Result<PeerFacts, peer::PeerError> {
+            Ok(token.facts())
         }
 
-        async fn linger(&mut self, wait: Duration) {
-            let inbox = &mut self.inbox;
-            let closed = async { while inbox.recv().await.is_some() {} };
-            let _ = tokio::time::timeout(wait, closed).await;
+        async fn closed(&mut self) {
+            while self.inbox.recv().await.is_some() {}
         }
     }
-    // stand-in ends
 }
 
 /// The shim's side: what it sends and how it reads the reply.
@@ -951,91 +941,46 @@ async fn given_code_that_no_longer_matches_its_file_then_sha256_rules_do_not_mat
     );
 }
 
-/// `source` without its `//` comments (docs name the steps they do not take).
-fn code_of(source: &str) -> String {
-    source
-        .lines()
-        .map(|line| line.split("//").next().unwrap_or_default())
-        .collect::<Vec<_>>()
-        .join("\n")
-}
+/// Reading who sent a check-in can block (`SecCode` reads the executable):
+/// `xpc_peer::serve` does it on the core's bounded blocking pool, for the libxpc
+/// link as for this one, never on the daemon's async threads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_a_slow_identification_then_it_holds_a_worker_of_the_cores_blocking_pool() {
+    let d = Daemon::start();
+    let gate = Arc::new(std::sync::Barrier::new(2));
+    let mut kernel = Kernel::process("/opt/llama.cpp/bin/llama-server");
+    kernel.gate = Some(Arc::clone(&gate));
+    let idle = d.core.blocking().available();
 
-/// Issue 31 item 9: the stand-in is no hand copy of the XPC peer task. Both are
-/// links to the one exchange (`xpc_peer::serve`), and neither takes a step of
-/// its own: if either starts to decide, check, record, refuse or hold a place
-/// itself, or stops running the shared exchange, or the two stop reading and
-/// identifying the same way, the tests above no longer prove anything about
-/// the real XPC path, and this fails.
-#[test]
-fn the_stand_in_and_the_xpc_peer_task_are_only_links_to_one_exchange() {
-    let peer_task = include_str!("../src/checkin/transport/xpc/peer_task.rs");
-    let this_file = include_str!("core_in_memory.rs");
-    let begin = this_file
-        .find("// stand-in begins")
-        .expect("the stand-in's start marker");
-    let end = this_file
-        .find("// stand-in ends")
-        .expect("the stand-in's end marker");
-    let stand_in = &this_file[begin..end];
-    // The peer handle (outside the markers) starts the exchange for the stand-in.
-    let handle = &this_file[this_file.find("impl Peer {").expect("impl Peer")..begin];
+    let mut peer = Peer::new(&d.core);
+    let asked = tokio::spawn(async move {
+        let reply = peer.deliver(&check_in_claiming(None), &kernel).await;
+        (peer, reply)
+    });
+    let meet = |gate: Arc<std::sync::Barrier>| async move {
+        tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            tokio::task::spawn_blocking(move || {
+                gate.wait();
+            }),
+        )
+        .await
+        .expect("the identification reached the gate")
+        .expect("the gate's thread");
+    };
+    meet(Arc::clone(&gate)).await;
+    let during = d.core.blocking().available();
+    meet(gate).await;
+    let (_peer, reply) = asked.await.expect("the peer's task");
+    let verdict = read_verdict(reply.expect("answered"));
 
-    // What each link must do the same way: run the shared exchange (once), be a
-    // `PeerLink`, decode the real dictionary layout, wait with tokio's timer,
-    // and identify on the core's blocking pool within the uid's share.
-    let same_in_both = [
-        "impl PeerLink for",
-        "wire_dict::decode(",
-        "tokio::time::timeout(wait",
-        ".blocking()",
-        ".run_for(uid,",
-    ];
-    // Steps that are the session's or the exchange's alone.
-    let steps = [
-        "exchange::first",
-        "exchange::admit",
-        "exchange::outcome",
-        "exchange::decided_outcome",
-        "exchange::sender",
-        "Refusing",
-        ".check_in(",
-        ".outcome(",
-        ".refuse(",
-        ".note_unidentified(",
-        ".first(",
-        ".admit(",
-        ".decide(",
-        ".activate(",
-        ".refuse_unstamped(",
-        ".unidentified(",
-        ".answered(",
-        ".status(",
-        "count_waiting",
-        "count_active",
-        "try_acquire",
-        "acquire_owned",
-        "Semaphore",
-        "UserLimit",
-    ];
-    for (name, link, starts) in [
-        ("peer_task.rs", code_of(peer_task), code_of(peer_task)),
-        ("the stand-in", code_of(stand_in), code_of(handle)),
-    ] {
-        assert_eq!(
-            starts.matches("xpc_peer::serve(").count(),
-            1,
-            "{name}: the peer is served by the shared exchange, once"
-        );
-        for needed in same_in_both {
-            assert!(link.contains(needed), "{name} no longer does `{needed}`");
-        }
-        for step in steps {
-            assert!(
-                !link.contains(step) && !starts.contains(step),
-                "{name} takes a step of its own (`{step}`): it belongs in checkin::session"
-            );
-        }
-    }
+    assert_eq!(
+        during,
+        idle - 1,
+        "the identification held a worker of the core's blocking pool"
+    );
+    assert_eq!(verdict.action, WireAction::Unlock);
+    assert_eq!(d.core.blocking().available(), idle, "and gave it back");
 }
 
 /// The socket's peer, as "the kernel" names it to the Unix transport: the same

@@ -9,8 +9,6 @@
 //!   Objective-C runtime, reached through `objc_msg_lookup` like compiled
 //!   Objective-C would.
 //! - `macos` (macOS): the real Metal through `objc2-metal`.
-//! - [`llama_bench`]: the stand-in for llama.cpp's `llama-bench` (the
-//!   `metalift-llama-bench` binary): its JSON output and the speed it models.
 //! - [`verify`]: `--verify`, the kernels an unlock promises, run and compared with
 //!   the CPU; its GPU is `sim_compute` (Linux, `probe/simmetal/compute.m`) or
 //!   `macos_compute` (the real Metal).
@@ -20,7 +18,6 @@
 //! (like Python loading PyTorch's MPS backend), so tests cover both orders in which
 //! libmetalift can meet Metal.
 
-pub mod llama_bench;
 pub mod report;
 pub mod verify;
 

@@ -36,6 +36,20 @@ fn bin(name: &str) -> PathBuf {
     path
 }
 
+/// The llama-bench test double (`tests/llama_bench/`, this package's example,
+/// which `cargo test` builds).
+fn llama_bench() -> PathBuf {
+    let path = probe()
+        .with_file_name("examples")
+        .join("metalift-llama-bench");
+    assert!(
+        path.is_file(),
+        "{} must be built first: cargo build --workspace --all-targets (scripts/test.sh does)",
+        path.display()
+    );
+    path
+}
+
 fn page(rel: &str) -> String {
     fs::read_to_string(repo().join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
 }
@@ -115,12 +129,9 @@ fn the_configuration_chapters_daemon_of_your_own_runs_as_written() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temp dir");
     let cwd = dir.path();
     // What the block expects of its reader: ./build/bin/llama-bench (llama.cpp's
-    // stand-in, copied so that its path is the one the rule names) and a
+    // test double, copied so that its path is the one the rule names) and a
     // ./policy.toml with a rule for it.
-    install(
-        &bin("metalift-llama-bench"),
-        &cwd.join("build/bin/llama-bench"),
-    );
+    install(&llama_bench(), &cwd.join("build/bin/llama-bench"));
     let bench = cwd.join("build/bin/llama-bench").canonicalize().unwrap();
     fs::write(
         cwd.join("policy.toml"),
@@ -324,12 +335,9 @@ fn the_ci_cookbooks_github_job_runs_as_written_where_linux_can() {
         &root.join("usr/local/metalift/bin/metalift-probe"),
     );
     install(&shim(), &root.join("usr/local/metalift/lib/libmetalift.so"));
-    // The job's checkout, with llama.cpp's build in it (the stand-in for llama-bench).
+    // The job's checkout, with llama.cpp's build in it (the test double for llama-bench).
     let checkout = root.join("Users/runner/work/app/app");
-    install(
-        &bin("metalift-llama-bench"),
-        &checkout.join("build/bin/llama-bench"),
-    );
+    install(&llama_bench(), &checkout.join("build/bin/llama-bench"));
     let daemon = system_daemon(root);
 
     // Where the job's absolute paths are on this machine: under the root.

@@ -4,8 +4,10 @@
 //! Only the link to libxpc differs between the real transport and its test
 //! double, and it sits behind [`PeerLink`]: `xpc/peer_task.rs` (macOS) moves
 //! messages between libxpc and [`serve`]; `daemon/tests/core_in_memory.rs`
-//! moves dictionaries between a test and [`serve`] in memory. Neither decides,
-//! checks, records or holds a place itself (its drift test reads both sources).
+//! moves dictionaries between a test and [`serve`] in memory. Neither can
+//! decide, check, record or hold a place itself: a link is never given the
+//! [`Session`], and the waits and the identification's place on the blocking
+//! pool are [`serve`]'s too, so the tests of the stand-in cover them for libxpc.
 #![forbid(unsafe_code)]
 
 use std::future::Future;
@@ -46,37 +48,40 @@ pub enum Event<T, R> {
     },
     /// The peer closed, or the daemon is stopping: end quietly.
     Closed,
-    /// Nothing arrived within the wait.
-    TimedOut,
 }
 
-/// The libxpc side of one peer connection, or its stand-in.
-pub trait PeerLink: Send {
+/// The libxpc side of one peer connection, or its stand-in: it only moves
+/// messages, and reads who sent one when [`serve`] asks.
+pub trait PeerLink: Send + 'static {
     /// What the kernel attaches to a message (the audit token on macOS).
     type Token: Send + 'static;
     /// The reply dictionary made for one request.
     type Reply: Send;
     /// The kernel's words about `token`'s sender.
     fn stamp(token: &Self::Token) -> Stamp;
-    /// The next event, waiting at most `wait`.
-    fn next(
-        &mut self,
-        wait: Duration,
-    ) -> impl Future<Output = Event<Self::Token, Self::Reply>> + Send;
+    /// The next event ([`serve`] bounds the wait).
+    fn next(&mut self) -> impl Future<Output = Event<Self::Token, Self::Reply>> + Send;
     /// Sends `message` as the reply `to` a request.
     fn reply(&mut self, to: Self::Reply, message: &Message);
-    /// Who sent the message stamped `token`, for `uid`: on the core's bounded
-    /// blocking pool, within that uid's share (`SecCode` reads the executable).
-    fn identify(
-        &mut self,
-        session: &Session,
-        uid: u32,
-        token: Self::Token,
-    ) -> impl Future<Output = Result<PeerFacts, PeerError>> + Send;
-    /// After a reply that ends the exchange, lets the peer close first (the
-    /// shim cancels once it has read it), for at most `wait`: cancelling right
-    /// after the send could race the reply's delivery.
-    fn linger(&mut self, wait: Duration) -> impl Future<Output = ()> + Send;
+    /// Who sent the message stamped `token`. It blocks (`SecCode` reads the
+    /// executable): [`serve`] runs it on the core's bounded blocking pool,
+    /// within the sender's uid's share.
+    fn identify(token: Self::Token) -> Result<PeerFacts, peer::PeerError>;
+    /// Resolves once the peer has closed (or the daemon stops), dropping what
+    /// it sends meanwhile ([`serve`] bounds the wait).
+    fn closed(&mut self) -> impl Future<Output = ()> + Send;
+}
+
+/// The next event, or `None` when nothing arrived within `wait`.
+async fn next<L: PeerLink>(link: &mut L, wait: Duration) -> Option<Event<L::Token, L::Reply>> {
+    tokio::time::timeout(wait, link.next()).await.ok()
+}
+
+/// After a reply that ends the exchange, lets the peer close first (the shim
+/// cancels once it has read it), for at most `wait`: cancelling right after the
+/// send could race the reply's delivery.
+async fn linger<L: PeerLink>(link: &mut L, wait: Duration) {
+    let _ = tokio::time::timeout(wait, link.closed()).await;
 }
 
 /// Why a peer was closed early.
@@ -116,14 +121,14 @@ pub async fn serve<L: PeerLink, P: Send>(
     pending: P,
 ) -> Result<(), PeerError> {
     let first_message = limits.first_frame_timeout.min(limits.read_timeout);
-    let (message, token, reply) = match link.next(first_message).await {
-        Event::Message {
+    let (message, token, reply) = match next(link, first_message).await {
+        Some(Event::Message {
             message,
             token,
             reply,
-        } => (message, token, reply),
-        Event::Closed => return Ok(()),
-        Event::TimedOut => return Err(PeerError::Deadline),
+        }) => (message, token, reply),
+        Some(Event::Closed) => return Ok(()),
+        None => return Err(PeerError::Deadline),
     };
     let stamp = token.as_ref().map(L::stamp);
     let request = session.first(message, Origin::Message(stamp.map(|s| s.sender)))?;
@@ -142,7 +147,7 @@ pub async fn serve<L: PeerLink, P: Send>(
             link.reply(reply, &Message::Declined(declined));
             // No place while it lingers; still one of the pending ones, so
             // lingering declined peers stay bounded by `max_pending`.
-            link.linger(first_message).await;
+            linger(link, first_message).await;
             return Ok(());
         }
         Admission::Decide(admitted) => admitted,
@@ -150,7 +155,7 @@ pub async fn serve<L: PeerLink, P: Send>(
     let (Some(token), Some(stamp)) = (token, stamp) else {
         let declined = session.refuse_unstamped(admitted);
         link.reply(reply, &Message::Declined(declined));
-        link.linger(first_message).await;
+        linger(link, first_message).await;
         return Err(Refusal::NoAuditToken.into());
     };
     drop(pending);
@@ -158,13 +163,17 @@ pub async fn serve<L: PeerLink, P: Send>(
     let Some(active) = session.activate(uid).await else {
         return Ok(()); // never closed
     };
-    let facts = match link.identify(session, uid, token).await {
+    let identified = session
+        .core()
+        .blocking()
+        .run_for(uid, move || L::identify(token))
+        .await?;
+    let facts = match identified {
         Ok(facts) => facts,
-        Err(PeerError::Peer(error)) => {
+        Err(error) => {
             session.unidentified(&error);
             return Err(error.into());
         }
-        Err(error) => return Err(error),
     };
     let asker = Origin::Message(Some(stamp.sender));
     let (verdict, answered) = session.decide(admitted, facts, asker, active).await;
@@ -173,10 +182,10 @@ pub async fn serve<L: PeerLink, P: Send>(
 
     // The shim reports as soon as Metal's original `initGPUFamilySupport`
     // returns: this wait, and the place, last seconds at most.
-    let (message, token) = match link.next(limits.outcome_idle).await {
-        Event::Message { message, token, .. } => (message, token),
-        Event::Closed => return Ok(()),
-        Event::TimedOut => return Err(PeerError::Idle),
+    let (message, token) = match next(link, limits.outcome_idle).await {
+        Some(Event::Message { message, token, .. }) => (message, token),
+        Some(Event::Closed) => return Ok(()),
+        None => return Err(PeerError::Idle),
     };
     let origin = Origin::Message(token.as_ref().map(|t| L::stamp(t).sender));
     session.outcome(awaiting, message, origin).await?;

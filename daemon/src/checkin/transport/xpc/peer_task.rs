@@ -1,11 +1,10 @@
 //! One XPC peer connection on the tokio side: the libxpc [`PeerLink`] that
 //! [`xpc_peer::serve`] drives. The steps (admission, the token check, the
 //! decision, the outcome, every refusal and place) are
-//! [`crate::checkin::session`]'s and their order is `xpc_peer`'s, shared with
-//! the in-memory stand-in in `daemon/tests/core_in_memory.rs`; this only moves
-//! messages between libxpc and them (its drift test reads this file).
-
-use std::time::Duration;
+//! [`crate::checkin::session`]'s and their order and waits are `xpc_peer`'s,
+//! shared with the in-memory stand-in in `daemon/tests/core_in_memory.rs`; this
+//! only moves messages between libxpc and them, and reads a sender's identity
+//! from its audit token when `serve` asks.
 
 use metalift_policy::wire::Message;
 use metalift_xpc::dict as wire_dict;
@@ -72,19 +71,18 @@ impl PeerLink for Libxpc {
         }
     }
 
-    async fn next(&mut self, wait: Duration) -> Event<AuditToken, XpcDict> {
+    async fn next(&mut self) -> Event<AuditToken, XpcDict> {
         let event = tokio::select! {
-            event = tokio::time::timeout(wait, self.events.recv()) => event,
+            event = self.events.recv() => event,
             _ = self.shutdown.recv() => return Event::Closed,
         };
         match event {
-            Err(_) => Event::TimedOut,
-            Ok(Some(PeerEvent::Message { dict, token })) => Event::Message {
+            Some(PeerEvent::Message { dict, token }) => Event::Message {
                 message: wire_dict::decode(&dict),
                 reply: XpcDict::reply_to(&dict),
                 token,
             },
-            Ok(Some(PeerEvent::Closed) | None) => Event::Closed,
+            Some(PeerEvent::Closed) | None => Event::Closed,
         }
     }
 
@@ -93,25 +91,15 @@ impl PeerLink for Libxpc {
         self.peer.send(&to);
     }
 
-    async fn identify(
-        &mut self,
-        session: &Session,
-        uid: u32,
-        token: AuditToken,
-    ) -> Result<PeerFacts, PeerError> {
-        let facts: Result<PeerFacts, peer::PeerError> = session
-            .core()
-            .blocking()
-            .run_for(uid, move || peer::facts_from_audit_token(token))
-            .await?;
-        Ok(facts?)
+    fn identify(token: AuditToken) -> Result<PeerFacts, peer::PeerError> {
+        peer::facts_from_audit_token(token)
     }
 
-    async fn linger(&mut self, wait: Duration) {
+    async fn closed(&mut self) {
         let events = &mut self.events;
         let closed = async { while let Some(PeerEvent::Message { .. }) = events.recv().await {} };
         tokio::select! {
-            _ = tokio::time::timeout(wait, closed) => {}
+            () = closed => {}
             _ = self.shutdown.recv() => {}
         }
     }
