@@ -6,9 +6,9 @@
 //! `checkin::session`'s, which the Unix socket calls too); the real transport
 //! runs it over libxpc (`daemon/src/checkin/transport/xpc/peer_task.rs`), these
 //! tests over [`stand_in::Memory`]. The stand-in is therefore no copy of the
-//! peer task: it only moves dictionaries, in the real key layout
-//! (`metalift_xpc::dict`), with "the kernel's" identity beside each message
-//! (never in the dictionary), and identifies on the core's blocking pool as the
+//! peer task: it only moves frame bodies, the data value a real message
+//! dictionary carries (`metalift_xpc::frame`), with "the kernel's" identity
+//! beside each message (never in the frame), and identifies on the core's blocking pool as the
 //! real link does. A drift test reads both links and fails if either does any
 //! step itself. Whatever differs between a shim that asks over XPC and one that
 //! asks over the socket is therefore only the libxpc calls and how the kernel
@@ -34,9 +34,8 @@ use metalift_policy::wire::{
 use metalift_policy::{Anchor, LoadOptions};
 use serde_json::Value;
 
-use metalift_xpc::dict as wire_dict;
-use metalift_xpc::dict::MapDict;
 use metalift_xpc::exchange::{Refusal, Sender, Serving};
+use metalift_xpc::frame::{self, Received};
 use tokio::sync::mpsc;
 
 /// The transport name the XPC transport records.
@@ -64,10 +63,19 @@ unlock = "apple7"
 // The in-memory XPC
 // ---------------------------------------------------------------------------
 
-fn to_dict(msg: &Message) -> MapDict {
-    let mut d = MapDict::default();
-    wire_dict::encode(msg, &mut d);
-    d
+/// What a message dictionary carries: the frame body, as one data value.
+type Frame = Vec<u8>;
+
+fn to_frame(msg: &Message) -> Frame {
+    frame::encode(msg)
+}
+
+/// The shim's reading of a reply's frame.
+fn decode(body: &[u8]) -> Result<Message, WireError> {
+    match frame::decode(Some(body), false) {
+        Received::Message(message) => message,
+        Received::OlderShim => unreachable!("a frame is never an older shim's dictionary"),
+    }
 }
 
 /// What the kernel attaches to a message (the audit token, and what `SecCode`
@@ -124,9 +132,9 @@ impl Kernel {
 /// replies.
 struct Peer {
     /// Messages to the exchange, each with the kernel's stamp (`None`: none).
-    to_exchange: Option<mpsc::Sender<(MapDict, Option<Kernel>)>>,
+    to_exchange: Option<mpsc::Sender<(Frame, Option<Kernel>)>>,
     /// The exchange's replies.
-    replies: mpsc::UnboundedReceiver<MapDict>,
+    replies: mpsc::UnboundedReceiver<Frame>,
     /// The exchange itself, and whether it has ended.
     exchange: tokio::task::JoinHandle<Result<(), PeerError>>,
     ended: Option<Result<(), Refusal>>,
@@ -158,9 +166,9 @@ impl Peer {
     /// Delivers one message with the kernel's identity; returns the reply, if any.
     async fn deliver(
         &mut self,
-        message: &MapDict,
+        message: &Frame,
         kernel: &Kernel,
-    ) -> Result<Option<MapDict>, Refusal> {
+    ) -> Result<Option<Frame>, Refusal> {
         self.deliver_stamped(message, Some(kernel)).await
     }
 
@@ -168,9 +176,9 @@ impl Peer {
     /// without one. Returns its reply, or how the exchange ended without one.
     async fn deliver_stamped(
         &mut self,
-        message: &MapDict,
+        message: &Frame,
         kernel: Option<&Kernel>,
-    ) -> Result<Option<MapDict>, Refusal> {
+    ) -> Result<Option<Frame>, Refusal> {
         let to = self.to_exchange.as_ref().expect("the peer is open");
         to.send((message.clone(), kernel.cloned()))
             .await
@@ -216,18 +224,18 @@ mod stand_in {
     use metalift_daemon::checkin::session::Session;
     use metalift_daemon::checkin::transport::xpc_peer::{Event, PeerError, PeerLink, Stamp};
     use metalift_policy::wire::Message;
-    use metalift_xpc::dict::{self as wire_dict, MapDict};
+    use metalift_xpc::frame::{self, Received};
     use tokio::sync::mpsc;
 
-    use super::{to_dict, Kernel};
+    use super::{to_frame, Frame, Kernel};
 
     /// The test's end of one peer connection.
     pub(super) struct Memory {
         /// What the peer sends, each with the kernel's stamp (libxpc's event
         /// handler forwards messages the same way, `PEER_QUEUE` deep).
-        pub(super) inbox: mpsc::Receiver<(MapDict, Option<Kernel>)>,
+        pub(super) inbox: mpsc::Receiver<(Frame, Option<Kernel>)>,
         /// What the daemon answers.
-        pub(super) outbox: mpsc::UnboundedSender<MapDict>,
+        pub(super) outbox: mpsc::UnboundedSender<Frame>,
     }
 
     impl PeerLink for Memory {
@@ -246,16 +254,19 @@ mod stand_in {
             match tokio::time::timeout(wait, self.inbox.recv()).await {
                 Err(_) => Event::TimedOut,
                 Ok(None) => Event::Closed,
-                Ok(Some((dict, token))) => Event::Message {
-                    message: wire_dict::decode(&dict),
-                    token,
-                    reply: Some(()),
+                Ok(Some((body, token))) => match frame::decode(Some(&body), false) {
+                    Received::Message(message) => Event::Message {
+                        message,
+                        token,
+                        reply: Some(()),
+                    },
+                    Received::OlderShim => Event::Closed,
                 },
             }
         }
 
         fn reply(&mut self, (): (), message: &Message) {
-            let _ = self.outbox.send(to_dict(message));
+            let _ = self.outbox.send(to_frame(message));
         }
 
         /// "The kernel's" facts, on the core's blocking pool within the uid's
@@ -283,8 +294,8 @@ mod stand_in {
 }
 
 /// The shim's side: what it sends and how it reads the reply.
-fn check_in_claiming(claimed: Option<&str>) -> MapDict {
-    to_dict(&Message::CheckIn(CheckIn {
+fn check_in_claiming(claimed: Option<&str>) -> Frame {
+    to_frame(&Message::CheckIn(CheckIn {
         shim_version: "0.1.0".into(),
         arch: "arm64e".into(),
         claimed_executable: claimed.map(str::to_owned),
@@ -292,15 +303,15 @@ fn check_in_claiming(claimed: Option<&str>) -> MapDict {
     }))
 }
 
-fn read_verdict(reply: Option<MapDict>) -> VerdictMsg {
-    match wire_dict::decode(&reply.expect("a check-in is answered")) {
+fn read_verdict(reply: Option<Frame>) -> VerdictMsg {
+    match decode(&reply.expect("a check-in is answered")) {
         Ok(Message::Verdict(v)) => v,
         other => panic!("expected a verdict, got {other:?}"),
     }
 }
 
-fn outcome(decision_id: u64) -> MapDict {
-    to_dict(&outcome_message(decision_id))
+fn outcome(decision_id: u64) -> Frame {
+    to_frame(&outcome_message(decision_id))
 }
 
 fn outcome_message(decision_id: u64) -> Message {
@@ -638,17 +649,17 @@ async fn given_a_malformed_or_out_of_order_message_then_nothing_is_decided() {
     let d = Daemon::start();
     let kernel = Kernel::process("/opt/llama.cpp/bin/llama-server");
 
-    let mut no_version = check_in_claiming(None);
-    no_version.0.remove(wire_dict::key::VERSION);
+    let mut wrong_version = check_in_claiming(None);
+    wrong_version[0] = 9;
     assert_eq!(
-        Peer::new(&d.core).deliver(&no_version, &kernel).await,
-        Err(Refusal::Wire(WireError::Missing("metalift.version")))
+        Peer::new(&d.core).deliver(&wrong_version, &kernel).await,
+        Err(Refusal::Wire(WireError::Version(9)))
     );
     assert_eq!(
         Peer::new(&d.core).deliver(&outcome(1), &kernel).await,
         Err(Refusal::Unexpected("outcome"))
     );
-    let forged = to_dict(&Message::Verdict(VerdictMsg {
+    let forged = to_frame(&Message::Verdict(VerdictMsg {
         decision_id: 1,
         action: WireAction::Stock,
         capabilities: None,
@@ -670,11 +681,11 @@ async fn given_a_status_request_then_only_counts_come_back() {
     let d = Daemon::start();
     let kernel = Kernel::process("/usr/local/bin/metalift");
     let reply = Peer::new(&d.core)
-        .deliver(&to_dict(&Message::StatusRequest), &kernel)
+        .deliver(&to_frame(&Message::StatusRequest), &kernel)
         .await
         .unwrap()
         .expect("answered");
-    let Ok(Message::Status(json)) = wire_dict::decode(&reply) else {
+    let Ok(Message::Status(json)) = decode(&reply) else {
         panic!("a status reply")
     };
     let status: Value = serde_json::from_str(&json).expect("status is JSON");
@@ -723,8 +734,8 @@ async fn given_a_sha256_rule_and_an_unreadable_executable_then_the_decision_says
 }
 
 /// What the shim reads back when it was declined.
-fn read_declined(reply: Option<MapDict>) -> Declined {
-    match wire_dict::decode(&reply.expect("a check-in is answered")) {
+fn read_declined(reply: Option<Frame>) -> Declined {
+    match decode(&reply.expect("a check-in is answered")) {
         Ok(Message::Declined(d)) => d,
         other => panic!("expected a refusal the shim understands, got {other:?}"),
     }
@@ -751,11 +762,11 @@ async fn given_a_daemon_that_serves_no_xpc_identities_then_each_check_in_is_told
         assert!(!declined.detail.is_empty());
         // Status still answered: counts only.
         let status = Peer::on(&d.core, serving, &places)
-            .deliver(&to_dict(&Message::StatusRequest), &kernel)
+            .deliver(&to_frame(&Message::StatusRequest), &kernel)
             .await
             .unwrap();
         assert!(matches!(
-            wire_dict::decode(&status.expect("answered")),
+            decode(&status.expect("answered")),
             Ok(Message::Status(_))
         ));
     }
@@ -876,7 +887,7 @@ async fn given_a_malformed_outcome_or_one_without_a_check_in_then_each_is_a_refu
             .unwrap(),
     );
     let mut broken = outcome(verdict.decision_id);
-    broken.0.remove(wire_dict::key::VERSION);
+    broken[0] = 9;
     assert!(matches!(
         peer.deliver(&broken, &kernel).await,
         Err(Refusal::Wire(_))
@@ -985,7 +996,7 @@ fn the_stand_in_and_the_xpc_peer_task_are_only_links_to_one_exchange() {
     // and identify on the core's blocking pool within the uid's share.
     let same_in_both = [
         "impl PeerLink for",
-        "wire_dict::decode(",
+        "Received::Message(message) => Event::Message {",
         "tokio::time::timeout(wait",
         ".blocking()",
         ".run_for(uid,",
@@ -1142,7 +1153,7 @@ async fn over_xpc(core: &Arc<Core>, kernel: &Kernel) {
             After::WrongDecision => Some(outcome(id + 1)),
             After::Malformed => {
                 let mut dict = outcome(id);
-                dict.0.remove(wire_dict::key::VERSION);
+                dict[0] = 9;
                 Some(dict)
             }
             After::Nothing => None,

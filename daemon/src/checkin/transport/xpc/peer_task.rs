@@ -3,14 +3,17 @@
 //! decision, the outcome, every refusal and place) are
 //! [`crate::checkin::session`]'s and their order is `xpc_peer`'s, shared with
 //! the in-memory stand-in in `daemon/tests/core_in_memory.rs`; this only moves
-//! messages between libxpc and them (its drift test reads this file).
+//! messages between libxpc and them (its drift test reads this file), each a
+//! frame body in one data value (`metalift_xpc::frame`). An older shim's
+//! dictionary is answered here, in its own words, with "use the socket"
+//! (`metalift_xpc::frame` says why): nothing is decided for it over XPC.
 
 use std::time::Duration;
 
 use metalift_policy::wire::Message;
-use metalift_xpc::dict as wire_dict;
 use metalift_xpc::exchange::{Sender, Serving};
-use metalift_xpc::xpc_dict::XpcDict;
+use metalift_xpc::frame::Received;
+use metalift_xpc::message::XpcMessage;
 use tokio::sync::{broadcast, mpsc};
 
 use super::{Accepted, Connection, PeerEvent};
@@ -58,9 +61,30 @@ struct Libxpc {
     shutdown: broadcast::Receiver<()>,
 }
 
+impl Libxpc {
+    /// An older shim's dictionary (`metalift_xpc::frame::Received::OlderShim`):
+    /// logged, and answered "declined: use the socket" in its layout, which it
+    /// follows at once within its deadline; then the peer closes first.
+    async fn decline_older_shim(&mut self, request: XpcMessage, pid: Option<u32>, wait: Duration) {
+        tracing::warn!(
+            pid,
+            "an older libmetalift checked in over XPC with a dictionary this metaliftd no \
+             longer reads: answered \"use the socket\" (restart that process to load the \
+             installed shim)"
+        );
+        let reply = XpcMessage::reply_to(&request);
+        drop(request); // not `Sync`: never held across the await below
+        if let Some(mut reply) = reply {
+            reply.set_legacy_decline();
+            self.peer.send(&reply);
+            self.linger(wait).await;
+        }
+    }
+}
+
 impl PeerLink for Libxpc {
     type Token = AuditToken;
-    type Reply = XpcDict;
+    type Reply = XpcMessage;
 
     fn stamp(token: &AuditToken) -> Stamp {
         Stamp {
@@ -72,24 +96,31 @@ impl PeerLink for Libxpc {
         }
     }
 
-    async fn next(&mut self, wait: Duration) -> Event<AuditToken, XpcDict> {
+    async fn next(&mut self, wait: Duration) -> Event<AuditToken, XpcMessage> {
         let event = tokio::select! {
             event = tokio::time::timeout(wait, self.events.recv()) => event,
             _ = self.shutdown.recv() => return Event::Closed,
         };
         match event {
             Err(_) => Event::TimedOut,
-            Ok(Some(PeerEvent::Message { dict, token })) => Event::Message {
-                message: wire_dict::decode(&dict),
-                reply: XpcDict::reply_to(&dict),
-                token,
+            Ok(Some(PeerEvent::Message { dict, token })) => match dict.decode() {
+                Received::Message(message) => Event::Message {
+                    message,
+                    reply: XpcMessage::reply_to(&dict),
+                    token,
+                },
+                Received::OlderShim => {
+                    self.decline_older_shim(dict, token.map(|t| t.pid()), wait)
+                        .await;
+                    Event::Closed
+                }
             },
             Ok(Some(PeerEvent::Closed) | None) => Event::Closed,
         }
     }
 
-    fn reply(&mut self, mut to: XpcDict, message: &Message) {
-        wire_dict::encode(message, &mut to);
+    fn reply(&mut self, mut to: XpcMessage, message: &Message) {
+        to.set(message);
         self.peer.send(&to);
     }
 
