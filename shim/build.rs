@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// The shim's C sources, one concern each (see c/metalift_shim.h).
-const SOURCES: [&str; 14] = [
+const SOURCES: [&str; 13] = [
     "c/job.c",
     "c/loader.c",
     "c/fork.c",
@@ -40,22 +40,12 @@ const SOURCES: [&str; 14] = [
     "c/imp_owner.c",
     "c/log.c",
     "c/config.c",
-    "c/xpc_dict.c",
     "c/xpc.c",
     "c/unresponsive.c",
     "c/xpc_reply.c",
 ];
-/// The pure helpers the Rust tests and the fuzz target call. `xpc_dict.c` is
-/// compiled with `-DML_XPC_FAKE`: its libxpc calls are answered by the tests'
-/// in-memory stand-in (`tests/xpc_cross.rs`), and only a test that calls it
-/// pulls its object out of the archive.
-const TESTED: [&str; 5] = [
-    "c/wire.c",
-    "c/config.c",
-    "c/xpc_dict.c",
-    "c/xpc_reply.c",
-    "c/job.c",
-];
+/// The pure helpers the Rust tests and the fuzz target call.
+const TESTED: [&str; 4] = ["c/wire.c", "c/config.c", "c/xpc_reply.c", "c/job.c"];
 /// `-fno-jump-tables`: on arm64e a jump table's `br` is an indirect branch no
 /// pointer-authentication key covers (scripts/shim-arm64e-check.sh refuses it);
 /// the same flags on every target keep one object code shape.
@@ -195,7 +185,6 @@ fn build_test_helpers(out: &Path) {
         cmd.args(FLAGS)
             .arg(version_define())
             .args(extra)
-            .arg("-DML_XPC_FAKE")
             .arg("-c")
             .arg(source)
             .arg("-o")

@@ -6,11 +6,12 @@
 //! `checkin::session`'s, which the Unix socket calls too); the real transport
 //! runs it over libxpc (`daemon/src/checkin/transport/xpc/peer_task.rs`), these
 //! tests over [`stand_in::Memory`]. The stand-in is therefore no copy of the
-//! peer task: it only moves dictionaries, in the real key layout
-//! (`metalift_xpc::dict`), with "the kernel's" identity beside each message
-//! (never in the dictionary). Neither link is given the session: the steps,
-//! the waits and the identification's place on the core's blocking pool are
-//! `serve`'s, so these tests cover them for the libxpc link too. Whatever differs between a shim that asks over XPC and one that
+//! peer task: it only moves frame bodies, the data value a real message
+//! dictionary carries (`metalift_xpc::frame`), with "the kernel's" identity
+//! beside each message (never in the frame). Neither link is given the session:
+//! the steps, the waits and the identification's place on the core's blocking
+//! pool are `serve`'s, so these tests cover them for the libxpc link too.
+//! Whatever differs between a shim that asks over XPC and one that
 //! asks over the socket is therefore only the libxpc calls and how the kernel
 //! identity is read (`checkin/peer/macos.rs`), listed as type-checked only in
 //! `daemon/src/macos/mod.rs`.
@@ -34,9 +35,8 @@ use metalift_policy::wire::{
 use metalift_policy::{Anchor, LoadOptions};
 use serde_json::Value;
 
-use metalift_xpc::dict as wire_dict;
-use metalift_xpc::dict::MapDict;
 use metalift_xpc::exchange::{Refusal, Sender, Serving};
+use metalift_xpc::frame::{self, Received};
 use tokio::sync::mpsc;
 
 /// The transport name the XPC transport records.
@@ -64,10 +64,19 @@ unlock = "apple7"
 // The in-memory XPC
 // ---------------------------------------------------------------------------
 
-fn to_dict(msg: &Message) -> MapDict {
-    let mut d = MapDict::default();
-    wire_dict::encode(msg, &mut d);
-    d
+/// What a message dictionary carries: the frame body, as one data value.
+type Frame = Vec<u8>;
+
+fn to_frame(msg: &Message) -> Frame {
+    frame::encode(msg)
+}
+
+/// The shim's reading of a reply's frame.
+fn decode(body: &[u8]) -> Result<Message, WireError> {
+    match frame::decode(Some(body), false) {
+        Received::Message(message) => message,
+        Received::OlderShim => unreachable!("a frame is never an older shim's dictionary"),
+    }
 }
 
 /// What the kernel attaches to a message (the audit token, and what `SecCode`
@@ -132,9 +141,9 @@ impl Kernel {
 /// replies.
 struct Peer {
     /// Messages to the exchange, each with the kernel's stamp (`None`: none).
-    to_exchange: Option<mpsc::Sender<(MapDict, Option<Kernel>)>>,
+    to_exchange: Option<mpsc::Sender<(Frame, Option<Kernel>)>>,
     /// The exchange's replies.
-    replies: mpsc::UnboundedReceiver<MapDict>,
+    replies: mpsc::UnboundedReceiver<Frame>,
     /// The exchange itself, and whether it has ended.
     exchange: tokio::task::JoinHandle<Result<(), PeerError>>,
     ended: Option<Result<(), Refusal>>,
@@ -166,9 +175,9 @@ impl Peer {
     /// Delivers one message with the kernel's identity; returns the reply, if any.
     async fn deliver(
         &mut self,
-        message: &MapDict,
+        message: &Frame,
         kernel: &Kernel,
-    ) -> Result<Option<MapDict>, Refusal> {
+    ) -> Result<Option<Frame>, Refusal> {
         self.deliver_stamped(message, Some(kernel)).await
     }
 
@@ -176,9 +185,9 @@ impl Peer {
     /// without one. Returns its reply, or how the exchange ended without one.
     async fn deliver_stamped(
         &mut self,
-        message: &MapDict,
+        message: &Frame,
         kernel: Option<&Kernel>,
-    ) -> Result<Option<MapDict>, Refusal> {
+    ) -> Result<Option<Frame>, Refusal> {
         let to = self.to_exchange.as_ref().expect("the peer is open");
         to.send((message.clone(), kernel.cloned()))
             .await
@@ -220,18 +229,18 @@ mod stand_in {
     use metalift_daemon::checkin::peer::{self, PeerFacts};
     use metalift_daemon::checkin::transport::xpc_peer::{Event, PeerLink, Stamp};
     use metalift_policy::wire::Message;
-    use metalift_xpc::dict::{self as wire_dict, MapDict};
+    use metalift_xpc::frame::{self, Received};
     use tokio::sync::mpsc;
 
-    use super::{to_dict, Kernel};
+    use super::{to_frame, Frame, Kernel};
 
     /// The test's end of one peer connection.
     pub(super) struct Memory {
         /// What the peer sends, each with the kernel's stamp (libxpc's event
         /// handler forwards messages the same way, `PEER_QUEUE` deep).
-        pub(super) inbox: mpsc::Receiver<(MapDict, Option<Kernel>)>,
+        pub(super) inbox: mpsc::Receiver<(Frame, Option<Kernel>)>,
         /// What the daemon answers.
-        pub(super) outbox: mpsc::UnboundedSender<MapDict>,
+        pub(super) outbox: mpsc::UnboundedSender<Frame>,
     }
 
     impl PeerLink for Memory {
@@ -249,16 +258,19 @@ mod stand_in {
         async fn next(&mut self) -> Event<Kernel, ()> {
             match self.inbox.recv().await {
                 None => Event::Closed,
-                Some((dict, token)) => Event::Message {
-                    message: wire_dict::decode(&dict),
-                    token,
-                    reply: Some(()),
+                Some((body, token)) => match frame::decode(Some(&body), false) {
+                    Received::Message(message) => Event::Message {
+                        message,
+                        token,
+                        reply: Some(()),
+                    },
+                    Received::OlderShim => Event::Closed,
                 },
             }
         }
 
         fn reply(&mut self, (): (), message: &Message) {
-            let _ = self.outbox.send(to_dict(message));
+            let _ = self.outbox.send(to_frame(message));
         }
 
         /// "The kernel's" facts, where the real link runs `facts_from_audit_token`.
@@ -273,8 +285,8 @@ mod stand_in {
 }
 
 /// The shim's side: what it sends and how it reads the reply.
-fn check_in_claiming(claimed: Option<&str>) -> MapDict {
-    to_dict(&Message::CheckIn(CheckIn {
+fn check_in_claiming(claimed: Option<&str>) -> Frame {
+    to_frame(&Message::CheckIn(CheckIn {
         shim_version: "0.1.0".into(),
         arch: "arm64e".into(),
         claimed_executable: claimed.map(str::to_owned),
@@ -282,15 +294,15 @@ fn check_in_claiming(claimed: Option<&str>) -> MapDict {
     }))
 }
 
-fn read_verdict(reply: Option<MapDict>) -> VerdictMsg {
-    match wire_dict::decode(&reply.expect("a check-in is answered")) {
+fn read_verdict(reply: Option<Frame>) -> VerdictMsg {
+    match decode(&reply.expect("a check-in is answered")) {
         Ok(Message::Verdict(v)) => v,
         other => panic!("expected a verdict, got {other:?}"),
     }
 }
 
-fn outcome(decision_id: u64) -> MapDict {
-    to_dict(&outcome_message(decision_id))
+fn outcome(decision_id: u64) -> Frame {
+    to_frame(&outcome_message(decision_id))
 }
 
 fn outcome_message(decision_id: u64) -> Message {
@@ -628,17 +640,17 @@ async fn given_a_malformed_or_out_of_order_message_then_nothing_is_decided() {
     let d = Daemon::start();
     let kernel = Kernel::process("/opt/llama.cpp/bin/llama-server");
 
-    let mut no_version = check_in_claiming(None);
-    no_version.0.remove(wire_dict::key::VERSION);
+    let mut wrong_version = check_in_claiming(None);
+    wrong_version[0] = 9;
     assert_eq!(
-        Peer::new(&d.core).deliver(&no_version, &kernel).await,
-        Err(Refusal::Wire(WireError::Missing("metalift.version")))
+        Peer::new(&d.core).deliver(&wrong_version, &kernel).await,
+        Err(Refusal::Wire(WireError::Version(9)))
     );
     assert_eq!(
         Peer::new(&d.core).deliver(&outcome(1), &kernel).await,
         Err(Refusal::Unexpected("outcome"))
     );
-    let forged = to_dict(&Message::Verdict(VerdictMsg {
+    let forged = to_frame(&Message::Verdict(VerdictMsg {
         decision_id: 1,
         action: WireAction::Stock,
         capabilities: None,
@@ -660,11 +672,11 @@ async fn given_a_status_request_then_only_counts_come_back() {
     let d = Daemon::start();
     let kernel = Kernel::process("/usr/local/bin/metalift");
     let reply = Peer::new(&d.core)
-        .deliver(&to_dict(&Message::StatusRequest), &kernel)
+        .deliver(&to_frame(&Message::StatusRequest), &kernel)
         .await
         .unwrap()
         .expect("answered");
-    let Ok(Message::Status(json)) = wire_dict::decode(&reply) else {
+    let Ok(Message::Status(json)) = decode(&reply) else {
         panic!("a status reply")
     };
     let status: Value = serde_json::from_str(&json).expect("status is JSON");
@@ -713,8 +725,8 @@ async fn given_a_sha256_rule_and_an_unreadable_executable_then_the_decision_says
 }
 
 /// What the shim reads back when it was declined.
-fn read_declined(reply: Option<MapDict>) -> Declined {
-    match wire_dict::decode(&reply.expect("a check-in is answered")) {
+fn read_declined(reply: Option<Frame>) -> Declined {
+    match decode(&reply.expect("a check-in is answered")) {
         Ok(Message::Declined(d)) => d,
         other => panic!("expected a refusal the shim understands, got {other:?}"),
     }
@@ -741,11 +753,11 @@ async fn given_a_daemon_that_serves_no_xpc_identities_then_each_check_in_is_told
         assert!(!declined.detail.is_empty());
         // Status still answered: counts only.
         let status = Peer::on(&d.core, serving, &places)
-            .deliver(&to_dict(&Message::StatusRequest), &kernel)
+            .deliver(&to_frame(&Message::StatusRequest), &kernel)
             .await
             .unwrap();
         assert!(matches!(
-            wire_dict::decode(&status.expect("answered")),
+            decode(&status.expect("answered")),
             Ok(Message::Status(_))
         ));
     }
@@ -866,7 +878,7 @@ async fn given_a_malformed_outcome_or_one_without_a_check_in_then_each_is_a_refu
             .unwrap(),
     );
     let mut broken = outcome(verdict.decision_id);
-    broken.0.remove(wire_dict::key::VERSION);
+    broken[0] = 9;
     assert!(matches!(
         peer.deliver(&broken, &kernel).await,
         Err(Refusal::Wire(_))
@@ -1087,7 +1099,7 @@ async fn over_xpc(core: &Arc<Core>, kernel: &Kernel) {
             After::WrongDecision => Some(outcome(id + 1)),
             After::Malformed => {
                 let mut dict = outcome(id);
-                dict.0.remove(wire_dict::key::VERSION);
+                dict[0] = 9;
                 Some(dict)
             }
             After::Nothing => None,

@@ -11,8 +11,9 @@
  *   session.c  the one check-in per process (per pid: a forked child checks in
  *              for itself), the verdict wait, the outcome report.
  *   socket.c   the daemon connection and its descriptor hygiene.
- *   wire.c     the check-in / outcome encoders and the verdict decoder,
- *              byte-exact with policy/src/wire.rs (checked by the Rust tests).
+ *   wire.c     the check-in / outcome encoders and the verdict decoder: the
+ *              one C codec, for the socket and XPC alike, held to
+ *              policy/src/wire.rs by the Rust tests and a fuzz target.
  *   hook.c     the Objective-C runtime (dlsym), the device-init hook, the
  *              capability IMPs, the self-check / roll-back when the original
  *              -initGPUFamilySupport returns.
@@ -20,8 +21,8 @@
  *              the image that holds it.
  *   config.c   the environment: METALIFT_DISABLE, _SOCKET, _TIMEOUT_MS, _DEBUG.
  *   fork.c     the pthread_atfork handlers (both hook.c's and session.c's locks).
- *   xpc.c      macOS: the check-in over XPC (per-message audit tokens).
- *   xpc_dict.c the messages on an XPC dictionary, twin of xpc/src/dict.rs.
+ *   xpc.c      macOS: the check-in over XPC (per-message audit tokens), each
+ *              message wire.c's frame body as one data value.
  *   xpc_reply.c what an XPC check-in's answer means: verdict, socket, stock.
  *   log.c      the system log (Linux /dev/log, macOS os_log) and debug stderr.
  *   unresponsive.c  a daemon found not answering, remembered per user for a
@@ -288,14 +289,14 @@ ML_HIDDEN int64_t ml_known_family(unsigned index);
 /* Its name ("Apple7"), for log lines. */
 ML_HIDDEN const char *ml_known_family_name(unsigned index);
 
-/* Why a verdict could not be decoded; one value per wire.rs WireError variant,
- * plus ML_WIRE_NOT_VERDICT for a well-formed message of another kind. */
+/* Why a verdict could not be decoded: as wire.rs's WireError where the shim
+ * reads the message, plus ML_WIRE_NOT_VERDICT for any other kind (4 was
+ * UNKNOWN_KIND, now NOT_VERDICT too: the shim judges only what it receives). */
 enum ml_wire_status {
     ML_WIRE_OK = 0,
     ML_WIRE_OVERSIZE = 1,
     ML_WIRE_TRUNCATED = 2,
     ML_WIRE_VERSION = 3,
-    ML_WIRE_UNKNOWN_KIND = 4,
     ML_WIRE_BAD_FIELD = 5,
     ML_WIRE_MISSING = 6,
     ML_WIRE_NOT_VERDICT = 7,
@@ -331,9 +332,8 @@ struct ml_verdict {
     uint8_t would_unlock;
 };
 
-/* The result of decoding: status, and for BAD_FIELD / MISSING the field name
- * wire.rs would name, for UNKNOWN_KIND / VERSION / NOT_VERDICT the byte, for
- * OVERSIZE the length. */
+/* The result of decoding: status, and for BAD_FIELD / MISSING the field name,
+ * for VERSION / NOT_VERDICT the byte, for OVERSIZE the length. */
 struct ml_wire_error {
     enum ml_wire_status status;
     const char *field;
@@ -366,9 +366,12 @@ struct ml_outcome {
 /* wire.rs frame_length: the body length announced by a 4-byte prefix, or an
  * error (OVERSIZE above ML_WIRE_MAX_FRAME, TRUNCATED below 2). */
 ML_HIDDEN struct ml_wire_error ml_wire_frame_length(const uint8_t prefix[4], size_t *len);
-/* wire.rs decode_body restricted to verdicts: fills *out and returns OK exactly
- * when decode_body returns Ok(Message::Verdict); NOT_VERDICT when it would return
- * another message; otherwise the error decode_body returns. */
+/* wire.rs decode_body restricted to what the shim receives: fills *out and
+ * returns OK only when decode_body returns Ok(Message::Verdict) (the same
+ * values); DECLINED (value: the reason) only when it returns Ok(Declined);
+ * NOT_VERDICT (value: the kind byte) for every other kind, known or not, its
+ * fields unread; otherwise an error. Used for the socket's frames and XPC's
+ * data values alike. */
 ML_HIDDEN struct ml_wire_error ml_wire_decode_verdict(const uint8_t *body, size_t len,
                                                       struct ml_verdict *out);
 /* wire.rs encode_frame(Message::CheckIn): writes the frame (prefix included)
@@ -393,8 +396,6 @@ ML_HIDDEN struct ml_answers ml_expected_answers(const struct ml_verdict *v,
 /* Capabilities::supports_family: the effective answer given the stock one. */
 ML_HIDDEN bool ml_caps_supports_family(const struct ml_verdict *v, int64_t family, bool stock);
 
-/* ----------------------------------------------------------- xpc_dict.c -- */
-
 /* ----------------------------------------------------------- xpc_reply.c -- */
 
 /* What to do after an XPC check-in (see xpc_reply.c). */
@@ -411,52 +412,9 @@ enum ml_xpc_next {
  * another negative errno for an XPC error before a reply). */
 ML_HIDDEN enum ml_xpc_next ml_xpc_next_step(int read_result, struct ml_wire_error e);
 
-/* The mach service metaliftd's LaunchDaemon advertises (xpc/src/dict.rs
+/* The mach service metaliftd's LaunchDaemon advertises (xpc/src/frame.rs
  * DEFAULT_SERVICE). */
 #define ML_XPC_SERVICE "com.metalift.policy"
-
-/*
- * libxpc's dictionary API, declared by hand (the same declarations as
- * <xpc/xpc.h>, macOS 10.7+). Compiled on macOS, and on Linux only into the
- * shim crate's test library (ML_XPC_FAKE), where the tests provide these
- * functions over an in-memory map: libmetalift.so itself has no XPC.
- */
-#if defined(__APPLE__) || defined(ML_XPC_FAKE)
-typedef void *xpc_object_t;
-typedef const struct _xpc_type_s *xpc_type_t;
-extern const struct _xpc_type_s _xpc_type_uint64;
-extern const struct _xpc_type_s _xpc_type_bool;
-extern const struct _xpc_type_s _xpc_type_string;
-extern const struct _xpc_type_s _xpc_type_error;
-extern xpc_object_t xpc_dictionary_create(const char *const *keys, const xpc_object_t *values,
-                                          size_t count);
-extern void xpc_dictionary_set_uint64(xpc_object_t dict, const char *key, uint64_t value);
-extern void xpc_dictionary_set_bool(xpc_object_t dict, const char *key, bool value);
-extern void xpc_dictionary_set_string(xpc_object_t dict, const char *key, const char *value);
-extern xpc_object_t xpc_dictionary_get_value(xpc_object_t dict, const char *key);
-extern xpc_type_t xpc_get_type(xpc_object_t object);
-extern uint64_t xpc_uint64_get_value(xpc_object_t object);
-extern bool xpc_bool_get_value(xpc_object_t object);
-extern size_t xpc_string_get_length(xpc_object_t object);
-extern const char *xpc_string_get_string_ptr(xpc_object_t object);
-extern xpc_object_t xpc_retain(xpc_object_t object);
-extern void xpc_release(xpc_object_t object);
-
-
-/* xpc/src/dict.rs encode(Message::CheckIn) into `dict` (advisory fields). */
-ML_HIDDEN void ml_xpc_encode_check_in(xpc_object_t dict, const char *shim_version,
-                                      const char *arch);
-/* Adds xpc/src/dict.rs's check-in `job` string to `dict` (nothing when `job`
- * is NULL or ""): the advisory CI job claims of job.c. */
-ML_HIDDEN void ml_xpc_encode_job(xpc_object_t dict, const char *job);
-/* xpc/src/dict.rs encode(Message::Outcome) into `dict`. */
-ML_HIDDEN void ml_xpc_encode_outcome(xpc_object_t dict, const struct ml_outcome *o);
-/* xpc/src/dict.rs decode restricted to verdicts, as ml_wire_decode_verdict is
- * to frames: OK exactly when decode returns Ok(Message::Verdict), NOT_VERDICT
- * (value: the wire kind byte) for another message, else decode's error. The
- * strings point into `dict`, which must outlive *out. */
-ML_HIDDEN struct ml_wire_error ml_xpc_decode_verdict(xpc_object_t dict, struct ml_verdict *out);
-#endif
 
 /* ---------------------------------------------------------------- xpc.c -- */
 
@@ -472,26 +430,29 @@ ML_HIDDEN void ml_xpc_note_image_start(void);
  * libdispatch refuses to run (the pid differs from the one noted at start). */
 ML_HIDDEN bool ml_xpc_usable(void);
 /* Opens a connection to ML_XPC_SERVICE in the system domain and sends the
- * check-in; the verdict arrives asynchronously. Returns 0, or an errno value. */
-ML_HIDDEN int ml_xpc_check_in(const char *shim_version, const char *arch);
+ * check-in `frame` (wire.c's, length prefix included: its body is sent); the
+ * verdict arrives asynchronously. Returns 0, or an errno value. */
+ML_HIDDEN int ml_xpc_check_in(const uint8_t *frame, size_t len);
 /* Waits until `deadline_ms` (ml_now_ms clock) for the reply. 0: *out is
  * decoded (its strings live until ml_xpc_release_reply); -ETIMEDOUT: no reply
  * (a reply arriving later is dropped by the handler, never read);
  * -ECONNREFUSED: XPC_ERROR_CONNECTION_INVALID (no such service);
  * -EAGAIN: XPC_ERROR_CONNECTION_INTERRUPTED (the daemon exited; launchd
  * relaunches it); -ECONNRESET: another XPC error before a reply; -EPROTO with *error set: the
- * reply is no verdict (ML_WIRE_DECLINED: the daemon's refusal). */
+ * reply is no verdict (ML_WIRE_DECLINED: the daemon's refusal; MISSING
+ * "metalift.frame": a dictionary without the frame's data value). */
 ML_HIDDEN int ml_xpc_read_verdict(int64_t deadline_ms, struct ml_verdict *out,
                                   struct ml_wire_error *error);
 /* Sends the check-in again on the same connection (after
  * XPC_ERROR_CONNECTION_INTERRUPTED: libxpc's contract is to send again; the
  * connection looks the service up anew). 0, or an errno value. */
-ML_HIDDEN int ml_xpc_send_again(const char *shim_version, const char *arch);
+ML_HIDDEN int ml_xpc_send_again(const uint8_t *frame, size_t len);
 /* Releases the reply ml_xpc_read_verdict handed over (idempotent). */
 ML_HIDDEN void ml_xpc_release_reply(void);
-/* Sends the outcome on the same connection (same process: the daemon checks
- * the audit token against the check-in's) and closes it once sent. */
-ML_HIDDEN void ml_xpc_report(const struct ml_outcome *o);
+/* Sends the outcome `frame` (wire.c's) on the same connection (same process:
+ * the daemon checks the audit token against the check-in's) and closes it
+ * once sent. */
+ML_HIDDEN void ml_xpc_report(const uint8_t *frame, size_t len);
 /* Closes the connection (after the outcome, or when the verdict is unusable). */
 ML_HIDDEN void ml_xpc_close(void);
 /* A forked child: forget the parent's connection without touching libxpc

@@ -126,16 +126,24 @@ static void reset_if_forked(void)
     owner = me;
 }
 
+/* The check-in frame, the same bytes for either transport (wire.c), into
+ * frame[CHECK_IN_CAP]; returns its length. */
+#define CHECK_IN_CAP (256 + ML_JOB_CLAIMS_MAX)
+static size_t encode_check_in(uint8_t frame[CHECK_IN_CAP])
+{
+    char job[ML_JOB_CLAIMS_MAX];
+    ml_job_claims(job, sizeof job);
+    return ml_wire_encode_check_in_job(frame, CHECK_IN_CAP, ML_SHIM_VERSION, arch_name(), NULL,
+                                       job);
+}
+
 /* Connects to socket_path and sends the check-in frame: 0 or an errno value. */
 static int socket_check_in(void)
 {
     int e = ml_sock_connect(&sock, socket_path);
     if (e == 0) {
-        char job[ML_JOB_CLAIMS_MAX];
-        ml_job_claims(job, sizeof job);
-        uint8_t frame[256 + ML_JOB_CLAIMS_MAX];
-        size_t n = ml_wire_encode_check_in_job(frame, sizeof frame, ML_SHIM_VERSION, arch_name(),
-                                               NULL, job);
+        uint8_t frame[CHECK_IN_CAP];
+        size_t n = encode_check_in(frame);
         e = ml_sock_send(&sock, frame, n, 0);
         if (e != 0)
             ml_sock_close(&sock);
@@ -205,7 +213,13 @@ void ml_session_check_in(void)
         int e;
 #ifdef __APPLE__
         via_xpc = config.system_daemon && ml_xpc_usable();
-        e = via_xpc ? ml_xpc_check_in(ML_SHIM_VERSION, arch_name()) : socket_check_in();
+        if (via_xpc) {
+            uint8_t frame[CHECK_IN_CAP];
+            size_t n = encode_check_in(frame);
+            e = ml_xpc_check_in(frame, n);
+        } else {
+            e = socket_check_in();
+        }
 #else
         e = socket_check_in();
 #endif
@@ -289,8 +303,6 @@ static void describe_wire_error(struct ml_plan *out, struct ml_wire_error e)
     else if (e.status == ML_WIRE_VERSION)
         snprintf(r, n, "%s: protocol version %llu (this build speaks %d)", p, v,
                  ML_WIRE_PROTOCOL);
-    else if (e.status == ML_WIRE_UNKNOWN_KIND)
-        snprintf(r, n, "%s: unknown message kind %llu", p, v);
     else if (e.status == ML_WIRE_BAD_FIELD)
         snprintf(r, n, "%s: malformed field `%s`", p, e.field);
     else if (e.status == ML_WIRE_MISSING)
@@ -381,7 +393,9 @@ static bool read_xpc_verdict(struct ml_plan *out, int64_t deadline)
         ml_xpc_release_reply();
         ml_log(ML_DEBUG, "XPC connection interrupted; sending the check-in again");
         next = ML_XPC_USE_SOCKET;
-        if (ml_xpc_send_again(ML_SHIM_VERSION, arch_name()) == 0) {
+        uint8_t frame[CHECK_IN_CAP];
+        size_t n = encode_check_in(frame);
+        if (ml_xpc_send_again(frame, n) == 0) {
             e = (struct ml_wire_error){ML_WIRE_OK, NULL, 0};
             r = ml_xpc_read_verdict(deadline, &v, &e);
             next = ml_xpc_next_step(r, e);
@@ -458,16 +472,16 @@ void ml_session_report(const struct ml_outcome *o)
 {
     pthread_mutex_lock(&session_lock);
     if (owner == getpid() && state == DECIDED) {
+        uint8_t frame[1024];
+        size_t n = ml_wire_encode_outcome(frame, sizeof frame, o);
 #ifdef __APPLE__
         if (via_xpc) {
-            ml_xpc_report(o);
+            ml_xpc_report(frame, n);
             state = CLOSED;
             pthread_mutex_unlock(&session_lock);
             return;
         }
 #endif
-        uint8_t frame[1024];
-        size_t n = ml_wire_encode_outcome(frame, sizeof frame, o);
         /* Best effort, bounded: a daemon that stopped reading loses the record. */
         (void)ml_sock_send(&sock, frame, n, 100);
         ml_sock_close(&sock);

@@ -1,12 +1,16 @@
 /*
  * wire.c — the shim's half of the check-in protocol (policy/src/wire.rs is the
- * reference): encode the check-in and the outcome, decode the verdict.
+ * reference): encode the check-in and the outcome, decode what the shim
+ * receives (a verdict, or the daemon's Declined). The one C codec: the same
+ * bodies travel on the Unix socket (after a length prefix) and over XPC (as
+ * one data value, xpc.c).
  *
- * Byte-exact with wire.rs: the Rust crate metalift-shim compiles this file into
- * its tests and checks, for every message the shim speaks, Rust encode → C
- * decode and C encode → Rust decode, including random and malformed input; the
- * C decoder must reject exactly what decode_body rejects, with the same error
- * and field name. Pure: no I/O, no allocation, no globals.
+ * Held to wire.rs by the Rust crate metalift-shim, which compiles this file
+ * into its tests (shim/tests/wire_cross.rs) and its fuzz target: the encoders
+ * byte-exact with wire.rs; the decoder accepts only what decode_body accepts,
+ * with the same values. Any other kind, known to wire.rs or not, is refused as
+ * "not a verdict" without reading its fields: the shim never receives one.
+ * Pure: no I/O, no allocation, no globals.
  */
 #include "metalift_shim.h"
 
@@ -37,11 +41,10 @@ enum {
     TAG_OTHER_SHIM_IMAGE = 29,
     TAG_OTHER_SHIM_METHODS = 31,
     TAG_OTHER_SHIM_PATCHED = 32,
-    TAG_JSON = 30,
     TAG_DECLINE_REASON = 40,
 };
 
-enum { KIND_STATUS_REQUEST = 4, KIND_STATUS = 5, KIND_DECLINED = 6 };
+enum { KIND_DECLINED = 6 };
 
 static const struct {
     const char *name;
@@ -260,75 +263,17 @@ static struct ml_wire_error decode_verdict_fields(const struct fields *f, struct
     return ok();
 }
 
-/* wire.rs other_shim: the methods string, then the order byte (0 or 1), then
- * the image, which requires the order. */
-static struct ml_wire_error check_other_shim(const struct fields *f)
+/* wire.rs Declined: the reason byte (1 use the socket, 2 busy), then the
+ * detail text, which must be UTF-8 as for Rust (it is not kept: session.c
+ * words the refusal itself). */
+static struct ml_wire_error decode_declined_fields(const struct fields *f)
 {
-    const char *image;
-    size_t len;
-    uint8_t patched;
-    int has_patched = 0;
-    TRY(f_str(f, TAG_OTHER_SHIM_METHODS, "other_shim_methods", NULL, NULL));
-    if (f->present[TAG_OTHER_SHIM_PATCHED]) {
-        TRY(f_required_u8(f, TAG_OTHER_SHIM_PATCHED, "other_shim_patched", &patched));
-        if (patched > ML_OTHER_AFTER)
-            return err(ML_WIRE_BAD_FIELD, "other_shim_patched", 0);
-        has_patched = 1;
-    }
-    image = NULL;
-    TRY(f_str(f, TAG_OTHER_SHIM_IMAGE, "other_shim_image", &image, &len));
-    if (image != NULL && !has_patched)
-        return err(ML_WIRE_MISSING, "other_shim_patched", 0);
-    return ok();
-}
-
-/* The other kinds are decoded only far enough to know whether wire.rs would
- * accept them (then: NOT_VERDICT) or reject them (then: its error). */
-static struct ml_wire_error check_other_kind(const struct fields *f, uint8_t kind)
-{
-    int has;
-    uint64_t v;
-    uint8_t b;
-    switch (kind) {
-    case ML_WIRE_KIND_CHECK_IN:
-        TRY(f_str(f, TAG_SHIM_VERSION, "shim_version", NULL, NULL));
-        TRY(f_str(f, TAG_ARCH, "arch", NULL, NULL));
-        TRY(f_str(f, TAG_CLAIMED_EXE, "claimed_executable", NULL, NULL));
-        break;
-    case ML_WIRE_KIND_OUTCOME:
-        TRY(f_required_u64(f, TAG_DECISION_ID, "decision_id", &v));
-        TRY(f_required_u8(f, TAG_RESULT, "result", &b));
-        if (b > 2)
-            return err(ML_WIRE_BAD_FIELD, "result", 0);
-        TRY(f_str(f, TAG_REASON, "reason", NULL, NULL));
-        TRY(f_str(f, TAG_DEVICE_CLASS, "device_class", NULL, NULL));
-        TRY(f_u64(f, TAG_STOCK_FAMILIES, "stock_families", &has, &v));
-        if (v > UINT32_MAX)
-            return err(ML_WIRE_BAD_FIELD, "stock_families", 0);
-        TRY(f_u64(f, TAG_STOCK_TG, "stock_threadgroup_memory", &has, &v));
-        TRY(f_u64(f, TAG_STOCK_WS, "stock_working_set", &has, &v));
-        TRY(f_u64(f, TAG_EFF_FAMILIES, "effective_families", &has, &v));
-        if (v > UINT32_MAX)
-            return err(ML_WIRE_BAD_FIELD, "effective_families", 0);
-        TRY(f_u64(f, TAG_EFF_TG, "effective_threadgroup_memory", &has, &v));
-        TRY(f_u64(f, TAG_EFF_WS, "effective_working_set", &has, &v));
-        TRY(check_other_shim(f));
-        break;
-    case KIND_STATUS_REQUEST:
-        break;
-    case KIND_STATUS:
-        TRY(f_str(f, TAG_JSON, "json", NULL, NULL));
-        break;
-    case KIND_DECLINED:
-        TRY(f_required_u8(f, TAG_DECLINE_REASON, "decline_reason", &b));
-        if (b != ML_DECLINED_USE_SOCKET && b != ML_DECLINED_BUSY)
-            return err(ML_WIRE_BAD_FIELD, "decline_reason", 0);
-        TRY(f_str(f, TAG_REASON, "reason", NULL, NULL));
-        return err(ML_WIRE_DECLINED, NULL, b);
-    default:
-        return err(ML_WIRE_UNKNOWN_KIND, NULL, kind);
-    }
-    return err(ML_WIRE_NOT_VERDICT, NULL, kind);
+    uint8_t reason;
+    TRY(f_required_u8(f, TAG_DECLINE_REASON, "decline_reason", &reason));
+    if (reason != ML_DECLINED_USE_SOCKET && reason != ML_DECLINED_BUSY)
+        return err(ML_WIRE_BAD_FIELD, "decline_reason", 0);
+    TRY(f_str(f, TAG_REASON, "reason", NULL, NULL));
+    return err(ML_WIRE_DECLINED, NULL, reason);
 }
 
 struct ml_wire_error ml_wire_frame_length(const uint8_t prefix[4], size_t *len)
@@ -356,9 +301,11 @@ struct ml_wire_error ml_wire_decode_verdict(const uint8_t *body, size_t len, str
     if (len < 2)
         return err(ML_WIRE_TRUNCATED, NULL, 0);
     uint8_t kind = body[1];
+    if (kind != ML_WIRE_KIND_VERDICT && kind != KIND_DECLINED)
+        return err(ML_WIRE_NOT_VERDICT, NULL, kind);
     TRY(fields_parse(&f, body + 2, len - 2));
-    if (kind != ML_WIRE_KIND_VERDICT)
-        return check_other_kind(&f, kind);
+    if (kind == KIND_DECLINED)
+        return decode_declined_fields(&f);
     struct ml_verdict v;
     TRY(decode_verdict_fields(&f, &v));
     *out = v;

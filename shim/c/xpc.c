@@ -11,6 +11,19 @@
  * token the kernel stamped on that message, and metaliftd binds the outcome to
  * the check-in's pid and pid version (xpc/src/exchange.rs).
  *
+ * Messages: each is a dictionary with one value, ML_XPC_FRAME_KEY, a data
+ * value holding wire.c's frame body (the frame without its 4-byte length
+ * prefix: the data value knows its length) — the same bytes the socket
+ * carries, so wire.c is the one codec; the dictionary adds nothing but what
+ * XPC itself gives (the per-message audit token, read by the daemon). The
+ * key and the daemon's side: xpc/src/frame.rs. A reply without that data
+ * value is refused as malformed (MISSING "metalift.frame"): stock. An older
+ * metaliftd (whose messages had one dictionary key per field) sends none: it
+ * refuses this shim's message as malformed and closes, which reaches us as an
+ * XPC error before a reply, and the check-in goes to the socket, whose frames
+ * are unchanged (xpc_reply.c). The frames are session.c's, encoded once for
+ * either transport.
+ *
  * Shape: one connection to the mach service ML_XPC_SERVICE in the system
  * domain (XPC_CONNECTION_MACH_SERVICE_PRIVILEGED: a job of the same name in a
  * user's own launchd domain cannot answer instead), the check-in sent with
@@ -53,6 +66,10 @@
 
 #ifdef __APPLE__
 
+/* libxpc and libdispatch, declared by hand as <xpc/xpc.h>, <xpc/connection.h>
+ * and libdispatch's headers declare them (no SDK needed to build the shim). */
+typedef void *xpc_object_t;
+typedef const struct _xpc_type_s *xpc_type_t;
 typedef void *dispatch_queue_t;
 typedef void *dispatch_semaphore_t;
 typedef uint64_t dispatch_time_t;
@@ -78,9 +95,27 @@ extern void xpc_connection_send_message_with_reply(xpc_connection_t connection,
                                                    xpc_handler_t handler);
 extern void xpc_connection_send_barrier(xpc_connection_t connection, dispatch_block_t barrier);
 extern void xpc_connection_cancel(xpc_connection_t connection);
+extern xpc_type_t xpc_get_type(xpc_object_t object);
+extern xpc_object_t xpc_retain(xpc_object_t object);
+extern void xpc_release(xpc_object_t object);
+extern xpc_object_t xpc_dictionary_create(const char *const *keys, const xpc_object_t *values,
+                                          size_t count);
+/* <xpc/xpc.h> (macOS 10.7+): copies `length` bytes into a data value under
+ * `key`. */
+extern void xpc_dictionary_set_data(xpc_object_t xdict, const char *key, const void *bytes,
+                                    size_t length);
+/* <xpc/xpc.h> (macOS 10.7+): the bytes of the data value under `key` and, in
+ * *length, their count; NULL when the key is absent or not a data value. The
+ * bytes are the dictionary's (xpc_dictionary_get_value "does not grant the
+ * caller a reference"): valid while the dictionary lives, here until
+ * ml_xpc_release_reply. */
+extern const void *xpc_dictionary_get_data(xpc_object_t xdict, const char *key, size_t *length);
+extern const struct _xpc_type_s _xpc_type_error;
 extern const struct _xpc_dictionary_s _xpc_error_connection_invalid;
 extern const struct _xpc_dictionary_s _xpc_error_connection_interrupted;
 
+/* The dictionary key of a metalift XPC message (xpc/src/frame.rs key::FRAME). */
+#define ML_XPC_FRAME_KEY "metalift.frame"
 #define ML_DISPATCH_TIME_NOW 0ull
 #define ML_XPC_PRIVILEGED (1ull << 1)
 
@@ -106,9 +141,9 @@ bool ml_xpc_usable(void)
     return image_start_pid != 0 && image_start_pid == getpid();
 }
 
-static int send_check_in(xpc_object_t message, const char *shim_version, const char *arch);
+static int send_check_in(const uint8_t *frame, size_t len);
 
-int ml_xpc_check_in(const char *shim_version, const char *arch)
+int ml_xpc_check_in(const uint8_t *frame, size_t len)
 {
     if (reply_ready == NULL)
         reply_ready = dispatch_semaphore_create(0);
@@ -126,36 +161,39 @@ int ml_xpc_check_in(const char *shim_version, const char *arch)
         (void)event;
     });
     xpc_connection_resume(connection);
-    xpc_object_t message = xpc_dictionary_create(NULL, NULL, 0);
-    if (message == NULL) {
+    int e = send_check_in(frame, len);
+    if (e != 0)
         ml_xpc_close();
-        return ENOMEM;
-    }
-    int e = send_check_in(message, shim_version, arch);
-    xpc_release(message);
     return e;
 }
 
-int ml_xpc_send_again(const char *shim_version, const char *arch)
+int ml_xpc_send_again(const uint8_t *frame, size_t len)
 {
     if (connection == NULL)
         return ENOTCONN;
-    xpc_object_t message = xpc_dictionary_create(NULL, NULL, 0);
-    if (message == NULL)
-        return ENOMEM;
-    int e = send_check_in(message, shim_version, arch);
-    xpc_release(message);
-    return e;
+    return send_check_in(frame, len);
 }
 
-/* Encodes the check-in into `message` and sends it on `connection`, the reply
- * to be stored for ml_xpc_read_verdict. */
-static int send_check_in(xpc_object_t message, const char *shim_version, const char *arch)
+/* A message holding `frame`'s body (wire.c's frame after its length prefix)
+ * as its one data value; NULL when libxpc cannot make one. */
+static xpc_object_t frame_message(const uint8_t *frame, size_t len)
 {
-    ml_xpc_encode_check_in(message, shim_version, arch);
-    char job[ML_JOB_CLAIMS_MAX];
-    ml_job_claims(job, sizeof job);
-    ml_xpc_encode_job(message, job);
+    if (len < ML_WIRE_PREFIX)
+        return NULL;
+    xpc_object_t message = xpc_dictionary_create(NULL, NULL, 0);
+    if (message != NULL)
+        xpc_dictionary_set_data(message, ML_XPC_FRAME_KEY, frame + ML_WIRE_PREFIX,
+                                len - ML_WIRE_PREFIX);
+    return message;
+}
+
+/* Sends the check-in `frame` on `connection`, the reply to be stored for
+ * ml_xpc_read_verdict. */
+static int send_check_in(const uint8_t *frame, size_t len)
+{
+    xpc_object_t message = frame_message(frame, len);
+    if (message == NULL)
+        return ENOMEM;
     pthread_mutex_lock(&reply_lock);
     waiting = true;
     reply = NULL;
@@ -170,6 +208,7 @@ static int send_check_in(xpc_object_t message, const char *shim_version, const c
                                                if (wanted)
                                                    dispatch_semaphore_signal(reply_ready);
                                            });
+    xpc_release(message);
     return 0;
 }
 
@@ -196,7 +235,12 @@ int ml_xpc_read_verdict(int64_t deadline_ms, struct ml_verdict *out, struct ml_w
         return -EAGAIN;
     if (xpc_get_type(taken) == &_xpc_type_error)
         return -ECONNRESET;
-    *error = ml_xpc_decode_verdict(taken, out);
+    size_t len = 0;
+    const uint8_t *body = xpc_dictionary_get_data(taken, ML_XPC_FRAME_KEY, &len);
+    if (body == NULL)
+        *error = (struct ml_wire_error){ML_WIRE_MISSING, ML_XPC_FRAME_KEY, 0};
+    else
+        *error = ml_wire_decode_verdict(body, len, out);
     return error->status == ML_WIRE_OK ? 0 : -EPROTO;
 }
 
@@ -208,13 +252,12 @@ void ml_xpc_release_reply(void)
     }
 }
 
-void ml_xpc_report(const struct ml_outcome *o)
+void ml_xpc_report(const uint8_t *frame, size_t len)
 {
     if (connection == NULL)
         return;
-    xpc_object_t message = xpc_dictionary_create(NULL, NULL, 0);
+    xpc_object_t message = frame_message(frame, len);
     if (message != NULL) {
-        ml_xpc_encode_outcome(message, o);
         xpc_connection_send_message(connection, message);
         xpc_release(message);
     }

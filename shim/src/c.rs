@@ -24,7 +24,7 @@ struct RawAnswers {
 /// `struct ml_verdict`: what a C verdict decoder fills (see [`decode_with`]).
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
-pub struct RawVerdict {
+struct RawVerdict {
     decision_id: u64,
     unlock: u8,
     has_caps: u8,
@@ -43,7 +43,7 @@ pub struct RawVerdict {
 /// `struct ml_wire_error`: what a C decoder returns (see [`decode_with`]).
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
-pub struct RawError {
+struct RawError {
     status: u32,
     field: *const c_char,
     value: u64,
@@ -52,7 +52,7 @@ pub struct RawError {
 /// `struct ml_outcome`, as [`with_raw_outcome`] lends it to a C encoder.
 #[repr(C)]
 #[derive(Debug)]
-pub struct RawOutcome {
+struct RawOutcome {
     decision_id: u64,
     result: u8,
     reason: *const c_char,
@@ -111,43 +111,44 @@ pub enum CWireError {
     Truncated,
     /// `ML_WIRE_VERSION` (the version byte).
     Version(u8),
-    /// `ML_WIRE_UNKNOWN_KIND` (the kind byte).
-    UnknownKind(u8),
     /// `ML_WIRE_BAD_FIELD` (the field name wire.rs would give).
     BadField(String),
     /// `ML_WIRE_MISSING` (the field name).
     Missing(String),
-    /// `ML_WIRE_NOT_VERDICT`: a well-formed message of this kind.
+    /// `ML_WIRE_NOT_VERDICT`: a message of this kind, which the shim never
+    /// receives (its fields unread).
     NotVerdict(u8),
     /// `ML_WIRE_DECLINED`: a well-formed `Declined` (1 use the socket, 2 busy).
     Declined(u8),
 }
 
-/// What a C verdict decoder must answer for input the Rust reference decoded
-/// as `decoded` (`wire::decode_body` for frames, `dict::decode` for XPC
-/// dictionaries): the verdict, `NotVerdict` with the wire kind for another
-/// message, else the same error.
-pub fn expected_verdict(decoded: Result<Message, WireError>) -> Result<VerdictMsg, CWireError> {
-    match decoded {
-        Ok(Message::Verdict(v)) => Ok(v),
-        Ok(Message::CheckIn(_)) => Err(CWireError::NotVerdict(1)),
-        Ok(Message::Outcome(_)) => Err(CWireError::NotVerdict(3)),
-        Ok(Message::StatusRequest) => Err(CWireError::NotVerdict(4)),
-        Ok(Message::Status(_)) => Err(CWireError::NotVerdict(5)),
-        Ok(Message::Declined(d)) => Err(CWireError::Declined(match d.reason {
-            DeclineReason::UseSocket => 1,
-            DeclineReason::Busy => 2,
-        })),
-        Err(WireError::Oversize(n)) => Err(CWireError::Oversize(n as u64)),
-        Err(WireError::Truncated) => Err(CWireError::Truncated),
-        Err(WireError::Version(v)) => Err(CWireError::Version(v)),
-        Err(WireError::UnknownKind(k)) => Err(CWireError::UnknownKind(k)),
-        // A job claim exists only in a check-in (kind 1), which the C verdict
-        // decoder refuses by its kind before it reads a field (found by the
-        // wire_decode_c fuzz target once the check-in gained its job tag).
-        Err(WireError::BadField("job")) => Err(CWireError::NotVerdict(1)),
-        Err(WireError::BadField(f)) => Err(CWireError::BadField(f.to_owned())),
-        Err(WireError::Missing(f)) => Err(CWireError::Missing(f.to_owned())),
+/// Whether the C verdict decoder's answer `c` keeps to what the Rust
+/// reference (`wire::decode_body`) says of the same body, `rust`: the C
+/// accepts only what Rust accepts, with the same values (a verdict; a
+/// `Declined`, as its reason code), and accepts every such message; anything
+/// else it refuses, for whatever reason (it judges only the kinds the shim
+/// receives, so its errors need not be Rust's).
+pub fn accepts_as_rust_does(
+    rust: &Result<Message, WireError>,
+    c: &Result<VerdictMsg, CWireError>,
+) -> bool {
+    match (rust, c) {
+        (Ok(Message::Verdict(r)), Ok(c)) => r == c,
+        (Ok(Message::Declined(d)), Err(CWireError::Declined(code))) => {
+            *code == declined_code(d.reason)
+        }
+        (Ok(Message::Verdict(_) | Message::Declined(_)), _) => false,
+        (_, Ok(_) | Err(CWireError::Declined(_))) => false,
+        (_, Err(_)) => true,
+    }
+}
+
+/// `ML_DECLINED_USE_SOCKET` / `ML_DECLINED_BUSY`.
+#[must_use]
+pub fn declined_code(reason: DeclineReason) -> u8 {
+    match reason {
+        DeclineReason::UseSocket => 1,
+        DeclineReason::Busy => 2,
     }
 }
 
@@ -167,7 +168,6 @@ fn error(raw: RawError) -> Option<CWireError> {
         1 => CWireError::Oversize(raw.value),
         2 => CWireError::Truncated,
         3 => CWireError::Version(raw.value as u8),
-        4 => CWireError::UnknownKind(raw.value as u8),
         5 => CWireError::BadField(field()),
         6 => CWireError::Missing(field()),
         8 => CWireError::Declined(raw.value as u8),
@@ -199,12 +199,10 @@ pub fn decode_verdict(body: &[u8]) -> Result<VerdictMsg, CWireError> {
     decode_with(|out| unsafe { ml_wire_decode_verdict(body.as_ptr(), body.len(), out) })
 }
 
-/// Runs a C verdict decoder (`ml_wire_decode_verdict`, `ml_xpc_decode_verdict`)
-/// that fills the out-pointer it is given, and reads its answer as the Rust
-/// type. The decoder's strings must still be alive when it returns.
-pub fn decode_with(
-    decode: impl FnOnce(*mut RawVerdict) -> RawError,
-) -> Result<VerdictMsg, CWireError> {
+/// Runs the C verdict decoder (`ml_wire_decode_verdict`), which fills the
+/// out-pointer it is given, and reads its answer as the Rust type. The
+/// decoder's strings must still be alive when it returns.
+fn decode_with(decode: impl FnOnce(*mut RawVerdict) -> RawError) -> Result<VerdictMsg, CWireError> {
     let mut raw = std::mem::MaybeUninit::<RawVerdict>::zeroed();
     let status = decode(raw.as_mut_ptr());
     if let Some(e) = error(status) {
@@ -345,8 +343,8 @@ pub fn encode_outcome(outcome: &Outcome, cap: usize) -> Vec<u8> {
 }
 
 /// Lends `outcome` as a `struct ml_outcome` (its strings alive for the call) to
-/// a C encoder (`ml_wire_encode_outcome`, `ml_xpc_encode_outcome`).
-pub fn with_raw_outcome<R>(outcome: &Outcome, encode: impl FnOnce(*const RawOutcome) -> R) -> R {
+/// the C encoder (`ml_wire_encode_outcome`).
+fn with_raw_outcome<R>(outcome: &Outcome, encode: impl FnOnce(*const RawOutcome) -> R) -> R {
     let reason = c_string(&outcome.reason);
     let class = c_string(&outcome.device_class);
     let other = outcome.other_shim.as_ref();
@@ -494,7 +492,6 @@ pub fn xpc_next_step(read: &XpcRead) -> XpcNext {
                 CWireError::Oversize(n) => raw(1, *n),
                 CWireError::Truncated => raw(2, 0),
                 CWireError::Version(v) => raw(3, u64::from(*v)),
-                CWireError::UnknownKind(k) => raw(4, u64::from(*k)),
                 CWireError::BadField(_) => raw(5, 0),
                 CWireError::Missing(_) => raw(6, 0),
                 CWireError::NotVerdict(k) => raw(7, u64::from(*k)),

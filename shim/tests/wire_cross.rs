@@ -1,8 +1,11 @@
-//! The C wire code (`shim/c/wire.c`) held to the Rust reference
-//! (`metalift_policy::wire`): for every message the shim speaks, Rust encode →
-//! C decode and C encode → Rust decode, with random messages and with
-//! malformed, oversize and truncated input. The C decoder must accept exactly
-//! the verdicts `decode_body` accepts and reject the rest with the same error.
+//! The C wire code (`shim/c/wire.c`, the shim's one codec: the socket and XPC
+//! carry the same bodies) held to the Rust reference (`metalift_policy::wire`):
+//! for every message the shim speaks, Rust encode → C decode and C encode →
+//! Rust decode, with random messages and with malformed, oversize and truncated
+//! input. The C decoder accepts only what `decode_body` accepts (a verdict, a
+//! `Declined`), with the same values, and refuses everything else — for its own
+//! reasons: it reads only the kinds the shim receives, so its errors are not
+//! compared with Rust's (`c::accepts_as_rust_does`).
 #![cfg(shim_c)]
 
 use metalift_policy::profile::Capabilities;
@@ -21,13 +24,13 @@ mod support;
 const REASON: &str = "[^\u{0}]{0,200}";
 const CLASS: &str = "[^\u{0}]{0,60}";
 
-/// What the C decoder must say about `body`, from what `decode_body` says.
-fn expected(body: &[u8]) -> Result<VerdictMsg, CWireError> {
-    c::expected_verdict(wire::decode_body(body))
-}
-
-fn assert_same_verdict_decision(body: &[u8]) {
-    assert_eq!(c::decode_verdict(body), expected(body), "body {body:02x?}");
+/// The C accepts `body` only as `decode_body` does, with the same values.
+fn assert_accepts_as_rust_does(body: &[u8]) {
+    let (rust, c) = (wire::decode_body(body), c::decode_verdict(body));
+    assert!(
+        c::accepts_as_rust_does(&rust, &c),
+        "body {body:02x?}: Rust {rust:?}, C {c:?}"
+    );
 }
 
 fn verdict_strategy() -> impl Strategy<Value = VerdictMsg> {
@@ -99,24 +102,30 @@ proptest! {
     }
 
     #[test]
-    fn random_bodies_are_accepted_or_refused_exactly_as_rust_does(body in proptest::collection::vec(any::<u8>(), 0..64)) {
-        assert_same_verdict_decision(&body);
+    fn random_bodies_are_accepted_only_as_rust_does(body in proptest::collection::vec(any::<u8>(), 0..64)) {
+        assert_accepts_as_rust_does(&body);
     }
 
     #[test]
-    fn mutated_verdicts_are_accepted_or_refused_exactly_as_rust_does(
+    fn mutated_verdicts_and_declines_are_accepted_only_as_rust_does(
         v in verdict_strategy(),
+        declined in any::<bool>(),
         at in any::<prop::sample::Index>(),
         byte in any::<u8>(),
         cut in any::<prop::sample::Index>(),
     ) {
-        let frame = wire::encode_frame(&Message::Verdict(v));
+        let msg = if declined {
+            Message::Declined(Declined { reason: DeclineReason::Busy, detail: v.rule.clone().unwrap_or_default() })
+        } else {
+            Message::Verdict(v)
+        };
+        let frame = wire::encode_frame(&msg);
         let mut body = frame[LENGTH_PREFIX..].to_vec();
         let i = at.index(body.len());
         body[i] = byte;
-        assert_same_verdict_decision(&body);
+        assert_accepts_as_rust_does(&body);
         let cut = cut.index(body.len() + 1);
-        assert_same_verdict_decision(&body[..cut]);
+        assert_accepts_as_rust_does(&body[..cut]);
     }
 
     #[test]
@@ -150,52 +159,47 @@ fn the_c_family_table_is_known_families() {
     assert_eq!(c::known_family(KNOWN_FAMILIES.len() as u32), 0);
 }
 
+/// The shim receives verdicts and declines only: every other kind, valid or
+/// not in Rust's eyes, and whatever its fields, is refused as "not a verdict"
+/// (the C no longer judges messages it never receives).
 #[test]
-fn every_message_kind_that_is_not_a_verdict_is_refused_as_such() {
-    for msg in [
-        Message::CheckIn(CheckIn::default()),
-        Message::StatusRequest,
-        Message::Status("{}".into()),
-        Message::Outcome(Outcome {
-            decision_id: 1,
-            result: OutcomeResult::Stock,
-            reason: String::new(),
-            device_class: String::new(),
-            stock: Answers::default(),
-            effective: Answers::default(),
-            other_shim: None,
-        }),
-    ] {
-        assert_same_verdict_decision(&wire::encode_frame(&msg)[LENGTH_PREFIX..]);
-    }
-}
-
-#[test]
-fn an_outcomes_other_shim_fields_are_judged_by_c_as_by_rust() {
-    let outcome = wire::encode_frame(&Message::Outcome(Outcome {
+fn every_other_kind_is_refused_as_not_a_verdict_whatever_its_fields() {
+    let outcome = Message::Outcome(Outcome {
         decision_id: 1,
-        result: OutcomeResult::Applied,
+        result: OutcomeResult::Stock,
         reason: String::new(),
         device_class: String::new(),
         stock: Answers::default(),
         effective: Answers::default(),
         other_shim: None,
-    }));
-    let image = [&[29u8, 2, 0][..], b"/x"].concat();
-    let methods = [&[31u8, 15, 0][..], b"supportsFamily:"].concat();
-    for extra in [
-        [&image[..], &[32, 1, 0, 0]].concat(),    // before
-        [&image[..], &[32, 1, 0, 1]].concat(),    // after
-        image.clone(),                            // no order: Missing
-        [&image[..], &[32, 1, 0, 2]].concat(),    // a third order: BadField
-        [&image[..], &[32, 2, 0, 0, 0]].concat(), // two bytes: BadField
-        [&methods[..], &[32, 1, 0, 1]].concat(),  // no image: none
-        [&image[..], &methods[..], &[32, 1, 0, 0]].concat(),
-        [&[29u8, 1, 0, 0xff][..], &[32, 1, 0, 0]].concat(), // not UTF-8
+    });
+    for msg in [
+        Message::CheckIn(CheckIn::default()),
+        Message::StatusRequest,
+        Message::Status("{}".into()),
+        outcome,
     ] {
-        let mut body = outcome[LENGTH_PREFIX..].to_vec();
-        body.extend_from_slice(&extra);
-        assert_same_verdict_decision(&body);
+        let body = wire::encode_frame(&msg)[LENGTH_PREFIX..].to_vec();
+        assert!(wire::decode_body(&body).is_ok());
+        assert_eq!(
+            c::decode_verdict(&body),
+            Err(CWireError::NotVerdict(body[1]))
+        );
+        // A field Rust refuses (an outcome's other-shim image without its
+        // order, a repeated tag): Rust errs, the C still says "not a verdict".
+        let mut broken = body.clone();
+        broken.extend_from_slice(&[29, 2, 0, b'/', b'x']);
+        broken.extend_from_slice(&[29, 2, 0, b'/', b'x']);
+        assert!(wire::decode_body(&broken).is_err());
+        assert_eq!(
+            c::decode_verdict(&broken),
+            Err(CWireError::NotVerdict(body[1]))
+        );
+    }
+    for kind in [0u8, 7, 99, 255] {
+        let body = [1u8, kind];
+        assert!(wire::decode_body(&body).is_err());
+        assert_eq!(c::decode_verdict(&body), Err(CWireError::NotVerdict(kind)));
     }
 }
 
@@ -242,19 +246,23 @@ fn a_declined_check_in_is_understood_with_its_reason_and_a_bad_reason_refused() 
         }));
         let body = &frame[LENGTH_PREFIX..];
         assert_eq!(c::decode_verdict(body), Err(CWireError::Declined(code)));
-        assert_same_verdict_decision(body);
-        // Any other reason byte is refused, by both decoders alike.
-        let mut bad = body.to_vec();
-        let at = bad
+        assert_accepts_as_rust_does(body);
+        // Any other reason byte, or a detail that is not UTF-8, is refused by
+        // both decoders alike.
+        let at = body
             .iter()
             .position(|&b| b == 40)
             .expect("decline_reason tag");
+        let mut bad = body.to_vec();
         bad[at + 3] = 9;
-        assert_eq!(
-            c::decode_verdict(&bad),
-            Err(CWireError::BadField("decline_reason".into()))
-        );
-        assert_same_verdict_decision(&bad);
+        let mut bad_text = body.to_vec();
+        bad_text.extend_from_slice(&[21, 1, 0, 0xff]);
+        bad_text.drain(at + 4..at + 4 + 3 + "no XPC identities here".len());
+        for bad in [bad, bad_text] {
+            assert!(wire::decode_body(&bad).is_err(), "{bad:02x?}");
+            assert!(c::decode_verdict(&bad).is_err(), "{bad:02x?}");
+            assert_accepts_as_rust_does(&bad);
+        }
     }
 }
 
@@ -278,7 +286,7 @@ fn oversize_and_tiny_frame_lengths_are_refused_like_rust() {
         assert_eq!(c::frame_length(prefix), rust, "{len}");
     }
     let body = vec![1u8; MAX_FRAME + 1];
-    assert_same_verdict_decision(&body);
+    assert_accepts_as_rust_does(&body);
 }
 
 /// A verdict body from `(tag, value)` fields, in order.
@@ -308,7 +316,7 @@ fn full_verdict() -> Vec<(u8, Vec<u8>)> {
 }
 
 #[test]
-fn each_malformed_or_missing_field_is_refused_with_the_same_error() {
+fn each_malformed_or_missing_field_is_refused_by_both() {
     assert!(c::decode_verdict(&body(&full_verdict())).is_ok());
     let bad_values: Vec<(u8, Vec<u8>)> = vec![
         (10, vec![1, 2, 3]),
@@ -337,32 +345,32 @@ fn each_malformed_or_missing_field_is_refused_with_the_same_error() {
             field.1 = value.clone();
         }
         let b = body(&fields);
-        assert_same_verdict_decision(&b);
+        assert_accepts_as_rust_does(&b);
         assert!(c::decode_verdict(&b).is_err(), "tag {tag} = {value:02x?}");
     }
     // Valid multi-byte UTF-8 is accepted by both.
     let mut fields = full_verdict();
     fields[6].1 = "é€😀".as_bytes().to_vec();
-    assert_same_verdict_decision(&body(&fields));
+    assert_accepts_as_rust_does(&body(&fields));
     assert!(c::decode_verdict(&body(&fields)).is_ok());
     // Each field removed in turn, and a stock verdict without capabilities.
     for skip in 0..full_verdict().len() {
         let mut fields = full_verdict();
         fields.remove(skip);
-        assert_same_verdict_decision(&body(&fields));
+        assert_accepts_as_rust_does(&body(&fields));
         let mut stock = fields.clone();
         for field in stock.iter_mut().filter(|(t, _)| *t == 11) {
             field.1 = vec![0];
         }
-        assert_same_verdict_decision(&body(&stock));
+        assert_accepts_as_rust_does(&body(&stock));
     }
     // A repeated tag, and truncated headers and values.
     let mut fields = full_verdict();
     fields.push((18, vec![1]));
-    assert_same_verdict_decision(&body(&fields));
+    assert_accepts_as_rust_does(&body(&fields));
     let full = body(&full_verdict());
     for cut in 0..full.len() {
-        assert_same_verdict_decision(&full[..cut]);
+        assert_accepts_as_rust_does(&full[..cut]);
     }
 }
 

@@ -41,7 +41,7 @@ pub enum Request {
 /// Why a connection is closed without (further) answer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
-    /// The dictionary is not a valid message.
+    /// The message's frame (or its absence) is not a valid message.
     #[error("bad message: {0}")]
     Wire(#[from] WireError),
     /// A valid message at the wrong point of the exchange.

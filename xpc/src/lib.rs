@@ -1,20 +1,21 @@
-//! The XPC side of metalift's check-in protocol, shared by metaliftd's XPC listener
-//! and libmetalift's XPC client so that both speak one dictionary layout.
+//! The XPC side of metalift's check-in protocol, shared by metaliftd's XPC
+//! listener and its tests: what a message dictionary carries (one frame body of
+//! `metalift_policy::wire`) and what one peer may say, in which order.
 //!
 //! # Layout
 //!
-//! - [`dict`]: the pure mapping of [`metalift_policy::wire::Message`]s onto
-//!   dictionary keys (built and tested on every platform).
+//! - [`frame`]: the frame body as the dictionary's one `data` value, and what
+//!   becomes of an older peer's dictionary (built and tested on every platform).
 //! - [`exchange`]: the pure order and checks of one XPC peer's messages.
-//! - `sys` (macOS): the ~25 libxpc functions and globals, declared by hand.
-//! - `xpc_dict` (macOS): an owned libxpc dictionary behind [`dict`]'s traits.
+//! - `sys` (macOS): the libxpc functions and globals metalift uses, declared by hand.
+//! - `message` (macOS): an owned libxpc dictionary carrying one frame.
 //!
 //! Unsafe code lives only in the two macOS modules, one operation per block with
 //! a `// SAFETY:` line.
 
-pub mod dict;
 pub mod exchange;
+pub mod frame;
+#[cfg(target_os = "macos")]
+pub mod message;
 #[cfg(target_os = "macos")]
 pub mod sys;
-#[cfg(target_os = "macos")]
-pub mod xpc_dict;

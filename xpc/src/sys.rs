@@ -1,7 +1,7 @@
 //! The libxpc functions metalift uses, declared by hand (no SDK needed at build time).
 //!
 //! Declarations follow the macOS SDK's `<xpc/connection.h>` and `<xpc/xpc.h>` (as
-//! vendored, for example, in Zig's `lib/libc/include/aarch64-macos-gnu/xpc/`); each
+//! vendored, for example, in Zig's `lib/libc/include/any-darwin-any/xpc/`); each
 //! item names its header. libxpc is re-exported by libSystem, which every Rust
 //! program on macOS links, so no `#[link]` attribute is needed.
 //!
@@ -14,8 +14,11 @@
 //! `xpc_connection_get_audit_token` is deliberately not used: it names the sender
 //! of the connection's last message received, not necessarily this one's.
 //!
-//! This file is also compiled into libmetalift (the shim includes it by path), so it
-//! holds declarations only: no policy, no state.
+//! Only what metaliftd's listener still calls is declared: the messages carry
+//! one frame body as a `data` value (`frame.rs`), so of the dictionary API only
+//! the data getter and setter, the reply, and what answers an older shim
+//! (`frame::legacy`: one uint64 and strings) remain. Declarations only: no
+//! policy, no state. (The shim is C and declares its own, in `shim/c/xpc.c`.)
 #![allow(non_camel_case_types, non_upper_case_globals)]
 
 use std::ffi::{c_char, c_void};
@@ -31,17 +34,12 @@ pub type xpc_connection_t = xpc_object_t;
 pub type xpc_type_t = *const XpcTypeS;
 /// `xpc_handler_t` (`<xpc/xpc.h>`): `void (^)(xpc_object_t)`.
 pub type xpc_handler_t = Block<dyn Fn(xpc_object_t)>;
-/// `dispatch_block_t` (`<dispatch/object.h>`): `void (^)(void)`.
-pub type dispatch_block_t = Block<dyn Fn()>;
 /// `dispatch_queue_t`; NULL selects libdispatch's default target queue.
 pub type dispatch_queue_t = *mut c_void;
 
 /// `XPC_CONNECTION_MACH_SERVICE_LISTENER` (`<xpc/connection.h>`): the caller
 /// listens for the named service (it must be advertised in the job's plist).
 pub const XPC_CONNECTION_MACH_SERVICE_LISTENER: u64 = 1 << 0;
-/// `XPC_CONNECTION_MACH_SERVICE_PRIVILEGED` (`<xpc/connection.h>`): look the
-/// service up in the privileged (system, `/Library/LaunchDaemons`) bootstrap only.
-pub const XPC_CONNECTION_MACH_SERVICE_PRIVILEGED: u64 = 1 << 1;
 
 /// Opaque `struct _xpc_type_s`.
 #[repr(C)]
@@ -74,12 +72,6 @@ extern "C" {
     pub static _xpc_type_error: XpcTypeS;
     /// `XPC_TYPE_DICTIONARY`.
     pub static _xpc_type_dictionary: XpcTypeS;
-    /// `XPC_TYPE_STRING`.
-    pub static _xpc_type_string: XpcTypeS;
-    /// `XPC_TYPE_UINT64`.
-    pub static _xpc_type_uint64: XpcTypeS;
-    /// `XPC_TYPE_BOOL`.
-    pub static _xpc_type_bool: XpcTypeS;
 
     // <xpc/connection.h>: XPC_ERROR_* are the addresses of these globals.
     /// `XPC_ERROR_CONNECTION_INTERRUPTED`: the peer went away; a reply will never come.
@@ -107,16 +99,6 @@ extern "C" {
     pub fn xpc_connection_cancel(connection: xpc_connection_t);
     /// Sends a dictionary (logically copied) with no reply expected.
     pub fn xpc_connection_send_message(connection: xpc_connection_t, message: xpc_object_t);
-    /// Sends a dictionary; `handler` (copied) runs on `replyq` with the reply or an error.
-    pub fn xpc_connection_send_message_with_reply(
-        connection: xpc_connection_t,
-        message: xpc_object_t,
-        replyq: dispatch_queue_t,
-        handler: &xpc_handler_t,
-    );
-    /// Runs `barrier` (copied) once every message sent before it has been sent;
-    /// the connection may be cancelled from inside it.
-    pub fn xpc_connection_send_barrier(connection: xpc_connection_t, barrier: &dispatch_block_t);
 
     // <xpc/xpc.h>
     /// The type of any XPC object.
@@ -125,18 +107,8 @@ extern "C" {
     pub fn xpc_retain(object: xpc_object_t) -> xpc_object_t;
     /// -1 on an XPC object.
     pub fn xpc_release(object: xpc_object_t);
-    /// A new dictionary from `count` keys and values (both may be NULL when 0).
-    pub fn xpc_dictionary_create(
-        keys: *const *const c_char,
-        values: *const xpc_object_t,
-        count: usize,
-    ) -> xpc_object_t;
     /// A reply dictionary for a received message; NULL when it expects none.
     pub fn xpc_dictionary_create_reply(original: xpc_object_t) -> xpc_object_t;
-    /// The connection a received message arrived on (not retained); NULL otherwise.
-    pub fn xpc_dictionary_get_remote_connection(xdict: xpc_object_t) -> xpc_connection_t;
-    /// The number of keys.
-    pub fn xpc_dictionary_get_count(xdict: xpc_object_t) -> usize;
     /// The value under `key` (not retained), or NULL.
     pub fn xpc_dictionary_get_value(xdict: xpc_object_t, key: *const c_char) -> xpc_object_t;
     /// The string under `key` (borrowed), or NULL if absent or not a string.
@@ -149,16 +121,22 @@ extern "C" {
     );
     /// Stores an unsigned 64-bit integer.
     pub fn xpc_dictionary_set_uint64(xdict: xpc_object_t, key: *const c_char, value: u64);
-    /// Stores a boolean.
-    pub fn xpc_dictionary_set_bool(xdict: xpc_object_t, key: *const c_char, value: bool);
-    /// The bytes of a string object (borrowed, NUL-terminated).
-    pub fn xpc_string_get_string_ptr(xstring: xpc_object_t) -> *const c_char;
-    /// The length of a string object in bytes, without the NUL.
-    pub fn xpc_string_get_length(xstring: xpc_object_t) -> usize;
-    /// The value of a uint64 object.
-    pub fn xpc_uint64_get_value(xuint: xpc_object_t) -> u64;
-    /// The value of a bool object.
-    pub fn xpc_bool_get_value(xbool: xpc_object_t) -> bool;
+    /// Stores a copy of `length` bytes as a data value (`bytes` may be NULL
+    /// when `length` is 0).
+    pub fn xpc_dictionary_set_data(
+        xdict: xpc_object_t,
+        key: *const c_char,
+        bytes: *const c_void,
+        length: usize,
+    );
+    /// The bytes of the data value under `key` and their count in `*length`
+    /// (`length` may be NULL); NULL when the key is absent or not a data
+    /// value. The bytes belong to the dictionary's value (not retained).
+    pub fn xpc_dictionary_get_data(
+        xdict: xpc_object_t,
+        key: *const c_char,
+        length: *mut usize,
+    ) -> *const c_void;
 }
 
 /// `void xpc_dictionary_get_audit_token(xpc_object_t, audit_token_t *)` (private;

@@ -63,7 +63,9 @@
 //! - **Uninstall**: refuses (exit 1, nothing changed) while a plist, `launchctl
 //!   getenv`, a profile or a process environment names the shim; `--force` leaves the
 //!   inert stub at the shim's path (tests; the stub's object code is checked above).
-//! - **XPC dictionaries** (`metalift_xpc::dict`), the exchange's checks
+//! - **XPC messages as frames** (`metalift_xpc::frame`: the frame body of
+//!   `policy/src/wire.rs` as one data value, the one codec held to the shim's
+//!   C by `shim/tests/wire_cross.rs`), the exchange's checks
 //!   (`metalift_xpc::exchange`) and a peer's whole exchange
 //!   (`checkin/transport/xpc_peer.rs`, the function `xpc/peer_task.rs` runs over
 //!   libxpc) against the real core (`daemon/tests/core_in_memory.rs`, over an
@@ -332,6 +334,31 @@
 //!     initializer order, not read here), and `metalift-probe` answers Cua's
 //!     Apple9 in both orders (where Cua's patched over metalift's, after
 //!     metalift's rollback: outcome `failed`).
+//! 32. **The frame as one XPC data value** (issue 40 part 1; `xpc/src/frame.rs`,
+//!     `xpc/src/message.rs`, `shim/c/xpc.c`; on Linux only the bytes are tested,
+//!     never libxpc): the first Mac run must confirm (a) the round trip:
+//!     `xpc_dictionary_set_data` in the shim, `xpc_dictionary_get_data` in the
+//!     daemon (and back for the verdict) hand over exactly the frame body —
+//!     item 19's shimmed probe decided over XPC with its outcome recorded is
+//!     that; (b) the audit token still names each message's sender with the
+//!     frame as the dictionary's only value (`xpc_dictionary_get_audit_token`
+//!     reads the message, not its keys: item 21's pid / pid version checks,
+//!     and an outcome from another process still `other_process`); (c) size:
+//!     a status reply cut at the frame limit (16 KiB of body, `metalift status`
+//!     over XPC with a long status document, or a verdict with a 16 KiB rule
+//!     and profile) arrives whole — libxpc sends large data values out of line,
+//!     which no Linux test exercises; (d) the pointer `xpc_dictionary_get_data`
+//!     returns stays valid while the reply dictionary is retained (the shim
+//!     reads the verdict's strings from it until `ml_xpc_release_reply`; the
+//!     header documents only NULL-for-absent and the length out-parameter);
+//!     (e) across versions (`metalift_xpc::frame`, "Older peers"): a process
+//!     still running an older libmetalift (one key per field) is answered
+//!     "use the socket", checks in on the socket within its deadline, and
+//!     metaliftd logs "an older libmetalift checked in over XPC"; a new shim
+//!     against an older, not yet restarted metaliftd gets an XPC error (the
+//!     older daemon refuses the message as `malformed`) and checks in on the
+//!     socket — which of `XPC_ERROR_CONNECTION_INTERRUPTED` (sent again once)
+//!     or `_INVALID` it sees is not documented; both end on the socket.
 #![allow(unsafe_code)]
 
 pub mod audit_token;

@@ -1,5 +1,5 @@
-//! Property-test strategies both cross tests draw outcomes from (the frame codec
-//! in wire_cross.rs, the XPC dictionary in xpc_cross.rs).
+//! Property-test strategies the cross test draws outcomes from (the C frame
+//! codec in wire_cross.rs).
 
 // Each test binary uses the part it needs.
 #![allow(dead_code)]

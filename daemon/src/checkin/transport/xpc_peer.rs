@@ -4,7 +4,7 @@
 //! Only the link to libxpc differs between the real transport and its test
 //! double, and it sits behind [`PeerLink`]: `xpc/peer_task.rs` (macOS) moves
 //! messages between libxpc and [`serve`]; `daemon/tests/core_in_memory.rs`
-//! moves dictionaries between a test and [`serve`] in memory. Neither can
+//! moves frame bodies between a test and [`serve`] in memory. Neither can
 //! decide, check, record or hold a place itself: a link is never given the
 //! [`Session`], and the waits and the identification's place on the blocking
 //! pool are [`serve`]'s too, so the tests of the stand-in cover them for libxpc.
@@ -39,7 +39,7 @@ pub enum Event<T, R> {
     /// message (`None`: none could be read) and the means to answer it
     /// (`None`: it was sent without a reply handler).
     Message {
-        /// The dictionary, decoded (`metalift_xpc::dict::decode`).
+        /// The dictionary's frame, decoded (`metalift_xpc::frame::decode`).
         message: Result<Message, WireError>,
         /// The kernel's per-message token.
         token: Option<T>,

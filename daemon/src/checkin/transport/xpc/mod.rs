@@ -9,8 +9,9 @@
 //!
 //! # Messages
 //!
-//! Every message is an XPC dictionary in the layout `metalift_xpc::dict`
-//! documents (one key per field of the wire messages). A peer connection carries:
+//! Every message is an XPC dictionary holding one `data` value: the frame body of
+//! `metalift_policy::wire`, the very bytes the Unix socket carries
+//! (`metalift_xpc::frame`). A peer connection carries:
 //!
 //! - a `check_in` sent with a reply handler → the reply is the `verdict`; then
 //!   optionally one `outcome` (sent without reply); or the reply is `declined`
@@ -19,7 +20,9 @@
 //!
 //! A message refused (an outcome from another process or for another decision, a
 //! malformed one, one without its own audit token) is recorded by the core
-//! ([`Core::refuse`]) and closes the connection.
+//! ([`Core::refuse`]) and closes the connection. An older shim's dictionary (one
+//! key per field) is answered "declined: use the socket" in that layout and
+//! logged, not decided (`metalift_xpc::frame`, "Older peers").
 //!
 //! # Who is asking
 //!
@@ -83,8 +86,9 @@ use crate::checkin::server::Core;
 use crate::checkin::session::{Places, Session};
 use crate::macos::audit_token::AuditToken;
 use crate::macos::panic_boundary;
-use metalift_xpc::dict as wire_dict;
 use metalift_xpc::exchange::Serving;
+use metalift_xpc::frame;
+use metalift_xpc::message::XpcMessage;
 use metalift_xpc::sys::{
     _xpc_error_connection_interrupted, _xpc_error_connection_invalid, _xpc_error_key_description,
     _xpc_error_termination_imminent, _xpc_type_connection, _xpc_type_dictionary, _xpc_type_error,
@@ -93,7 +97,6 @@ use metalift_xpc::sys::{
     xpc_connection_set_event_handler, xpc_connection_t, xpc_dictionary_get_string, xpc_get_type,
     xpc_object_t, xpc_release, xpc_retain, PrivateXpc, XPC_CONNECTION_MACH_SERVICE_LISTENER,
 };
-use metalift_xpc::xpc_dict::XpcDict;
 
 mod peer_task;
 use peer_task::PeerTask;
@@ -101,7 +104,7 @@ use peer_task::PeerTask;
 /// The transport's name in audit records.
 pub const TRANSPORT: &str = "xpc";
 /// The mach service metaliftd's launchd plists advertise (`MachServices`).
-pub const DEFAULT_SERVICE: &str = wire_dict::DEFAULT_SERVICE;
+pub const DEFAULT_SERVICE: &str = frame::DEFAULT_SERVICE;
 /// Messages a peer may have queued before further ones are dropped.
 pub use super::xpc_peer::PEER_QUEUE;
 
@@ -238,7 +241,7 @@ unsafe impl Send for Connection {}
 
 impl Connection {
     /// Sends `message` (logically copied by libxpc).
-    fn send(&self, message: &XpcDict) {
+    fn send(&self, message: &XpcMessage) {
         // SAFETY: both objects are live references we hold.
         unsafe { xpc_connection_send_message(self.0, message.as_raw()) }
     }
@@ -281,7 +284,7 @@ enum PeerEvent {
     /// A dictionary, with the audit token the kernel attached to it (`None`: no
     /// per-message token could be read).
     Message {
-        dict: XpcDict,
+        dict: XpcMessage,
         token: Option<AuditToken>,
     },
     /// The connection was interrupted, invalidated or cancelled.
@@ -356,7 +359,7 @@ fn on_peer_event(event: xpc_object_t, private: PrivateXpc, events: &mpsc::Sender
     if kind == &raw const _xpc_type_dictionary {
         let token = message_audit_token(event, private);
         // SAFETY: `event` is the live object this handler was called with.
-        let Some(dict) = (unsafe { XpcDict::retain_if_dictionary(event) }) else {
+        let Some(dict) = (unsafe { XpcMessage::retain_if_dictionary(event) }) else {
             return;
         };
         if events.try_send(PeerEvent::Message { dict, token }).is_err() {

@@ -3,13 +3,18 @@
 //! decision, the outcome, every refusal and place) are
 //! [`crate::checkin::session`]'s and their order and waits are `xpc_peer`'s,
 //! shared with the in-memory stand-in in `daemon/tests/core_in_memory.rs`; this
-//! only moves messages between libxpc and them, and reads a sender's identity
-//! from its audit token when `serve` asks.
+//! only moves messages between libxpc and them, each a frame body in one data
+//! value (`metalift_xpc::frame`), and reads a sender's identity from its audit
+//! token when `serve` asks. An older shim's dictionary is answered here, in its
+//! own words, with "use the socket" (`metalift_xpc::frame` says why): nothing is
+//! decided for it over XPC.
+
+use std::time::Duration;
 
 use metalift_policy::wire::Message;
-use metalift_xpc::dict as wire_dict;
 use metalift_xpc::exchange::{Sender, Serving};
-use metalift_xpc::xpc_dict::XpcDict;
+use metalift_xpc::frame::Received;
+use metalift_xpc::message::XpcMessage;
 use tokio::sync::{broadcast, mpsc};
 
 use super::{Accepted, Connection, PeerEvent};
@@ -18,6 +23,11 @@ use crate::checkin::session::Session;
 use crate::checkin::transport::xpc_peer::{self, Event, PeerError, PeerLink, Stamp};
 use crate::checkin::transport::Limits;
 use crate::macos::audit_token::AuditToken;
+
+/// How long an older shim, answered "use the socket", is given to close first
+/// (it reads the reply and goes to the socket at once; the peer's pending place
+/// is held meanwhile, so lingering peers stay bounded like every pending one).
+const OLDER_SHIM_LINGER: Duration = Duration::from_secs(1);
 
 /// Serves one peer connection on the tokio side.
 pub(super) struct PeerTask {
@@ -57,9 +67,30 @@ struct Libxpc {
     shutdown: broadcast::Receiver<()>,
 }
 
+impl Libxpc {
+    /// An older shim's dictionary (`metalift_xpc::frame::Received::OlderShim`):
+    /// logged, and answered "declined: use the socket" in its layout, which it
+    /// follows at once within its deadline; then the peer closes first.
+    async fn decline_older_shim(&mut self, request: XpcMessage, pid: Option<u32>) {
+        tracing::warn!(
+            pid,
+            "an older libmetalift checked in over XPC with a dictionary this metaliftd no \
+             longer reads: answered \"use the socket\" (restart that process to load the \
+             installed shim)"
+        );
+        let reply = XpcMessage::reply_to(&request);
+        drop(request); // not `Sync`: never held across the await below
+        if let Some(mut reply) = reply {
+            reply.set_legacy_decline();
+            self.peer.send(&reply);
+            let _ = tokio::time::timeout(OLDER_SHIM_LINGER, self.closed()).await;
+        }
+    }
+}
+
 impl PeerLink for Libxpc {
     type Token = AuditToken;
-    type Reply = XpcDict;
+    type Reply = XpcMessage;
 
     fn stamp(token: &AuditToken) -> Stamp {
         Stamp {
@@ -71,23 +102,29 @@ impl PeerLink for Libxpc {
         }
     }
 
-    async fn next(&mut self) -> Event<AuditToken, XpcDict> {
+    async fn next(&mut self) -> Event<AuditToken, XpcMessage> {
         let event = tokio::select! {
             event = self.events.recv() => event,
             _ = self.shutdown.recv() => return Event::Closed,
         };
         match event {
-            Some(PeerEvent::Message { dict, token }) => Event::Message {
-                message: wire_dict::decode(&dict),
-                reply: XpcDict::reply_to(&dict),
-                token,
+            Some(PeerEvent::Message { dict, token }) => match dict.decode() {
+                Received::Message(message) => Event::Message {
+                    message,
+                    reply: XpcMessage::reply_to(&dict),
+                    token,
+                },
+                Received::OlderShim => {
+                    self.decline_older_shim(dict, token.map(|t| t.pid())).await;
+                    Event::Closed
+                }
             },
             Some(PeerEvent::Closed) | None => Event::Closed,
         }
     }
 
-    fn reply(&mut self, mut to: XpcDict, message: &Message) {
-        wire_dict::encode(message, &mut to);
+    fn reply(&mut self, mut to: XpcMessage, message: &Message) {
+        to.set(message);
         self.peer.send(&to);
     }
 
