@@ -153,7 +153,7 @@ _metalift() {
             return 0
             ;;
         metalift__subcmd__audit)
-            opts="-f -n -h --audit-log --log --since --until --exe --rule --action --result --pid --decision --records --kind --host --boot-id --label --show-label --summary --by --follow --lines --json --job --markdown --help flush export help"
+            opts="-f -n -h --audit-log --log --since --until --exe --rule --action --result --pid --decision --records --kind --host --boot-id --label --show-label --summary --by --follow --lines --json --job --markdown --matrix --html --image-label --require-verified --fail-on-failed --help flush export help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -232,6 +232,10 @@ _metalift() {
                     return 0
                     ;;
                 --job)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --image-label)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -17,6 +17,7 @@ pub mod inputs;
 pub mod join;
 mod local_day;
 pub mod markdown;
+pub mod matrix;
 pub mod records;
 pub mod skim;
 pub mod view;
@@ -41,6 +42,10 @@ use metalift_daemon::audit::{Record, DEFAULT_LOG_PATH};
 /// Exit status when the input is not empty but holds no record at all.
 pub const NO_RECORDS: u8 = 3;
 
+/// Exit status of `--matrix` with `--require-verified` or `--fail-on-failed` when
+/// a row fails the gate.
+pub const MATRIX_GATE: u8 = 1;
+
 /// Lines that are not records reported one by one; past it only counted.
 const REPORTED_BAD_LINES: u64 = 10;
 
@@ -64,6 +69,8 @@ audit.jsonl). Each line is a record as JSON, bare or behind a syslog header
 
 Exit status:
   0  records were read (whether or not anything matched)
+  1  --matrix with --require-verified or --fail-on-failed: a row fails the gate
+     (each named on stderr)
   2  an input cannot be read (missing, permission denied, a damaged compressed
      file: the others are still read), or a usage error
   3  the input is not empty but holds no record (the first offending line is named)")]
@@ -152,6 +159,25 @@ pub struct Args {
     /// With --summary: the groups as a Markdown table.
     #[arg(long, conflicts_with_all = ["records", "kind", "follow", "json"])]
     pub markdown: bool,
+    /// The validated matrix: one row per host chip × macOS build × image ×
+    /// executable, with processes applied / failed / stock, the last verification
+    /// of that chip, build and image, and the workload speed-ups measured there
+    /// (text; --markdown, --json, or --html for one self-contained page).
+    #[arg(long, conflicts_with_all = ["records", "kind", "follow", "summary"])]
+    pub matrix: bool,
+    /// With --matrix: one self-contained HTML page (no script, nothing fetched).
+    #[arg(long, requires = "matrix", conflicts_with_all = ["json", "markdown"])]
+    pub html: bool,
+    /// With --matrix: the host label that names the image (`[audit.labels]`).
+    #[arg(long, value_name = "KEY", default_value = "image", requires = "matrix")]
+    pub image_label: String,
+    /// With --matrix: exit 1 when a row's chip, macOS build and image has no
+    /// passing last verification.
+    #[arg(long, requires = "matrix")]
+    pub require_verified: bool,
+    /// With --matrix: exit 1 when a row has a failed process.
+    #[arg(long, requires = "matrix")]
+    pub fail_on_failed: bool,
 }
 
 /// `metalift audit SUBCOMMAND`: what `metalift audit` does besides reading the log.
@@ -220,10 +246,14 @@ struct Printer<'a> {
     out: &'a mut dyn Write,
     err: &'a mut dyn Write,
     json: bool,
+    /// `--matrix --html`.
+    html: bool,
     records_view: bool,
     summary: Option<Summary>,
     /// `--summary --by` (or `--summary --markdown`): counts by group.
     grouped: Option<group::Grouped>,
+    /// `--matrix`.
+    matrix: Option<matrix::Matrix>,
     /// `--markdown`: the unlocks, written at the end.
     markdown: Option<markdown::Table>,
     columns: Columns,
@@ -291,6 +321,12 @@ impl Printer<'_> {
             if !self.filters.keeps_guest(stamp.host.as_ref()) {
                 return Ok(());
             }
+            if let (Some(matrix), Record::Verification(v)) = (&mut self.matrix, &record) {
+                if self.filters.keeps_record(&record, None) {
+                    matrix.verification(v, stamp.host.as_ref());
+                }
+                return Ok(());
+            }
             let mut join = std::mem::take(&mut self.join);
             let result = join.push(record, &stamp, &mut |p| self.process(p));
             self.join = join;
@@ -330,6 +366,10 @@ impl Printer<'_> {
             grouped.add(&p);
             return Ok(());
         }
+        if let Some(matrix) = &mut self.matrix {
+            matrix.add(&p);
+            return Ok(());
+        }
         if let Some(table) = &mut self.markdown {
             table.add(p);
             return Ok(());
@@ -348,6 +388,20 @@ impl Printer<'_> {
     /// or the summary, and the closing words on stderr.
     fn close(&mut self, json: bool) -> io::Result<()> {
         self.flush_join(None)?;
+        if let Some(m) = &self.matrix {
+            let rows = m.rows();
+            if json {
+                matrix::write_json(self.out, &rows)?;
+            } else if self.markdown.is_some() {
+                matrix::write_markdown(self.out, &rows)?;
+            } else if self.html {
+                matrix::write_html(self.out, &rows, SystemTime::now())?;
+            } else {
+                matrix::write_text(self.out, &rows)?;
+            }
+            self.out.flush()?;
+            return self.report();
+        }
         if let Some(grouped) = &self.grouped {
             if json {
                 grouped.write_json(self.out)?;
@@ -428,6 +482,8 @@ pub fn run_with(args: &Args, out: &mut dyn Write, err: &mut dyn Write) -> anyhow
         out,
         err,
         json: args.json,
+        html: args.html,
+        matrix: args.matrix.then(|| matrix::Matrix::new(&args.image_label)),
         records_view,
         summary: args.summary.then(Summary::default),
         grouped: (args.summary && (!args.by.is_empty() || args.markdown)).then(|| {
@@ -452,6 +508,7 @@ pub fn run_with(args: &Args, out: &mut dyn Write, err: &mut dyn Write) -> anyhow
             args.kind.as_deref(),
             args.rule.is_some() || args.action.is_some(),
             args.job.as_deref(),
+            args.matrix,
         ),
         hosts: skim::Hosts::default(),
     };
@@ -459,7 +516,7 @@ pub fn run_with(args: &Args, out: &mut dyn Write, err: &mut dyn Write) -> anyhow
         return follow(args, &mut printer);
     }
     let inputs = inputs::expand(&args.log).map_err(|e| read_error(first_missing(&args.log), e))?;
-    if !args.json && !args.summary && !args.markdown {
+    if !args.json && !args.summary && !args.markdown && !args.matrix {
         if records_view {
             records::header(printer.out)?;
         } else {
@@ -482,6 +539,15 @@ pub fn run_with(args: &Args, out: &mut dyn Write, err: &mut dyn Write) -> anyhow
     printer.close(args.json)?;
     if failed.is_some() {
         return Ok(ExitCode::from(crate::report::ERROR));
+    }
+    if let Some(m) = &printer.matrix {
+        let why = m.gate_fails(args.require_verified, args.fail_on_failed);
+        for reason in &why {
+            writeln!(printer.err, "metalift audit: matrix: {reason}")?;
+        }
+        if !why.is_empty() {
+            return Ok(ExitCode::from(MATRIX_GATE));
+        }
     }
     if printer.tally.records == 0 {
         if let Some(first) = &printer.tally.first_bad {

@@ -22,7 +22,7 @@ enum Command {
     /// Show the running daemon's policy and counters.
     Status(cli::status::Args),
     /// Answers from the audit log: one line per process (decision joined with outcome), filters, summary.
-    Audit(cli::audit::Args),
+    Audit(Box<cli::audit::Args>),
     /// Run a command with libmetalift injected (--require-unlock: fail unless it was unlocked).
     Exec(cli::exec::Args),
     /// Start a throw-away daemon and show the shim's effect on the probe, end to end.
@@ -56,7 +56,7 @@ fn main() -> ExitCode {
         Command::Validate(a) => cli::validate::run(a),
         Command::Explain(a) => cli::explain::run(a),
         Command::Status(a) => cli::status::run(a),
-        Command::Audit(a) => cli::audit::run(a),
+        Command::Audit(a) => cli::audit::run(*a),
         Command::Exec(a) => cli::exec::run(a),
         Command::Demo(a) => cli::demo::run(a),
         Command::Edit(a) => cli::edit::run(a),

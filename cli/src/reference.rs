@@ -65,6 +65,11 @@ pub const METALIFT_EXIT: &[ExitStatus] = &[
         meaning: "failures: processes will run stock (the shim, the injection, the policy file); when the daemon's state is what fails, its ladder status instead (3, 4, 5 as `status`)",
     },
     ExitStatus {
+        code: crate::audit::MATRIX_GATE,
+        command: "audit --matrix",
+        meaning: "with --require-verified or --fail-on-failed: a row of the matrix has no passing verification, or a failed process (each named on stderr)",
+    },
+    ExitStatus {
         code: crate::audit::NO_RECORDS,
         command: "audit",
         meaning: "the input is not empty but holds no audit record (not a metalift log, or a format it does not read): the first offending line is named with its file and line",

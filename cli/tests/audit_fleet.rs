@@ -48,7 +48,7 @@ fn decision(id: u64, exe: &str, job: &str) -> Record {
     record(json!({
         "kind": "decision", "time": T0, "decision_id": id, "pid": 4000, "uid": 501,
         "exe": exe, "rule": "llama-cpp", "action": "unlock", "profile": "apple7",
-        "mode": "enforce", "policy_sha256": "ab".repeat(32),
+        "mode": "enforce", "policy_sha256": "ab".repeat(32), "host_chip": "Apple M2 (Virtual)",
         "advisory": {"shim_version": "1", "arch": "arm64", "job": {"GITHUB_RUN_ID": job}},
     }))
 }
@@ -456,4 +456,124 @@ fn the_fleet_summary_by_image_and_macos_build_names_the_failing_image_with_its_r
     let bad = metalift(&["audit", "--log", log, "--summary", "--by", "colour"]);
     assert_eq!(bad.status.code(), Some(2));
     assert!(stderr(&bad).contains("label:NAME"), "{}", stderr(&bad));
+}
+
+/// A `verification` record as `metalift verify --workload` writes it on a guest.
+fn verification(passed: bool, pp: f64, tg: f64) -> Record {
+    let answers = json!({"apple_family": 7, "max_threadgroup_memory": 32768,
+        "recommended_working_set": null, "has_simdgroup_reduction": true,
+        "has_simdgroup_mm": true, "has_bfloat": true});
+    record(json!({
+        "kind": "verification", "time": "2026-12-06T06:00:00Z", "profile": "apple7",
+        "apple_family_max": 7, "max_threadgroup_memory": 32768, "recommended_working_set": null,
+        "host_chip": "Apple M2 (Virtual)", "os_build": "24A335", "metalift_version": "0.1.0",
+        "passed": passed, "kernels": [], "recorded_by_uid": 0,
+        "receipt": {"shim": "/usr/local/lib/libmetalift.dylib", "shim_sha256": null,
+            "probe": "/usr/local/libexec/metalift-probe", "probe_sha256": null,
+            "os_product_version": "15.0", "stock": answers, "effective": answers,
+            "unlock_needed": true, "control": "differs", "kernel_timeout_ms": 1000,
+            "timeout_ms": 60000, "elapsed_ms": 900,
+            "workload": {"command": ["llama-bench"], "runs": 3, "measure": "llama_bench",
+                "result": "pass", "pp_speedup": pp, "tg_speedup": tg, "speedup": pp.min(tg),
+                "tests": []}},
+    }))
+}
+
+#[test]
+fn the_validated_matrix_joins_processes_with_verifications_and_gates_ci() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fleet = fleet_file(tmp.path());
+    // Verifications on two more guests of each image: ci-15 passed (twice, with
+    // its speed-ups), ci-14 failed.
+    let v15 = guest("bake-15", "99999999-7777-4000-8000-000000000007", "ci-15");
+    let v14 = guest("bake-14", "88888888-8888-4000-8000-000000000008", "ci-14");
+    let verifications = tmp.path().join("verifications.log");
+    std::fs::write(
+        &verifications,
+        format!(
+            "{}\n{}\n{}\n",
+            rfc5424(&v15, &verification(true, 11.0, 16.0)),
+            rfc5424(&v15, &verification(true, 9.0, 14.0)),
+            rfc5424(&v14, &verification(false, 1.0, 1.0)),
+        ),
+    )
+    .unwrap();
+    let logs = [fleet.to_str().unwrap(), verifications.to_str().unwrap()];
+    let out = metalift(&["audit", "--log", logs[0], logs[1], "--matrix", "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let rows = v["rows"].as_array().unwrap();
+    let row = |exe: &str| {
+        rows.iter()
+            .find(|r| r["exe"] == exe)
+            .unwrap_or_else(|| panic!("no row for {exe}: {v}"))
+    };
+    let a = row("/opt/llama/a-server");
+    assert_eq!(
+        (&a["chip"], &a["os_build"], &a["image"]),
+        (
+            &json!("Apple M2 (Virtual)"),
+            &json!("24A335"),
+            &json!("ci-15")
+        )
+    );
+    assert_eq!(
+        (&a["applied"], &a["verification"]),
+        (&json!(1), &json!("pass"))
+    );
+    assert_eq!(a["pp_speedup"], json!([9.0, 11.0]), "min and median");
+    assert_eq!(a["marked"], false);
+    assert_eq!(
+        row("/opt/llama/b-server")["marked"],
+        true,
+        "a failed process"
+    );
+    let c = row("/opt/llama/c-server");
+    assert_eq!(
+        (&c["verification"], &c["marked"]),
+        (&json!("fail"), &json!(true))
+    );
+
+    let gate = metalift(&[
+        "audit",
+        "--log",
+        logs[0],
+        logs[1],
+        "--matrix",
+        "--fail-on-failed",
+    ]);
+    assert_eq!(gate.status.code(), Some(1), "{}", stderr(&gate));
+    assert!(
+        stderr(&gate).contains("b-server: 1 failed"),
+        "{}",
+        stderr(&gate)
+    );
+    let gate = metalift(&["audit", "--log", logs[0], "--matrix", "--require-verified"]);
+    assert_eq!(gate.status.code(), Some(1), "no verification read at all");
+    let md = stdout(&metalift(&[
+        "audit",
+        "--log",
+        logs[0],
+        logs[1],
+        "--matrix",
+        "--markdown",
+    ]));
+    assert!(
+        md.contains("| ⚠️ Apple M2 (Virtual) | 24A335 | ci-15 | /opt/llama/b-server |"),
+        "{md}"
+    );
+
+    let html = stdout(&metalift(&[
+        "audit", "--log", logs[0], logs[1], "--matrix", "--html",
+    ]));
+    assert!(html.starts_with("<!DOCTYPE html>"), "{html}");
+    assert!(
+        !html.contains("<script") && !html.contains("http"),
+        "self-contained: {html}"
+    );
+    assert!(
+        html.contains("<tr class=\"marked\"><td>Apple M2 (Virtual)</td>"),
+        "{html}"
+    );
+    assert!(html.contains("9.0× / 11.0×"), "{html}");
 }

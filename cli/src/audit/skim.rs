@@ -116,6 +116,8 @@ pub struct Prefilter {
     /// `--job`: a decision whose line does not hold the value (as a JSON string)
     /// is not of the job, and an outcome whose decision is not waiting is not either.
     job: Option<memmem::Finder<'static>>,
+    /// `--matrix`: verifications are read too.
+    verifications: bool,
 }
 
 impl Prefilter {
@@ -126,6 +128,7 @@ impl Prefilter {
         kind: Option<&str>,
         needs_decisions: bool,
         job: Option<&str>,
+        verifications: bool,
     ) -> Prefilter {
         // A value JSON writes with an escape cannot be searched for as written.
         let job = job
@@ -137,6 +140,7 @@ impl Prefilter {
                 .filter(|_| records_view && !needs_decisions)
                 .map(str::to_owned),
             job: job.filter(|_| !records_view),
+            verifications,
         }
     }
 
@@ -155,6 +159,7 @@ impl Prefilter {
         }
         match s.kind {
             "daemon_start" => false,
+            "verification" => !self.verifications,
             "decision" => self
                 .job
                 .as_ref()
