@@ -15,7 +15,8 @@
 //!   [`live_policy::archive`] (the text of every policy made live, by hash);
 //!   the host facts the compile uses: [`live_policy::host`] (the machine behind
 //!   the lints) and [`live_policy::host_chip`] (`apple_family_max = "host"`).
-//! - [`audit`]: the audit log (records, writer with rotation, reader for `metalift audit`).
+//! - [`audit`]: the audit log (records, writer with rotation, one follower of the rotated
+//!   files under both the reader for `metalift audit` and the forwarder).
 //! - [`service`]: metaliftd's own plumbing: its lifecycle ([`service::run`]),
 //!   [`service::config`], [`service::signals`], [`service::memory`] (handing a
 //!   reload's freed memory back), [`service::oslog`] (the system log),

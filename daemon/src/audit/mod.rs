@@ -12,12 +12,15 @@
 //! - [`rotation`]: [`Rotation`] settings and the file-name scheme of rotated files.
 //! - [`collected`]: a record as a collector stores it (bare JSON, or behind a syslog header).
 //! - [`line`]: one line read back as the writer's typed [`Record`] (or a newer kind, or corrupt).
+//! - [`chain`]: the log's files held open oldest first across rotations: the one follower
+//!   under both the reader and the forwarder.
 //! - [`reader`]: reading the log back (rotated files first), and following it, for `metalift audit`.
 //! - [`receipt`]: what a `verification` record proves it ran (hashes, stock and effective answers, the control).
 //! - [`verification`]: the `verification` record (`metalift verify`), shared with the verification file.
 //! - [`forward`]: forwarding every record to a syslog collector (`[audit.forward]`).
 //! - [`tail`]: where the last N lines start, read backwards (`metalift audit -f -n N`).
 
+pub mod chain;
 pub mod collected;
 pub mod forward;
 pub mod host;

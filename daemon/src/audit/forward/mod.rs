@@ -182,9 +182,14 @@ fn run(store: &PolicyStore, audit: &AuditLog, shared: &Shared) {
                     None
                 }
             };
-            let (source, gaps) = Source::open(audit.path(), audit.rotation().keep, saved);
-            record_gaps(audit, &gaps);
-            st.source = Some(source);
+            match Source::open(audit.path(), audit.rotation().keep, saved) {
+                Ok((source, gaps)) => {
+                    record_gaps(audit, &gaps);
+                    st.source = Some(source);
+                }
+                // Tried again next round; meanwhile nothing is sent.
+                Err(error) => note_error(shared, format!("opening the audit log: {error}")),
+            }
         }
         let round = step(&mut st, &config, audit, shared);
         save_cursor(&mut st, false);
@@ -243,8 +248,11 @@ fn step(st: &mut State, config: &Forward, audit: &AuditLog, shared: &Shared) -> 
     let Some(source) = st.source.as_mut() else {
         return Round::Idle;
     };
-    let gaps = source.rescan();
-    record_gaps(audit, &gaps);
+    match source.rescan() {
+        Ok(gaps) => record_gaps(audit, &gaps),
+        // The files already held are still sent; the rescan is tried next round.
+        Err(error) => note_error(shared, format!("looking for rotated audit files: {error}")),
+    }
     let batch = match source.next_batch(BATCH_BYTES, &mut st.batch) {
         Ok(b) => b,
         Err(error) => {

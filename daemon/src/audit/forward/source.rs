@@ -1,29 +1,25 @@
 //! The records still to forward, read back from the local audit log: the file the
-//! cursor is in and every newer one (rotated by rename), each held open by
-//! descriptor so a rename never loses the place.
+//! cursor is in and every newer one, held by the log's [`Chain`] (by descriptor,
+//! opened while walking, so a rename never loses the place). This module keeps what
+//! is the forwarder's own: the cursor, batches, what is behind, and the gaps.
 //!
 //! The log is the queue: nothing is buffered in memory beyond one batch, so a
 //! collector that is down for days costs disk the log already has, not memory.
+//! For the same reason a held file that rotation deletes is let go (its unsent
+//! records counted as a gap), not read on: it would hold its disk space.
 
-use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom};
-use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use super::cursor::Cursor;
-use crate::audit::rotation::rotated_path;
+use crate::audit::chain::{Chain, FileId};
 
-/// A file of the log, held open.
-#[derive(Debug)]
-struct Held {
-    dev: u64,
-    ino: u64,
-    /// Where it was last seen (for the gap record).
-    name: PathBuf,
-    file: File,
-    /// Bytes from the start counted for [`Source::records_behind`], and the
-    /// newlines in them: each byte is counted once, not once a second.
+/// What is counted of a held file for [`Source::records_behind`]: bytes from
+/// the start, and the newlines in them, so each byte is counted once, not once a
+/// second.
+#[derive(Debug, Default)]
+struct Counted {
     counted_to: u64,
     lines: u64,
 }
@@ -54,9 +50,7 @@ pub enum Batch {
 /// The files still to forward, oldest (the cursor's) first.
 #[derive(Debug)]
 pub struct Source {
-    log: PathBuf,
-    keep: usize,
-    held: VecDeque<Held>,
+    held: Chain<Counted>,
     /// Offset delivered in the front file.
     offset: u64,
     /// Newlines before `offset` in the front file; `None` until counted (a cursor
@@ -67,120 +61,48 @@ pub struct Source {
 impl Source {
     /// Starts at `cursor` (or the oldest file of the log without one). A cursor
     /// whose file is gone is a gap of unknown size, returned with the source.
-    pub fn open(log: &Path, keep: usize, cursor: Option<Cursor>) -> (Source, Vec<Gap>) {
+    /// An error opening the log's files (not their absence) is returned: skipping
+    /// a file would skip its records.
+    pub fn open(log: &Path, keep: usize, cursor: Option<Cursor>) -> io::Result<(Source, Vec<Gap>)> {
         let mut source = Source {
-            log: log.to_owned(),
-            keep,
-            held: VecDeque::new(),
+            held: Chain::open(log, Some(keep))?,
             offset: 0,
             offset_lines: Some(0),
         };
         let mut gaps = Vec::new();
-        let chain = source.chain();
-        let start = match cursor {
-            None => 0,
-            Some(c) => match chain.iter().position(|h| h.dev == c.dev && h.ino == c.ino) {
-                Some(i) => {
-                    source.offset = c.offset;
-                    source.offset_lines = None;
-                    i
-                }
-                None => {
-                    gaps.push(Gap {
-                        file: format!("{}:{}", c.dev, c.ino),
-                        records: None,
-                    });
-                    0
-                }
-            },
-        };
-        source.held = chain.into_iter().skip(start).collect();
-        (source, gaps)
-    }
-
-    /// The log's files that exist now, oldest first, each held open.
-    ///
-    /// Walked from the live file toward the oldest: a rotation during the walk
-    /// renames every file one number up, so a file can be met twice (kept once),
-    /// never skipped, and the order stays oldest first. Identities are the opened
-    /// descriptors', so a name that moved between a look and an open cannot put
-    /// the wrong file at the cursor (the first version listed metadata oldest
-    /// first and opened by name afterwards: a rotation in between lost records at
-    /// a restart, seen in forward_rsyslog's kill -9 test).
-    fn chain(&self) -> Vec<Held> {
-        let mut paths = vec![self.log.clone()];
-        paths.extend((1..=self.keep).map(|n| rotated_path(&self.log, n)));
-        let mut newest_first: Vec<Held> = Vec::new();
-        for path in paths {
-            let Ok(file) = File::open(&path) else {
-                continue;
-            };
-            let Ok(meta) = file.metadata() else { continue };
-            if newest_first
-                .iter()
-                .any(|h| h.dev == meta.dev() && h.ino == meta.ino())
-            {
-                continue;
+        if let Some(c) = cursor {
+            if source.held.start_at(FileId {
+                dev: c.dev,
+                ino: c.ino,
+            }) {
+                source.offset = c.offset;
+                source.offset_lines = None;
+            } else {
+                gaps.push(Gap {
+                    file: format!("{}:{}", c.dev, c.ino),
+                    records: None,
+                });
             }
-            newest_first.push(Held {
-                dev: meta.dev(),
-                ino: meta.ino(),
-                name: path,
-                file,
-                counted_to: 0,
-                lines: 0,
-            });
         }
-        newest_first.reverse();
-        newest_first
+        Ok((source, gaps))
     }
 
     /// Picks up files created by rotation since, and turns files deleted before
     /// they were wholly forwarded into gaps (counting their remaining records).
-    ///
-    /// Only a rotation creates or deletes the log's files, and a rotation always
-    /// puts a new file at the live path: while the live path is still the newest
-    /// held file, nothing changed and the rescan is one `stat` (walking the chain
-    /// opens every rotated file, each round).
-    pub fn rescan(&mut self) -> Vec<Gap> {
-        if let (Some(newest), Ok(live)) = (self.held.back(), std::fs::metadata(&self.log)) {
-            if newest.dev == live.dev() && newest.ino == live.ino() {
-                return Vec::new();
-            }
-        }
-        let chain = self.chain();
+    pub fn rescan(&mut self) -> io::Result<Vec<Gap>> {
         let mut gaps = Vec::new();
-        // Oldest first: a held file no longer in the chain was rotated away.
-        while let Some(front) = self.held.front() {
-            if chain
-                .iter()
-                .any(|h| h.dev == front.dev && h.ino == front.ino)
-            {
-                break;
-            }
-            let mut front = self.held.pop_front().expect("front exists");
-            let records = count_lines_from(&mut front.file, self.offset).ok();
+        for mut gone in self.held.rescan()? {
+            let records = count_lines_from(&mut gone.file, self.offset).ok();
             self.offset = 0;
             self.offset_lines = Some(0);
             if records != Some(0) {
                 gaps.push(Gap {
-                    file: front.name.display().to_string(),
+                    file: gone.name.display().to_string(),
                     records,
                 });
             }
         }
-        // Only files newer than the newest held one: older ones were forwarded.
-        let from = match self.held.back() {
-            None => 0,
-            Some(b) => match chain.iter().position(|h| h.dev == b.dev && h.ino == b.ino) {
-                Some(last) => last + 1,
-                // The newest held file is gone while an older one is not: nothing
-                // newer can be told apart; look again next time.
-                None => return gaps,
-            },
-        };
-        self.held.extend(chain.into_iter().skip(from));
-        gaps
+        Ok(gaps)
     }
 
     /// Up to `max` bytes of whole lines after the cursor, into `buf` (cleared first,
@@ -236,8 +158,8 @@ impl Source {
     #[must_use]
     pub fn cursor(&self) -> Option<Cursor> {
         self.held.front().map(|h| Cursor {
-            dev: h.dev,
-            ino: h.ino,
+            dev: h.id.dev,
+            ino: h.id.ino,
             offset: self.offset,
         })
     }
@@ -260,12 +182,13 @@ impl Source {
     #[must_use]
     pub fn records_behind(&mut self) -> u64 {
         let mut total = 0;
-        for h in &mut self.held {
-            if let Ok((lines, end)) = count_range(&mut h.file, h.counted_to, None) {
-                h.lines += lines;
-                h.counted_to = end;
+        for h in self.held.iter_mut() {
+            let counted = &mut h.state;
+            if let Ok((lines, end)) = count_range(&mut h.file, counted.counted_to, None) {
+                counted.lines += lines;
+                counted.counted_to = end;
             }
-            total += h.lines;
+            total += counted.lines;
         }
         let before = match (self.offset_lines, self.held.front_mut()) {
             (Some(n), _) => n,
@@ -318,8 +241,10 @@ fn count_lines_from(file: &mut File, offset: u64) -> io::Result<u64> {
 #[cfg(test)]
 mod tests {
     use std::io::Write;
+    use std::os::unix::fs::MetadataExt;
 
     use super::*;
+    use crate::audit::rotation::rotated_path;
 
     fn append(path: &Path, lines: usize) {
         let mut f = std::fs::OpenOptions::new()
@@ -338,7 +263,7 @@ mod tests {
         let log = dir.path().join("audit.jsonl");
         append(&rotated_path(&log, 1), 2);
         append(&log, 3);
-        let (mut source, gaps) = Source::open(&log, 5, None);
+        let (mut source, gaps) = Source::open(&log, 5, None).unwrap();
         assert!(gaps.is_empty());
         assert_eq!(source.records_behind(), 5, "both files");
         append(&log, 2);
@@ -364,7 +289,7 @@ mod tests {
             ino: live.ino(),
             offset: 2 * b"{\"kind\":\"x\"}\n".len() as u64,
         };
-        let (mut source, _) = Source::open(&log, 5, Some(cursor));
+        let (mut source, _) = Source::open(&log, 5, Some(cursor)).unwrap();
         assert_eq!(
             source.records_behind(),
             4,
