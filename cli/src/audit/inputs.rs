@@ -20,7 +20,8 @@ use std::fs::File;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
-use metalift_daemon::audit::reader::{log_files, Item};
+use metalift_daemon::audit::chain::Chain;
+use metalift_daemon::audit::reader::Item;
 
 /// One line read, before it is parsed (so a reader can skip what cannot match
 /// without parsing it), or what made it no line of text.
@@ -213,20 +214,12 @@ fn compressed_siblings(path: &Path) -> io::Result<Vec<PathBuf>> {
 pub fn read(input: &Input, sink: LineSink<'_>) -> io::Result<()> {
     match input {
         Input::Log(path) => {
-            // Every file is opened before any is read, so a rotation meanwhile
-            // neither skips nor repeats records: the handles keep their files.
-            let mut files = Vec::new();
-            for name in log_files(path).map_err(|e| with_path(path, e))? {
-                match File::open(&name) {
-                    Ok(file) => files.push((name, file)),
-                    // Rotated away between the listing and the open: its records
-                    // are in the next file of the listing.
-                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                    Err(e) => return Err(with_path(&name, e)),
-                }
-            }
-            for (name, file) in files {
-                read_file(&name, file, sink)?;
+            // The one follower's walk (`audit::chain`): every file opened while
+            // walking from the live file toward the oldest, held by descriptor, so
+            // a rotation meanwhile neither skips nor repeats a file.
+            let mut chain = Chain::<()>::open(path, None).map_err(|e| with_path(path, e))?;
+            while let Some(held) = chain.pop_front() {
+                read_file(&held.name, held.file, sink)?;
             }
             Ok(())
         }
