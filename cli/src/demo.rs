@@ -116,8 +116,8 @@ fn demo(tools: &Tools, dir: &Path, json: bool) -> anyhow::Result<ExitCode> {
         ("monitor", monitor_dir.audit_log()),
     ];
     let stopped_socket = enforce.socket().to_owned();
-    enforce.stop();
-    monitor.stop();
+    enforce.stop().context("stopping the enforce daemon")?;
+    monitor.stop().context("stopping the monitor daemon")?;
     rows.push(Row::run(
         "daemon stopped: metalift-probe",
         &tools.probe,

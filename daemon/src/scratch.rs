@@ -23,8 +23,9 @@ use serde_json::Value;
 /// 2-core CI box): past it, starting fails.
 pub const START_PATIENCE: Duration = Duration::from_secs(60);
 
-/// How long [`ScratchDaemon::stop`] waits after SIGTERM before SIGKILL.
-const STOP_PATIENCE: Duration = Duration::from_secs(10);
+/// How long [`ScratchDaemon::stop`] waits after SIGTERM before SIGKILL (a loaded
+/// CI box; a daemon that exits promptly is not held up by it).
+pub const STOP_PATIENCE: Duration = Duration::from_secs(60);
 
 /// Why a scratch daemon could not be set up, started, or read back.
 #[derive(Debug, thiserror::Error)]
@@ -292,6 +293,11 @@ impl ScratchDaemon {
         matches!(self.child.try_wait(), Ok(None))
     }
 
+    /// Its exit status if it has exited (reaping it), `None` while it runs.
+    pub fn try_wait(&mut self) -> std::io::Result<Option<ExitStatus>> {
+        self.child.try_wait()
+    }
+
     /// Sends SIGTERM (what launchd and systemd send; the daemon records
     /// `daemon_stop`) and waits up to `bound`: its exit status, or `None` if it
     /// is still running.
@@ -313,11 +319,14 @@ impl ScratchDaemon {
         }
     }
 
-    /// SIGTERM, then SIGKILL if it lingers past 10 s.
-    pub fn stop(mut self) {
-        if !matches!(self.terminate(STOP_PATIENCE), Ok(Some(_))) {
-            self.kill_now();
+    /// SIGTERM, then SIGKILL if it lingers past [`STOP_PATIENCE`]: how it exited
+    /// (killed by a signal if it had to be).
+    pub fn stop(mut self) -> std::io::Result<ExitStatus> {
+        if let Some(status) = self.terminate(STOP_PATIENCE)? {
+            return Ok(status);
         }
+        self.child.kill()?;
+        self.child.wait()
     }
 
     /// SIGKILL, and reap.

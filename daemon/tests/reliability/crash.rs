@@ -119,7 +119,7 @@ fn given_sigkill_mid_load_then_no_answered_decision_is_lost_shims_go_stock_and_a
         stop.store(true, Ordering::SeqCst);
         clients.join().expect("clients")
     });
-    assert!(daemon.stop().success());
+    assert!(daemon.stop().expect("metaliftd stops").success());
 
     // Whole lines only (`records` fails on a torn one), every answered decision
     // present exactly once, ids unique across both runs.

@@ -202,11 +202,14 @@ impl Client {
     }
 }
 
-/// End of file, a reset, or a write to a connection the daemon has closed.
+/// End of file, a reset or abort, or a write to a connection the daemon has closed.
 fn closed(e: &std::io::Error) -> bool {
     matches!(
         e.kind(),
-        ErrorKind::UnexpectedEof | ErrorKind::ConnectionReset | ErrorKind::BrokenPipe
+        ErrorKind::UnexpectedEof
+            | ErrorKind::ConnectionReset
+            | ErrorKind::ConnectionAborted
+            | ErrorKind::BrokenPipe
     )
 }
 
