@@ -53,7 +53,7 @@ impl Tools {
 }
 
 /// Starts a scratch daemon on `policy` in `dir/<name>/` (its diagnostics at warn
-/// level, in `log/daemon.log` there).
+/// level, in `daemon.log` there).
 pub(crate) fn start_daemon(
     tools: &Tools,
     dir: &Path,

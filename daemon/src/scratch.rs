@@ -2,7 +2,7 @@
 //! `metalift demo` and `metalift verify`, the benchmarks and every test crate start.
 //!
 //! [`ScratchDir`] lays the directory out as installed (`etc/policy.toml`,
-//! `run/metalift.sock`, `log/audit.jsonl`, and `log/daemon.log` for the daemon's
+//! `run/metalift.sock`, `log/audit.jsonl`, and `daemon.log` for the daemon's
 //! stderr) and reads the records back; [`ScratchDaemon`] is one metaliftd running
 //! on it, started once it answers a status request, killed when dropped. They are
 //! apart because a daemon may be stopped and started again on the same files.
@@ -126,11 +126,12 @@ impl ScratchDir {
         self.path("log/audit.jsonl")
     }
 
-    /// `log/daemon.log`: the daemon's stderr (its diagnostics), appended to by
-    /// every daemon started here.
+    /// `daemon.log`: the daemon's stderr (its diagnostics), appended to by every
+    /// daemon started here (outside `log/`, which holds what metaliftd writes there
+    /// when installed: the audit log, its rotations and the forwarder's cursor).
     #[must_use]
     pub fn daemon_log(&self) -> PathBuf {
-        self.path("log/daemon.log")
+        self.path("daemon.log")
     }
 
     /// The daemon's stderr so far (empty when there is none).
@@ -329,12 +330,8 @@ impl ScratchDaemon {
         self.child.wait()
     }
 
-    /// SIGKILL, and reap.
-    pub fn kill(mut self) {
-        self.kill_now();
-    }
-
-    fn kill_now(&mut self) {
+    /// SIGKILL (a crash, as far as the daemon can tell), and reap.
+    pub fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -342,7 +339,7 @@ impl ScratchDaemon {
 
 impl Drop for ScratchDaemon {
     fn drop(&mut self) {
-        self.kill_now();
+        self.kill();
     }
 }
 

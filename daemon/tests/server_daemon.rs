@@ -375,7 +375,7 @@ fn every_answered_check_in_has_exactly_one_decision_record() {
 fn after_sigkill_mid_load_every_answered_decision_is_in_the_log() {
     let env = Env::new();
     env.write_llama_policy();
-    let daemon = env.start(&[]);
+    let mut daemon = env.start(&[]);
     let socket = env.socket();
     let answered = Mutex::new(Vec::new());
     let count = AtomicUsize::new(0);

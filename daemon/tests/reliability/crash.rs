@@ -52,7 +52,7 @@ fn given_sigkill_mid_load_then_no_answered_decision_is_lost_shims_go_stock_and_a
     let kill_after = support::scale(1_000, 20_000);
 
     // Run 1: killed while 64 clients are checking in.
-    let daemon = env.start(&["--allow-insecure-owner"]);
+    let mut daemon = env.start(&["--allow-insecure-owner"]);
     let stop = AtomicBool::new(false);
     let answered = AtomicUsize::new(0);
     let first_run: Vec<u64> = std::thread::scope(|s| {
