@@ -191,27 +191,9 @@ impl ScratchDir {
         ScratchDaemon::spawn(cmd, self)
     }
 
-    /// Every audit record in `log/audit.jsonl` so far (none when it does not exist
-    /// yet). Only newline-terminated lines count: a read racing an append may see
-    /// the start of a line being written. A whole line that is not JSON is an error.
+    /// Every audit record in `log/audit.jsonl` so far ([`records_in`]).
     pub fn records(&self) -> Result<Vec<Value>, ScratchError> {
-        let log = self.audit_log();
-        let mut text = match std::fs::read_to_string(&log) {
-            Ok(text) => text,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
-            Err(e) => return Err(io("reading", &log)(e)),
-        };
-        text.truncate(text.rfind('\n').map_or(0, |i| i + 1));
-        text.lines()
-            .enumerate()
-            .map(|(i, line)| {
-                serde_json::from_str(line).map_err(|error| ScratchError::Record {
-                    log: log.clone(),
-                    line: i + 1,
-                    error,
-                })
-            })
-            .collect()
+        records_in(&self.audit_log())
     }
 
     /// The audit records of `kind` so far, in the order written.
@@ -222,6 +204,28 @@ impl ScratchDir {
             .filter(|r| r["kind"] == kind)
             .collect())
     }
+}
+
+/// Every audit record in `log` so far (none when it does not exist yet). Only
+/// newline-terminated lines count: a read racing an append may see the start of
+/// a line being written. A whole line that is not JSON is an error.
+pub fn records_in(log: &Path) -> Result<Vec<Value>, ScratchError> {
+    let mut text = match std::fs::read_to_string(log) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(io("reading", log)(e)),
+    };
+    text.truncate(text.rfind('\n').map_or(0, |i| i + 1));
+    text.lines()
+        .enumerate()
+        .map(|(i, line)| {
+            serde_json::from_str(line).map_err(|error| ScratchError::Record {
+                log: log.to_owned(),
+                line: i + 1,
+                error,
+            })
+        })
+        .collect()
 }
 
 /// A running metaliftd; killed (SIGKILL) and reaped when dropped.
@@ -235,15 +239,15 @@ impl ScratchDaemon {
     /// Runs `cmd` (a metaliftd command line on `dir`'s socket, e.g. from
     /// [`ScratchDir::command`]) and returns once it answers a status request.
     pub fn spawn(cmd: Command, dir: &ScratchDir) -> Result<ScratchDaemon, ScratchError> {
-        Self::spawn_on(cmd, &dir.socket(), &dir.daemon_log())
+        Self::spawn_on(cmd, &dir.socket(), Some(&dir.daemon_log()))
     }
 
     /// [`ScratchDaemon::spawn`] for a command line that listens on `socket` and
-    /// writes its stderr to `daemon_log` (quoted if it fails to start).
+    /// writes its stderr to `daemon_log`, if anywhere (quoted if it fails to start).
     pub fn spawn_on(
         mut cmd: Command,
         socket: &Path,
-        daemon_log: &Path,
+        daemon_log: Option<&Path>,
     ) -> Result<ScratchDaemon, ScratchError> {
         let child = cmd
             .spawn()
@@ -252,7 +256,11 @@ impl ScratchDaemon {
             child,
             socket: socket.to_owned(),
         };
-        let log = || std::fs::read_to_string(daemon_log).unwrap_or_default();
+        let log = || {
+            daemon_log
+                .and_then(|p| std::fs::read_to_string(p).ok())
+                .unwrap_or_default()
+        };
         let start = Instant::now();
         loop {
             let last = match Client::status(socket, Duration::from_secs(5)) {
