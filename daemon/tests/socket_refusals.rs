@@ -80,10 +80,8 @@ impl Server {
     }
 
     fn records(&self, kind: &str) -> Vec<Value> {
-        std::fs::read_to_string(self.dir.path().join("audit.jsonl"))
-            .unwrap_or_default()
-            .lines()
-            .map(record_schema::valid_record)
+        record_schema::valid_records(&self.dir.path().join("audit.jsonl"))
+            .into_iter()
             .filter(|r| r["kind"] == kind)
             .collect()
     }
@@ -137,10 +135,8 @@ async fn given_a_socket_whose_token_euid_differs_from_its_connect_uid_then_the_c
     assert!(answer.is_none(), "closed unanswered (the shim stays stock)");
     let dir = server.stop().await;
     let server_records = |kind: &str| -> Vec<Value> {
-        std::fs::read_to_string(dir.path().join("audit.jsonl"))
-            .unwrap()
-            .lines()
-            .map(record_schema::valid_record)
+        record_schema::valid_records(&dir.path().join("audit.jsonl"))
+            .into_iter()
             .filter(|r| r["kind"] == kind)
             .collect()
     };
