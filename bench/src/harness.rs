@@ -3,15 +3,14 @@
 //! (RSS, CPU time).
 #![forbid(unsafe_code)]
 
-use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use metalift_policy::wire::{self, CheckIn, Message, VerdictMsg, LENGTH_PREFIX};
+use metalift_daemon::scratch::{ScratchDaemon, ScratchDir};
+use metalift_policy::wire::{self, CheckIn, Client, ClientError, Message, VerdictMsg};
 
 /// How long any single exchange may take before the harness calls it a hang.
 pub const HANG_GUARD: Duration = Duration::from_secs(30);
@@ -103,16 +102,18 @@ pub fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
     std::fs::rename(&tmp, path)
 }
 
-/// A real metaliftd on a temporary directory; killed on drop.
+/// A real metaliftd on a temporary directory (the one scratch daemon,
+/// `metalift_daemon::scratch`); killed on drop.
 #[derive(Debug)]
 pub struct Daemon {
-    child: Child,
+    process: ScratchDaemon,
     /// Its socket.
     pub socket: PathBuf,
     /// Its policy file.
     pub policy: PathBuf,
     /// Its audit log.
     pub audit_log: PathBuf,
+    dir: ScratchDir,
 }
 
 impl Daemon {
@@ -125,92 +126,30 @@ impl Daemon {
         policy: &str,
         extra: &[&str],
     ) -> anyhow::Result<Daemon> {
-        // As installed: the policy's directory holds nothing else. (The watcher
-        // reloads on any event in that directory; an audit log written there would
-        // keep postponing reloads.)
-        for sub in ["etc", "run", "log"] {
-            std::fs::create_dir_all(dir.join(sub))?;
-        }
-        let policy_path = dir.join("etc/policy.toml");
-        write_atomically(&policy_path, policy)?;
-        let socket = dir.join("run/metalift.sock");
-        let audit_log = dir.join("log/audit.jsonl");
-        let child = Command::new(&artifacts.daemon)
-            .arg("--policy")
-            .arg(&policy_path)
-            .arg("--socket")
-            .arg(&socket)
-            .arg("--audit-log")
-            .arg(&audit_log)
-            .args(["--audit-max-bytes", "1073741824"])
-            .arg("--allow-insecure-owner")
-            .args(extra)
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.join("log/daemon.log"))?)
-            .spawn()
-            .with_context(|| format!("starting {}", artifacts.daemon.display()))?;
-        let mut daemon = Daemon {
-            child,
-            socket,
-            policy: policy_path,
-            audit_log,
-        };
-        let start = Instant::now();
-        while status(&daemon.socket).is_err() {
-            if let Some(exit) = daemon.child.try_wait()? {
-                bail!(
-                    "metaliftd exited at start ({exit}): {}",
-                    std::fs::read_to_string(dir.join("log/daemon.log")).unwrap_or_default()
-                );
-            }
-            if start.elapsed() > HANG_GUARD {
-                bail!("metaliftd did not come up within {HANG_GUARD:?}");
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        Ok(daemon)
+        let dir = ScratchDir::new(dir)?;
+        dir.write_policy(policy)?;
+        let mut flags = vec!["--audit-max-bytes", "1073741824"];
+        flags.extend_from_slice(extra);
+        let process = dir.start(&artifacts.daemon, &flags, &[("RUST_LOG", "info")])?;
+        Ok(Daemon {
+            process,
+            socket: dir.socket(),
+            policy: dir.policy(),
+            audit_log: dir.audit_log(),
+            dir,
+        })
     }
 
     /// The daemon's pid.
     #[must_use]
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.process.pid()
     }
 
     /// Every audit record, parsed.
     pub fn records(&self) -> anyhow::Result<Vec<serde_json::Value>> {
-        let text = std::fs::read_to_string(&self.audit_log)?;
-        text.lines()
-            .map(|l| serde_json::from_str(l).with_context(|| format!("audit line {l:?}")))
-            .collect()
+        Ok(self.dir.records()?)
     }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Sends one frame and reads one back on a fresh connection.
-pub fn exchange(socket: &Path, msg: &Message) -> std::io::Result<Message> {
-    let mut stream = UnixStream::connect(socket)?;
-    stream.set_read_timeout(Some(HANG_GUARD))?;
-    stream.write_all(&wire::encode_frame(msg))?;
-    read_frame(&mut stream)
-}
-
-/// Reads one frame from `stream`.
-pub fn read_frame(stream: &mut UnixStream) -> std::io::Result<Message> {
-    let mut prefix = [0u8; LENGTH_PREFIX];
-    stream.read_exact(&mut prefix)?;
-    let len = wire::frame_length(prefix).map_err(std::io::Error::other)?;
-    let mut body = vec![0u8; len];
-    stream.read_exact(&mut body)?;
-    wire::decode_body(&body).map_err(std::io::Error::other)
 }
 
 /// The frame a shim sends (precomputed once by callers that loop).
@@ -225,31 +164,38 @@ pub fn check_in_frame() -> Vec<u8> {
 }
 
 /// One check-in as a shim makes it: connect, send, read the verdict, close.
-pub fn check_in(socket: &Path) -> std::io::Result<VerdictMsg> {
+pub fn check_in(socket: &Path) -> Result<VerdictMsg, ClientError> {
     check_in_with(socket, &check_in_frame())
 }
 
-/// [`check_in`] with a prebuilt frame.
-pub fn check_in_with(socket: &Path, frame: &[u8]) -> std::io::Result<VerdictMsg> {
-    let mut stream = UnixStream::connect(socket)?;
-    stream.set_read_timeout(Some(HANG_GUARD))?;
-    stream.write_all(frame)?;
-    match read_frame(&mut stream)? {
-        Message::Verdict(v) => Ok(v),
-        other => Err(std::io::Error::other(format!(
-            "expected a verdict, got {other:?}"
-        ))),
+/// [`check_in`] with a prebuilt frame (so a timed loop does not time the encoding).
+pub fn check_in_with(socket: &Path, frame: &[u8]) -> Result<VerdictMsg, ClientError> {
+    check_in_on(&mut Client::connect(socket, HANG_GUARD)?, socket, frame)
+}
+
+/// Sends a prebuilt check-in frame on `client` (connected to `socket`) and reads the verdict.
+pub fn check_in_on(
+    client: &mut Client,
+    socket: &Path,
+    frame: &[u8],
+) -> Result<VerdictMsg, ClientError> {
+    client.send_bytes(frame)?;
+    match client.receive()? {
+        Some(Message::Verdict(v)) => Ok(v),
+        Some(other) => Err(ClientError::Unexpected {
+            socket: socket.to_owned(),
+            expected: "verdict",
+            got: Box::new(other),
+        }),
+        None => Err(ClientError::Closed {
+            socket: socket.to_owned(),
+        }),
     }
 }
 
 /// Asks for the status (the daemon is up when this succeeds).
-pub fn status(socket: &Path) -> std::io::Result<String> {
-    match exchange(socket, &Message::StatusRequest)? {
-        Message::Status(json) => Ok(json),
-        other => Err(std::io::Error::other(format!(
-            "expected a status, got {other:?}"
-        ))),
-    }
+pub fn status(socket: &Path) -> Result<String, ClientError> {
+    Client::status(socket, HANG_GUARD)
 }
 
 /// Resident memory of a process, from `/proc/<pid>/status`.

@@ -13,13 +13,11 @@
 //! "check-ins per daemon CPU-second" gives the daemon's cost independent of it.
 #![forbid(unsafe_code)]
 
-use std::io::Write;
-use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
-use metalift_policy::wire::{self, Answers, Message, Outcome, OutcomeResult};
+use metalift_policy::wire::{self, Answers, ClientError, Message, Outcome, OutcomeResult};
 
 use crate::baseline::BaselineServer;
 use crate::harness::{self, Artifacts, Daemon};
@@ -58,16 +56,11 @@ fn outcome_frame() -> Vec<u8> {
     }))
 }
 
-fn one(socket: &Path, check_in: &[u8], outcome: Option<&[u8]>) -> std::io::Result<()> {
-    let mut stream = UnixStream::connect(socket)?;
-    stream.set_read_timeout(Some(harness::HANG_GUARD))?;
-    stream.write_all(check_in)?;
-    match harness::read_frame(&mut stream)? {
-        Message::Verdict(_) => {}
-        other => return Err(std::io::Error::other(format!("got {other:?}"))),
-    }
+fn one(socket: &Path, check_in: &[u8], outcome: Option<&[u8]>) -> Result<(), ClientError> {
+    let mut client = wire::Client::connect(socket, harness::HANG_GUARD)?;
+    harness::check_in_on(&mut client, socket, check_in)?;
     if let Some(frame) = outcome {
-        stream.write_all(frame)?;
+        client.send_bytes(frame)?;
     }
     Ok(())
 }

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 
 use crate::exec::INSERT_VAR;
-use crate::scratch_daemon::{Daemon, TempDir, Tools};
+use crate::tools::{start_daemon, TempDir, Tools};
 
 /// Arguments of `metalift demo`.
 #[derive(Debug, clap::Args)]
@@ -89,35 +89,35 @@ fn demo(tools: &Tools, dir: &Path, json: bool) -> anyhow::Result<ExitCode> {
     let untrusted = dir.join("untrusted-probe");
     std::fs::copy(&tools.probe, &untrusted).context("copying the probe")?;
 
-    let enforce = Daemon::start(tools, dir, "enforce", ENFORCE_POLICY)?;
-    let monitor = Daemon::start(tools, dir, "monitor", &monitor_policy())?;
+    let (enforce_dir, enforce) = start_daemon(tools, dir, "enforce", ENFORCE_POLICY)?;
+    let (monitor_dir, monitor) = start_daemon(tools, dir, "monitor", &monitor_policy())?;
 
     let mut rows = vec![Row::run("before (no shim)", &tools.probe, None, tools)?];
     rows.push(Row::run(
         "allowed: metalift-probe",
         &tools.probe,
-        Some(&enforce.socket),
+        Some(enforce.socket()),
         tools,
     )?);
     rows.push(Row::run(
         "denied: untrusted-probe",
         &untrusted,
-        Some(&enforce.socket),
+        Some(enforce.socket()),
         tools,
     )?);
     rows.push(Row::run(
         "monitor mode: metalift-probe",
         &tools.probe,
-        Some(&monitor.socket),
+        Some(monitor.socket()),
         tools,
     )?);
     let audit_logs = [
-        ("enforce", enforce.audit_log.clone()),
-        ("monitor", monitor.audit_log.clone()),
+        ("enforce", enforce_dir.audit_log()),
+        ("monitor", monitor_dir.audit_log()),
     ];
-    let stopped_socket = enforce.socket.clone();
-    enforce.stop();
-    monitor.stop();
+    let stopped_socket = enforce.socket().to_owned();
+    enforce.stop().context("stopping the enforce daemon")?;
+    monitor.stop().context("stopping the monitor daemon")?;
     rows.push(Row::run(
         "daemon stopped: metalift-probe",
         &tools.probe,

@@ -124,34 +124,32 @@ fn status_of<'a>(checks: &'a [(String, String)], name: &str) -> Vec<&'a str> {
         .collect()
 }
 
-struct Daemon(Child);
+/// A child process (the TLS collector) killed on drop.
+struct Killed(Child);
 
-impl Drop for Daemon {
+impl Drop for Killed {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
 }
 
-fn start_daemon(root: &Root) -> Daemon {
+/// metaliftd on the fake root's installed paths, through the one scratch daemon's
+/// spawn (ready once it answers).
+fn start_daemon(root: &Root) -> support::Daemon {
     let socket = root.path("run/metalift/metalift.sock");
-    let child = Command::new(support::workspace_binary("metaliftd"))
-        .arg("--policy")
+    let mut cmd = Command::new(support::workspace_binary("metaliftd"));
+    cmd.arg("--policy")
         .arg(root.path("etc/metalift/policy.toml"))
         .arg("--socket")
         .arg(&socket)
         .arg("--audit-log")
         .arg(root.path("var/log/metalift/audit.jsonl"))
         .arg("--allow-insecure-owner")
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !socket.exists() {
-        assert!(Instant::now() < deadline, "metaliftd did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Daemon(child)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    support::Daemon::spawn(cmd, socket)
 }
 
 fn healthy() -> Root {
@@ -404,7 +402,7 @@ fn a_collector_with_an_untrusted_certificate_fails_the_forwarder_check() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let _server = Daemon(server);
+    let _server = Killed(server);
     let deadline = Instant::now() + Duration::from_secs(10);
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
         assert!(Instant::now() < deadline, "openssl s_server did not listen");

@@ -268,38 +268,22 @@ fn a_dropin_is_validated_with_the_main_policy() {
     );
 }
 
-/// A real metaliftd on the test's policy, stopped on drop.
-struct Daemon(Child);
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[test]
 fn with_a_daemon_the_edit_waits_until_the_new_hash_is_live() {
     let s = Setup::new(0o644);
     let socket = s.dir.path().join("d.sock");
-    let _daemon = Daemon(
-        Command::new(support::workspace_binary("metaliftd"))
-            .arg("--policy")
-            .arg(s.policy())
-            .arg("--socket")
-            .arg(&socket)
-            .arg("--audit-log")
-            .arg(s.dir.path().join("audit.jsonl"))
-            .arg("--allow-insecure-owner")
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !socket.exists() {
-        assert!(Instant::now() < deadline, "metaliftd did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let mut cmd = Command::new(support::workspace_binary("metaliftd"));
+    cmd.arg("--policy")
+        .arg(s.policy())
+        .arg("--socket")
+        .arg(&socket)
+        .arg("--audit-log")
+        .arg(s.dir.path().join("audit.jsonl"))
+        .arg("--allow-insecure-owner")
+        .stderr(Stdio::null());
+    cmd.stdin(Stdio::null()).stdout(Stdio::null());
+    // Ready once it answers (the scratch daemon's spawn).
+    let _daemon = support::Daemon::spawn(cmd, socket.clone());
     let editor = s.editor("ed.sh", TO_MONITOR);
     let out = s
         .edit_command(editor.to_str().unwrap(), &["--json", "--socket"])
@@ -370,23 +354,17 @@ fn when_the_daemon_refuses_the_new_policy_edit_says_so_and_exits_3() {
     let s = Setup::new(0o644);
     let socket = s.dir.path().join("strict.sock");
     // A strict daemon (no development override): as root it accepts the policy.
-    let _daemon = Daemon(
-        Command::new(support::workspace_binary("metaliftd"))
-            .arg("--policy")
-            .arg(s.policy())
-            .arg("--socket")
-            .arg(&socket)
-            .arg("--audit-log")
-            .arg(s.dir.path().join("audit.jsonl"))
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !socket.exists() {
-        assert!(Instant::now() < deadline, "metaliftd did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let mut cmd = Command::new(support::workspace_binary("metaliftd"));
+    cmd.arg("--policy")
+        .arg(s.policy())
+        .arg("--socket")
+        .arg(&socket)
+        .arg("--audit-log")
+        .arg(s.dir.path().join("audit.jsonl"))
+        .stderr(Stdio::null());
+    cmd.stdin(Stdio::null()).stdout(Stdio::null());
+    // Ready once it answers (the scratch daemon's spawn).
+    let _daemon = support::Daemon::spawn(cmd, socket.clone());
     // Then policy.d/ becomes writable by everyone: the daemon will refuse the next
     // load, which edit (with its development override) does not.
     let dropins = s.dir.path().join("policy.d");

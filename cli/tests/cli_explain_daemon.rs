@@ -241,8 +241,12 @@ fn without_a_brand_the_daemon_resolves_host_to_7_and_warns() {
 fn one_policy_hash_in_status_the_audit_log_validate_explain_and_sha256sum() {
     let env = Env::new();
     env.write_policy("7", "unlock = \"native\"");
-    std::fs::create_dir_all(env.path("policy.d")).expect("policy.d");
-    std::fs::write(env.path("policy.d/10-extra.toml"), "version = 1\n# fleet\n").expect("write");
+    std::fs::create_dir_all(env.path("etc/policy.d")).expect("policy.d");
+    std::fs::write(
+        env.path("etc/policy.d/10-extra.toml"),
+        "version = 1\n# fleet\n",
+    )
+    .expect("write");
     let daemon = env.start(&[], &[]);
     let live = daemon.live_sha256();
     let loaded = env.records_of("policy_loaded");
@@ -252,7 +256,7 @@ fn one_policy_hash_in_status_the_audit_log_validate_explain_and_sha256sum() {
     assert!(out(&o).contains(&format!("sha256 {live}")), "{}", out(&o));
     let sh = Command::new("sh")
         .arg("-c")
-        .arg(readme_drop_in_one_liner().replace("/etc/metalift", s(env.root())))
+        .arg(readme_drop_in_one_liner().replace("/etc/metalift", s(&env.path("etc"))))
         .output()
         .expect("sh");
     assert_eq!(

@@ -285,7 +285,7 @@ fn given_the_policy_deleted_then_the_last_good_stays_live_drop_ins_included_and_
         "version = 1\n[profile.apple7]\napple_family_max = 7\n",
     )
     .expect("policy");
-    let dropins = dir.path("policy.d");
+    let dropins = dir.path("etc/policy.d");
     std::fs::create_dir(&dropins).expect("policy.d");
     std::fs::write(
         dropins.join("10-me.toml"),

@@ -165,7 +165,7 @@ fn given_the_daemons_policy_through_a_symlink_or_relative_path_then_doctor_sees_
     let dir = DaemonDir::new("one-same-");
     std::fs::write(dir.policy(), unlock_me_policy("me")).expect("policy");
     let link = dir.path("etc-link");
-    std::os::unix::fs::symlink(dir.root(), &link).expect("symlink");
+    std::os::unix::fs::symlink(dir.path("etc"), &link).expect("symlink");
     // The daemon is told the policy through the link, doctor the real path; the
     // log is given to doctor relative to its working directory.
     let mut cmd = Command::new(support::workspace_binary("metaliftd"));

@@ -59,7 +59,7 @@ fn given_drop_ins_that_take_the_policy_over_the_limit_then_it_is_refused_and_the
     assert_eq!(support::check_in(&dir.socket()).action, WireAction::Unlock);
 
     // policy.toml alone is small; with the drop-in the policy is over 4096 bytes.
-    let dropins = dir.path("policy.d");
+    let dropins = dir.path("etc/policy.d");
     std::fs::create_dir(&dropins).expect("policy.d");
     let dropin = many_rules(100);
     assert!(dropin.len() > 4096);

@@ -8,12 +8,14 @@
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
 mod support;
+use metalift_daemon::scratch::records_in;
+use support::DaemonDir;
 
 fn bin_dir() -> PathBuf {
     let dir = Path::new(env!("CARGO_BIN_EXE_metalift"))
@@ -246,57 +248,27 @@ fn exec_warns_when_the_shim_is_not_a_library() {
     );
 }
 
-/// A real metaliftd on a temporary socket, stopped on drop.
+/// A real metaliftd (the one scratch daemon, through `support`), stopped on drop.
 struct Daemon {
-    child: Child,
+    // Dropped before its directory.
+    _process: support::Daemon,
     socket: PathBuf,
     audit: PathBuf,
-    _dir: tempfile::TempDir,
+    _dir: DaemonDir,
 }
 
 impl Daemon {
     fn start(policy: &str) -> Daemon {
-        let dir = tempfile::tempdir().unwrap();
-        let policy_path = dir.path().join("policy.toml");
-        fs::write(&policy_path, policy).unwrap();
-        fs::set_permissions(&policy_path, fs::Permissions::from_mode(0o644)).unwrap();
-        let socket = dir.path().join("metalift.sock");
-        let audit = dir.path().join("audit.jsonl");
-        let child = Command::new(support::workspace_binary("metaliftd"))
-            .arg("--policy")
-            .arg(&policy_path)
-            .arg("--socket")
-            .arg(&socket)
-            .arg("--audit-log")
-            .arg(&audit)
-            // The temporary policy belongs to whoever runs the tests.
-            .arg("--allow-insecure-owner")
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start metaliftd");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !socket.exists() {
-            assert!(
-                Instant::now() < deadline,
-                "metaliftd did not create {}",
-                socket.display()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let dir = DaemonDir::new("exec-");
+        // The temporary policy belongs to whoever runs the tests (the scratch
+        // daemon runs with --allow-insecure-owner).
+        dir.write_policy(policy).unwrap();
         Daemon {
-            child,
-            socket,
-            audit,
+            _process: dir.start(&[], &[]),
+            socket: dir.socket(),
+            audit: dir.audit_log(),
             _dir: dir,
         }
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -344,11 +316,7 @@ unlock = "apple7"
     // what the shim reported it actually did.
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        let log = fs::read_to_string(&daemon.audit).unwrap_or_default();
-        let records: Vec<Value> = log
-            .lines()
-            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .collect();
+        let records: Vec<Value> = records_in(&daemon.audit).unwrap_or_else(|e| panic!("{e}"));
         let decided = records.iter().any(|r| {
             r["kind"] == "decision" && r["rule"] == "the-probe" && r["action"] == "unlock"
         });
@@ -360,7 +328,7 @@ unlock = "apple7"
         }
         assert!(
             Instant::now() < deadline,
-            "no unlock decision with an applied outcome in the audit log:\n{log}"
+            "no unlock decision with an applied outcome in the audit log:\n{records:#?}"
         );
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -467,7 +435,7 @@ fn require_unlock_exits_5_when_no_daemon_decided_for_the_command() {
     let daemon = Daemon::start(&unlock_policy());
     let probe = probe();
     let out = metalift_exec(
-        &daemon._dir.path().join("absent.sock"),
+        &daemon._dir.path("absent.sock"),
         &[
             "--require-unlock",
             "--log",

@@ -367,7 +367,7 @@ fn every_daemon_state_reads_the_same_through_status_doctor_exec_and_explain_live
     // The verification file refused (larger than the daemon reads).
     let dir = DaemonDir::new("table-refused-verification-");
     write_policy(&dir, &probe_policy(true));
-    let big = fs::File::create(dir.path("verifications.jsonl")).expect("verifications");
+    let big = fs::File::create(dir.path("etc/verifications.jsonl")).expect("verifications");
     big.set_len(5 << 20).expect("a 5 MiB file");
     let _daemon = start(&dir);
     check_row(

@@ -210,7 +210,7 @@ fn a_profile_that_does_not_exist_records_nothing() {
         .expect("run metalift verify");
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("no profile `apple7`"));
-    assert!(!dir.path("verifications.jsonl").exists());
+    assert!(!dir.path("etc/verifications.jsonl").exists());
 }
 
 /// `metalift ARGS` on this machine's seam (chip via the flag, build via the env).
@@ -345,7 +345,7 @@ fn verify_reads_the_policy_and_audit_log_from_the_environment() {
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    assert!(dir.path("verifications.jsonl").exists());
+    assert!(dir.path("etc/verifications.jsonl").exists());
     assert!(!dir.records_of("verification").is_empty());
 }
 

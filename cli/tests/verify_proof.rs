@@ -110,7 +110,7 @@ fn kernel<'a>(record: &'a Value, name: &str) -> &'a Value {
 
 /// The verification file holds whole lines only, each a record.
 fn file_records(dir: &DaemonDir) -> Vec<Value> {
-    let text = std::fs::read_to_string(dir.root().join("verifications.jsonl")).expect("file");
+    let text = std::fs::read_to_string(dir.path("etc/verifications.jsonl")).expect("file");
     assert!(text.ends_with('\n'), "{text}");
     text.lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))

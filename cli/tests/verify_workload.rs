@@ -98,7 +98,7 @@ fn test_row<'a>(workload: &'a Value, name: &str) -> &'a Value {
 
 /// The verification file's lines, each a whole record.
 fn file_records(dir: &DaemonDir) -> Vec<Value> {
-    let text = std::fs::read_to_string(dir.root().join("verifications.jsonl")).unwrap_or_default();
+    let text = std::fs::read_to_string(dir.path("etc/verifications.jsonl")).unwrap_or_default();
     assert!(text.is_empty() || text.ends_with('\n'), "{text}");
     text.lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))

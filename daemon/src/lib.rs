@@ -23,6 +23,8 @@
 //!   [`service::status`] (the counters `metalift status` shows, and its client),
 //!   [`service::full_disk_access`] (macOS).
 //! - `macos` (macOS only): libxpc, audit tokens, code signatures.
+//! - [`scratch`]: a throw-away metaliftd on a directory of its own, for `metalift
+//!   demo`/`verify`, the benchmarks and every test crate.
 #![deny(unsafe_code)]
 
 pub mod audit;
@@ -30,4 +32,5 @@ pub mod checkin;
 pub mod live_policy;
 #[cfg(target_os = "macos")]
 pub mod macos;
+pub mod scratch;
 pub mod service;

@@ -11,23 +11,33 @@
 
 #[path = "record_schema.rs"]
 mod record_schema;
-use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use metalift_policy::wire::{self, CheckIn, Message, WireAction, LENGTH_PREFIX};
+use metalift_daemon::scratch::{ScratchDaemon, ScratchDir};
+use metalift_policy::wire::{CheckIn, Client, WireAction};
 use serde_json::Value;
 
 const HANG_GUARD: Duration = Duration::from_secs(60);
 /// `nobody` on Debian.
 const NOBODY: u32 = 65534;
 
+/// The one scratch daemon's directory ([`ScratchDir`]), with `bin/` for the
+/// children, all reachable by another user.
 struct Env {
-    dir: tempfile::TempDir,
+    _dir: tempfile::TempDir,
+    scratch: ScratchDir,
+}
+
+impl std::ops::Deref for Env {
+    type Target = ScratchDir;
+
+    fn deref(&self) -> &ScratchDir {
+        &self.scratch
+    }
 }
 
 impl Env {
@@ -36,30 +46,15 @@ impl Env {
             .prefix("ops-")
             .tempdir_in(base_dir())
             .expect("temp dir");
+        let scratch = ScratchDir::new(dir.path()).expect("layout");
         // Children may run as another user: they must reach bin/ and run/.
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::create_dir(dir.path().join("bin")).unwrap();
         for sub in ["bin", "run", "log"] {
-            std::fs::create_dir(dir.path().join(sub)).unwrap();
             std::fs::set_permissions(dir.path().join(sub), std::fs::Permissions::from_mode(0o755))
                 .unwrap();
         }
-        Env { dir }
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-
-    fn policy(&self) -> PathBuf {
-        self.path("policy.toml")
-    }
-
-    fn socket(&self) -> PathBuf {
-        self.path("run/metalift.sock")
-    }
-
-    fn audit_log(&self) -> PathBuf {
-        self.path("log/audit.jsonl")
+        Env { _dir: dir, scratch }
     }
 
     /// A policy with one unlock rule `id` made of `matchers` (TOML lines).
@@ -82,38 +77,19 @@ impl Env {
         target
     }
 
-    fn start(&self) -> Daemon {
-        let child = Command::new(env!("CARGO_BIN_EXE_metaliftd"))
-            .arg("--policy")
-            .arg(self.policy())
-            .arg("--socket")
-            .arg(self.socket())
-            .arg("--audit-log")
-            .arg(self.audit_log())
-            .arg("--allow-insecure-owner")
-            .env("RUST_LOG", "debug")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(self.path("daemon.log")).unwrap())
-            .spawn()
-            .expect("spawn metaliftd");
-        let daemon = Daemon {
-            child,
-            socket: self.socket(),
-        };
-        let start = Instant::now();
-        while metalift_daemon::service::status::request(&daemon.socket, HANG_GUARD).is_err() {
-            assert!(start.elapsed() < HANG_GUARD, "metaliftd did not come up");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        daemon
+    fn start(&self) -> ScratchDaemon {
+        self.scratch
+            .start(
+                Path::new(env!("CARGO_BIN_EXE_metaliftd")),
+                &[] as &[&str],
+                &[("RUST_LOG", "debug")],
+            )
+            .unwrap_or_else(|e| panic!("{e}"))
     }
 
     fn records_of(&self, kind: &str) -> Vec<Value> {
-        std::fs::read_to_string(self.audit_log())
-            .unwrap_or_default()
-            .lines()
-            .map(record_schema::valid_record)
+        record_schema::valid_records(&self.audit_log())
+            .into_iter()
             .filter(|r| r["kind"] == kind)
             .collect()
     }
@@ -129,7 +105,7 @@ impl Env {
             assert!(
                 start.elapsed() < HANG_GUARD,
                 "gave up waiting for {what}: {records:?}\ndaemon log:\n{}",
-                std::fs::read_to_string(self.path("daemon.log")).unwrap_or_default()
+                self.daemon_log_text()
             );
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -152,27 +128,10 @@ fn base_dir() -> PathBuf {
     }
 }
 
-struct Daemon {
-    child: Child,
-    socket: PathBuf,
-}
-
-impl Daemon {
-    fn signal(&self, signal: rustix::process::Signal) {
-        let pid = rustix::process::Pid::from_raw(self.child.id() as i32).unwrap();
-        rustix::process::kill_process(pid, signal).expect("kill");
-    }
-
-    fn still_running(&mut self) -> bool {
-        self.child.try_wait().expect("try_wait").is_none()
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// Sends `signal` to the scratch daemon.
+fn signal(daemon: &ScratchDaemon, signal: rustix::process::Signal) {
+    let pid = rustix::process::Pid::from_raw(daemon.pid() as i32).unwrap();
+    rustix::process::kill_process(pid, signal).expect("kill");
 }
 
 /// Fails the test when not root, unless `METALIFT_TEST_SKIP_ROOT=1` says to skip
@@ -253,18 +212,9 @@ fn verdict_of_child(exe: &Path, socket: &Path, launch: Launch) -> (u64, String, 
 #[ignore = "child-process helper, run by other tests"]
 fn child_check_in() {
     let socket = std::env::var_os("METALIFT_TEST_SOCKET").expect("METALIFT_TEST_SOCKET");
-    let mut stream = UnixStream::connect(&socket).expect("connect");
-    stream.set_read_timeout(Some(HANG_GUARD)).unwrap();
-    stream
-        .write_all(&wire::encode_frame(&Message::CheckIn(CheckIn::default())))
-        .unwrap();
-    let mut prefix = [0u8; LENGTH_PREFIX];
-    stream.read_exact(&mut prefix).expect("verdict prefix");
-    let mut body = vec![0u8; wire::frame_length(prefix).unwrap()];
-    stream.read_exact(&mut body).expect("verdict body");
-    let Ok(Message::Verdict(v)) = wire::decode_body(&body) else {
-        panic!("not a verdict");
-    };
+    let v = Client::connect(Path::new(&socket), HANG_GUARD)
+        .and_then(|mut c| c.check_in(&CheckIn::default()))
+        .expect("a verdict");
     let action = match v.action {
         WireAction::Unlock => "unlock",
         WireAction::Stock => "stock",
@@ -294,12 +244,12 @@ fn given_sighup_then_the_daemon_keeps_running_reloads_and_audits_the_reason() {
     let mut daemon = env.start();
 
     // Nothing changed on disk: the admin's request still leaves a record.
-    daemon.signal(rustix::process::Signal::HUP);
+    signal(&daemon, rustix::process::Signal::HUP);
     let loaded = env.wait_for("policy_loaded", "a sighup reload", |r| {
         r.iter().any(|r| r["reason"] == "sighup")
     });
     assert_eq!(loaded[0]["sha256"], loaded.last().unwrap()["sha256"]);
-    assert!(daemon.still_running(), "SIGHUP stopped metaliftd");
+    assert!(daemon.alive(), "SIGHUP stopped metaliftd");
 
     // A new policy, then SIGHUP: whoever reads it first (the watcher or the
     // signal), the SIGHUP's record names the new policy and it is live.
@@ -314,7 +264,7 @@ fn given_sighup_then_the_daemon_keeps_running_reloads_and_audits_the_reason() {
     .policy
     .sha256_hex()
     .to_owned();
-    daemon.signal(rustix::process::Signal::HUP);
+    signal(&daemon, rustix::process::Signal::HUP);
     env.wait_for("policy_loaded", "a sighup reload of the new policy", |r| {
         r.iter()
             .any(|r| r["reason"] == "sighup" && r["sha256"] == new_sha.as_str())
@@ -322,7 +272,7 @@ fn given_sighup_then_the_daemon_keeps_running_reloads_and_audits_the_reason() {
     let status =
         metalift_daemon::service::status::request(&env.socket(), HANG_GUARD).expect("status");
     assert_eq!(status.policy_sha256, new_sha);
-    assert!(daemon.still_running(), "SIGHUP stopped metaliftd");
+    assert!(daemon.alive(), "SIGHUP stopped metaliftd");
     assert!(env.records_of("daemon_stop").is_empty());
 }
 

@@ -9,6 +9,8 @@ use std::collections::HashMap;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+
+use metalift_daemon::scratch::{ScratchDaemon, ScratchDir};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -137,76 +139,51 @@ fn received(out: &Path) -> Vec<Message> {
         .collect()
 }
 
+/// The one scratch daemon's directory ([`ScratchDir`]).
 struct Env {
     dir: tempfile::TempDir,
+    scratch: ScratchDir,
     /// `--audit-keep`.
     keep: usize,
 }
 
-struct Daemon {
-    child: Child,
-}
+impl std::ops::Deref for Env {
+    type Target = ScratchDir;
 
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+    fn deref(&self) -> &ScratchDir {
+        &self.scratch
     }
 }
 
 impl Env {
     fn new() -> Env {
+        let dir = tempfile::Builder::new().prefix("fwd-").tempdir().unwrap();
+        let scratch = ScratchDir::new(dir.path()).expect("layout");
         Env {
-            dir: tempfile::Builder::new().prefix("fwd-").tempdir().unwrap(),
+            dir,
+            scratch,
             keep: 200,
         }
     }
-    fn path(&self, n: &str) -> PathBuf {
-        self.dir.path().join(n)
-    }
     fn log(&self) -> PathBuf {
-        self.path("log/audit.jsonl")
-    }
-    fn socket(&self) -> PathBuf {
-        self.path("metalift.sock")
+        self.audit_log()
     }
     fn policy(&self, forward: &str) {
         std::fs::write(
-            self.path("policy.toml"),
+            self.scratch.policy(),
             format!("version = 1\n\n[audit.forward]\n{forward}\n"),
         )
         .unwrap();
     }
-    fn start(&self, max_bytes: u64) -> Daemon {
-        let child = Command::new(env!("CARGO_BIN_EXE_metaliftd"))
-            .arg("--policy")
-            .arg(self.path("policy.toml"))
-            .arg("--socket")
-            .arg(self.socket())
-            .arg("--audit-log")
-            .arg(self.log())
-            .arg("--audit-max-bytes")
-            .arg(max_bytes.to_string())
-            .arg("--audit-keep")
-            .arg(self.keep.to_string())
-            .arg("--allow-insecure-owner")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(
-                std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(self.path("daemon.log"))
-                    .unwrap(),
+    fn start(&self, max_bytes: u64) -> ScratchDaemon {
+        let (max_bytes, keep) = (max_bytes.to_string(), self.keep.to_string());
+        self.scratch
+            .start(
+                Path::new(env!("CARGO_BIN_EXE_metaliftd")),
+                &["--audit-max-bytes", &max_bytes, "--audit-keep", &keep],
+                &[],
             )
-            .spawn()
-            .expect("spawn metaliftd");
-        let start = Instant::now();
-        while metalift_daemon::service::status::request(&self.socket(), GUARD).is_err() {
-            assert!(start.elapsed() < GUARD, "metaliftd did not come up");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Daemon { child }
+            .unwrap_or_else(|e| panic!("{e}"))
     }
     /// Every record line of the local log, oldest file first.
     fn local_lines(&self) -> Vec<String> {
@@ -283,8 +260,8 @@ impl Env {
 }
 
 /// Makes the daemon write `n` `policy_loaded` records (one SIGHUP each).
-fn reloads(env: &Env, daemon: &Daemon, n: usize) {
-    let pid = rustix::process::Pid::from_raw(daemon.child.id() as i32).unwrap();
+fn reloads(env: &Env, daemon: &ScratchDaemon, n: usize) {
+    let pid = rustix::process::Pid::from_raw(daemon.pid() as i32).unwrap();
     for _ in 0..n {
         // The newest line, not the count: rotation may remove an old file as the
         // new record lands, and every record's id is unique.
@@ -323,7 +300,7 @@ fn wait_all_received(env: &Env, out: &Path) -> HashMap<String, usize> {
             "{missing} of {} records never arrived; status: {:?}\ndaemon log:\n{}",
             local.len(),
             env.status().forwarder,
-            std::fs::read_to_string(env.path("daemon.log")).unwrap_or_default()
+            std::fs::read_to_string(env.daemon_log()).unwrap_or_default()
         );
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -354,8 +331,7 @@ fn every_record_arrives_once_over_rotation_and_a_kill_9_with_duplicates_only_pas
     let delivered_long_before = env.status().forwarder.unwrap().delivered_records as usize;
     reloads(&env, &daemon, 5);
     // kill -9 mid-stream: the cursor saved on disk bounds what may come twice.
-    daemon.child.kill().unwrap();
-    daemon.child.wait().unwrap();
+    daemon.kill();
     let local_at_kill = env.local_lines();
     assert!(local_at_kill.len() >= 40);
     let cursor = std::fs::read_to_string(env.path("log/forward.cursor")).unwrap_or_default();
@@ -415,9 +391,7 @@ fn a_graceful_stop_saves_the_cursor_at_the_last_record_sent_so_a_restart_sends_n
     // Records in quick succession, then the stop at once: the schedule (a save at
     // most every 100 ms) still holds the last positions; the stop must save them.
     reloads(&env, &daemon, 20);
-    let pid = rustix::process::Pid::from_raw(daemon.child.id() as i32).unwrap();
-    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
-    assert!(daemon.child.wait().unwrap().success());
+    assert!(daemon.terminate(GUARD).unwrap().expect("stopped").success());
     let cursor = std::fs::read_to_string(env.path("log/forward.cursor")).unwrap_or_default();
     assert_eq!(
         env.lines_past_cursor(&cursor),

@@ -14,6 +14,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use metalift_daemon::scratch::ScratchDir;
+
 const GUARD: Duration = Duration::from_secs(60);
 
 struct Killed(Child);
@@ -127,35 +129,21 @@ fn syslog_ng_receives_every_record_once_with_its_json_intact() {
     std::fs::create_dir_all(&work).unwrap();
     let port = free_port();
     let _collector = syslog_ng(&work, port);
-    let policy = dir.path().join("policy.toml");
+    let scratch = ScratchDir::new(dir.path()).expect("layout");
     std::fs::write(
-        &policy,
+        scratch.policy(),
         format!("version = 1\n\n[audit.forward]\naddress = \"127.0.0.1:{port}\"\n"),
     )
     .unwrap();
-    let socket = dir.path().join("metalift.sock");
-    let log = dir.path().join("log/audit.jsonl");
-    let daemon = Killed(
-        Command::new(env!("CARGO_BIN_EXE_metaliftd"))
-            .arg("--policy")
-            .arg(&policy)
-            .arg("--socket")
-            .arg(&socket)
-            .arg("--audit-log")
-            .arg(&log)
-            .arg("--allow-insecure-owner")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.path().join("daemon.log")).unwrap())
-            .spawn()
-            .expect("spawn metaliftd"),
-    );
-    let start = Instant::now();
-    while metalift_daemon::service::status::request(&socket, GUARD).is_err() {
-        assert!(start.elapsed() < GUARD, "metaliftd did not come up");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let pid = rustix::process::Pid::from_raw(daemon.0.id() as i32).unwrap();
+    let log = scratch.audit_log();
+    let daemon = scratch
+        .start(
+            Path::new(env!("CARGO_BIN_EXE_metaliftd")),
+            &[] as &[&str],
+            &[],
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+    let pid = rustix::process::Pid::from_raw(daemon.pid() as i32).unwrap();
     let lines = || -> Vec<String> {
         std::fs::read_to_string(&log)
             .unwrap_or_default()

@@ -7,9 +7,7 @@
 //! "Promptly" is judged against the slow identification itself, not against a
 //! clock: each of the other exchanges must be over before the slow one returns.
 
-use std::io::{Read, Write};
 use std::os::fd::BorrowedFd;
-use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -20,7 +18,7 @@ use metalift_daemon::checkin::peer::{IdentifyPeer, KernelIdentity, PeerError, Pe
 use metalift_daemon::checkin::server::Core;
 use metalift_daemon::checkin::transport::{unix, Limits};
 use metalift_daemon::live_policy::store::PolicyStore;
-use metalift_policy::wire::{self, CheckIn, Message};
+use metalift_policy::wire::{CheckIn, Client, Message};
 use metalift_policy::LoadOptions;
 
 const POLICY: &str = "version = 1\n[profile.apple7]\napple_family_max = 7\n";
@@ -54,31 +52,25 @@ impl IdentifyPeer for SlowFirst {
     }
 }
 
-fn send(stream: &mut UnixStream, msg: &Message) {
-    stream.write_all(&wire::encode_frame(msg)).expect("send");
+/// Sends one message through the one client.
+fn send(client: &mut Client, msg: &Message) {
+    client.send(msg).expect("send");
 }
 
-/// Reads one message; `None` when the daemon closed the connection first.
-fn recv(stream: &mut UnixStream) -> Option<Message> {
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
-    loop {
-        if let Some((msg, _)) = wire::decode_frame(&buf).expect("a valid frame") {
-            return Some(msg);
-        }
-        match stream.read(&mut chunk) {
-            Ok(0) => return None,
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-            Err(e) => panic!("reading: {e}"),
-        }
-    }
+/// One message, or `None` when the daemon closed first (an end of file or a
+/// reset: `wire::Client` reports both as closed).
+fn recv(client: &mut Client) -> Option<Message> {
+    client.receive().expect("reading")
 }
 
-fn check_in(path: &Path) -> UnixStream {
-    let mut s = UnixStream::connect(path).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    send(&mut s, &Message::CheckIn(CheckIn::default()));
-    s
+fn connect(path: &Path) -> Client {
+    Client::connect(path, Duration::from_secs(30)).expect("connect")
+}
+
+fn check_in(path: &Path) -> Client {
+    let mut c = connect(path);
+    send(&mut c, &Message::CheckIn(CheckIn::default()));
+    c
 }
 
 fn core(dir: &Path) -> Arc<Core> {
@@ -129,17 +121,14 @@ async fn given_a_slow_identification_then_other_clients_the_accept_loop_and_time
         id.note("other check-in answered");
 
         // A status request is accepted and answered meanwhile.
-        let mut status = UnixStream::connect(&path).expect("connect");
+        let mut status = connect(&path);
         send(&mut status, &Message::StatusRequest);
         assert!(matches!(recv(&mut status), Some(Message::Status(_))));
         id.note("status answered");
 
         // A client that says nothing is cut at the first-frame deadline: the
         // timer fires meanwhile.
-        let mut silent = UnixStream::connect(&path).expect("connect");
-        silent
-            .set_read_timeout(Some(Duration::from_secs(30)))
-            .unwrap();
+        let mut silent = connect(&path);
         assert!(recv(&mut silent).is_none(), "closed unanswered");
         id.note("silent client timed out");
 

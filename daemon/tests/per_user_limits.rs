@@ -8,10 +8,9 @@
 //! with `setuid` through `Command::uid`); the tests run as root, the other
 //! user. Without root the test fails, saying so.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Read};
 use std::os::fd::BorrowedFd;
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -24,7 +23,7 @@ use metalift_daemon::checkin::peer::{IdentifyPeer, KernelIdentity, PeerError, Pe
 use metalift_daemon::checkin::server::Core;
 use metalift_daemon::checkin::transport::{unix, Limits};
 use metalift_daemon::live_policy::store::PolicyStore;
-use metalift_policy::wire::{self, Answers, CheckIn, Message, Outcome, OutcomeResult};
+use metalift_policy::wire::{Answers, CheckIn, Client, Message, Outcome, OutcomeResult};
 use metalift_policy::LoadOptions;
 
 const POLICY: &str = "version = 1\n[profile.apple7]\napple_family_max = 7\n";
@@ -53,38 +52,21 @@ impl IdentifyPeer for SlowForFlooder {
     }
 }
 
-fn send(stream: &mut UnixStream, msg: &Message) {
-    stream.write_all(&wire::encode_frame(msg)).expect("send");
-}
-
 /// Reads one message; `None` when the daemon closed the connection first.
-fn recv(stream: &mut UnixStream) -> Option<Message> {
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
-    loop {
-        if let Some((msg, _)) = wire::decode_frame(&buf).expect("a valid frame") {
-            return Some(msg);
-        }
-        match stream.read(&mut chunk) {
-            Ok(0) => return None,
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return None,
-            Err(e) => panic!("reading: {e}"),
-        }
-    }
+fn recv(client: &mut Client) -> Option<Message> {
+    client.receive().expect("reading")
 }
 
-fn check_in(path: &Path) -> UnixStream {
-    let mut s = UnixStream::connect(path).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    send(&mut s, &Message::CheckIn(CheckIn::default()));
-    s
+fn check_in(path: &Path) -> Client {
+    let mut c = Client::connect(path, Duration::from_secs(30)).expect("connect");
+    c.send(&Message::CheckIn(CheckIn::default())).expect("send");
+    c
 }
 
 /// The child's part: FLOOD check-ins, told "sent"; then every answer read and
 /// the connections held idle, told "idle"; then held until stdin closes.
 fn flood(socket: &Path) {
-    let mut conns: Vec<UnixStream> = (0..FLOOD).map(|_| check_in(socket)).collect();
+    let mut conns: Vec<Client> = (0..FLOOD).map(|_| check_in(socket)).collect();
     println!("sent");
     for c in &mut conns {
         let _ = recv(c); // a verdict, or declined as busy
@@ -114,7 +96,7 @@ fn victim(socket: &Path, audit: &Path) -> (Duration, bool) {
     };
     let took = start.elapsed();
     // Without a waiting place the daemon has closed already: the write may fail.
-    let _ = s.write_all(&wire::encode_frame(&Message::Outcome(Outcome {
+    let _ = s.outcome(&Outcome {
         decision_id: v.decision_id,
         result: OutcomeResult::Stock,
         reason: "victim".into(),
@@ -122,7 +104,7 @@ fn victim(socket: &Path, audit: &Path) -> (Duration, bool) {
         stock: Answers::default(),
         effective: Answers::default(),
         other_shim: None,
-    })));
+    });
     // The daemon closes once it has the outcome (or at once, without a place).
     let _ = recv(&mut s);
     let needle = format!("\"decision_id\":{}", v.decision_id);

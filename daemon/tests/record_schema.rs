@@ -38,6 +38,15 @@ pub fn assert_valid_record(record: &Value) {
     );
 }
 
+/// Every record in the audit log `log` so far, read by the one records reader
+/// (`metalift_daemon::scratch::records_in`: whole lines only, none when the file
+/// does not exist yet), each checked against the schema.
+pub fn valid_records(log: &std::path::Path) -> Vec<Value> {
+    let records = metalift_daemon::scratch::records_in(log).unwrap_or_else(|e| panic!("{e}"));
+    records.iter().for_each(assert_valid_record);
+    records
+}
+
 /// Parses one audit line and checks it against the schema.
 pub fn valid_record(line: &str) -> Value {
     let record: Value = serde_json::from_str(line).expect("an audit line is JSON");

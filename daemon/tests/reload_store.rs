@@ -23,11 +23,7 @@ fn policy_with_rules(n: usize) -> String {
 }
 
 fn records(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .map(record_schema::valid_record)
-        .collect()
+    record_schema::valid_records(path)
 }
 
 fn kinds(path: &Path) -> Vec<String> {

@@ -110,11 +110,7 @@ impl Fixture {
     }
 
     fn audit(&self) -> Vec<Value> {
-        std::fs::read_to_string(&self.audit_path)
-            .unwrap()
-            .lines()
-            .map(record_schema::valid_record)
-            .collect()
+        record_schema::valid_records(&self.audit_path)
     }
 
     fn audit_of(&self, kind: &str) -> Vec<Value> {

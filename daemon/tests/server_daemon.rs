@@ -11,16 +11,15 @@
 #[path = "record_schema.rs"]
 mod record_schema;
 use std::collections::HashSet;
-use std::io::{Read, Write};
-use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use metalift_daemon::scratch::{ScratchDaemon, ScratchDir};
 use metalift_policy::wire::{
-    self, Answers, CheckIn, Message, Outcome, OutcomeResult, VerdictMsg, WireAction, LENGTH_PREFIX,
+    self, Answers, CheckIn, Message, Outcome, OutcomeResult, VerdictMsg, WireAction,
 };
 use serde_json::Value;
 
@@ -31,9 +30,19 @@ const HANG_GUARD: Duration = Duration::from_secs(60);
 // Harness
 // ---------------------------------------------------------------------------
 
-/// An isolated directory with a policy, a socket path and an audit log.
+/// An isolated directory laid out for the one scratch daemon ([`ScratchDir`]),
+/// with `bin/` for the test's own executables.
 struct Env {
     dir: tempfile::TempDir,
+    scratch: ScratchDir,
+}
+
+impl std::ops::Deref for Env {
+    type Target = ScratchDir;
+
+    fn deref(&self) -> &ScratchDir {
+        &self.scratch
+    }
 }
 
 impl Env {
@@ -42,19 +51,8 @@ impl Env {
             .prefix("server-")
             .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
             .expect("temp dir");
-        Env { dir }
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-
-    fn socket(&self) -> PathBuf {
-        self.path("run/metalift.sock")
-    }
-
-    fn audit_log(&self) -> PathBuf {
-        self.path("log/audit.jsonl")
+        let scratch = ScratchDir::new(dir.path()).expect("layout");
+        Env { dir, scratch }
     }
 
     /// Writes `policy.toml` with one unlock rule for executables under `bin/llama-*`.
@@ -71,7 +69,7 @@ impl Env {
             "version = 1\nmode = \"{mode}\"\n\n[profile.apple7]\napple_family_max = 7\nmax_threadgroup_memory = 32768\n\n\
              [[rule]]\nid = \"llama\"\n{matcher}\nunlock = \"apple7\"\n"
         );
-        std::fs::write(self.path("policy.toml"), text).expect("write policy");
+        self.scratch.write_policy(&text).expect("write policy");
     }
 
     /// This test binary, hard-linked (same inode, new path) as `bin/<name>`.
@@ -94,33 +92,19 @@ impl Env {
         target
     }
 
-    fn start(&self, extra: &[&str]) -> Daemon {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_metaliftd"));
-        cmd.arg("--policy")
-            .arg(self.path("policy.toml"))
-            .arg("--socket")
-            .arg(self.socket())
-            .arg("--audit-log")
-            .arg(self.audit_log())
-            .arg("--allow-insecure-owner")
-            .args(extra)
-            .env("RUST_LOG", "debug")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(self.path("daemon.log")).expect("daemon log"));
-        let child = cmd.spawn().expect("spawn metaliftd");
-        let daemon = Daemon {
-            child,
-            socket: self.socket(),
-        };
-        daemon.wait_ready();
-        daemon
+    fn start(&self, extra: &[&str]) -> ScratchDaemon {
+        self.scratch
+            .start(
+                Path::new(env!("CARGO_BIN_EXE_metaliftd")),
+                extra,
+                &[("RUST_LOG", "debug")],
+            )
+            .unwrap_or_else(|e| panic!("{e}"))
     }
 
-    /// Every audit record, parsed.
+    /// Every audit record, parsed and valid by the record schema.
     fn records(&self) -> Vec<Value> {
-        let text = std::fs::read_to_string(self.audit_log()).unwrap_or_default();
-        text.lines().map(record_schema::valid_record).collect()
+        record_schema::valid_records(&self.audit_log())
     }
 
     fn records_of(&self, kind: &str) -> Vec<Value> {
@@ -131,99 +115,36 @@ impl Env {
     }
 }
 
-/// A running metaliftd; killed on drop.
-struct Daemon {
-    child: Child,
-    socket: PathBuf,
-}
-
-impl Daemon {
-    fn wait_ready(&self) {
-        let start = Instant::now();
-        while metalift_daemon::service::status::request(&self.socket, Duration::from_secs(5))
-            .is_err()
-        {
-            assert!(start.elapsed() < HANG_GUARD, "metaliftd did not come up");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn pid(&self) -> rustix::process::Pid {
-        rustix::process::Pid::from_raw(self.child.id() as i32).expect("pid")
-    }
-
-    /// SIGTERM, then wait for the exit status.
-    fn stop(mut self) -> std::process::ExitStatus {
-        rustix::process::kill_process(self.pid(), rustix::process::Signal::TERM).expect("kill");
-        let start = Instant::now();
-        loop {
-            if let Some(status) = self.child.try_wait().expect("wait") {
-                return status;
-            }
-            assert!(start.elapsed() < HANG_GUARD, "metaliftd did not stop");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// A raw protocol client over a std socket.
-struct Client {
-    stream: UnixStream,
-}
+/// The one client ([`wire::Client`]), failing the test on a transport error.
+struct Client(wire::Client);
 
 impl Client {
     fn connect(socket: &Path) -> Client {
-        let stream = UnixStream::connect(socket).expect("connect");
-        stream.set_read_timeout(Some(HANG_GUARD)).expect("timeout");
-        Client { stream }
+        Client(wire::Client::connect(socket, HANG_GUARD).expect("connect"))
     }
 
     fn send(&mut self, msg: &Message) {
-        self.stream
-            .write_all(&wire::encode_frame(msg))
-            .expect("send");
+        self.0.send(msg).expect("send");
     }
 
     /// The next message, or `None` when the daemon closed the connection.
     fn recv(&mut self) -> Option<Message> {
-        let mut prefix = [0u8; LENGTH_PREFIX];
-        match self.stream.read_exact(&mut prefix) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return None,
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return None,
-            Err(e) => panic!("reading from metaliftd: {e}"),
-        }
-        let len = wire::frame_length(prefix).expect("sane length");
-        let mut body = vec![0u8; len];
-        self.stream.read_exact(&mut body).expect("body");
-        Some(wire::decode_body(&body).expect("decodes"))
+        self.0.receive().expect("reading from metaliftd")
     }
 
     fn check_in(&mut self, claimed: Option<&str>) -> VerdictMsg {
-        self.send(&Message::CheckIn(CheckIn {
+        let check_in = CheckIn {
             shim_version: "test".into(),
             arch: std::env::consts::ARCH.into(),
             claimed_executable: claimed.map(str::to_owned),
             job: None,
-        }));
-        match self.recv() {
-            Some(Message::Verdict(v)) => v,
-            other => panic!("expected a verdict, got {other:?}"),
-        }
+        };
+        self.0.check_in(&check_in).expect("a verdict")
     }
 
     /// True once the daemon has closed its end.
     fn closed_by_daemon(&mut self) -> bool {
-        let mut byte = [0u8; 1];
-        matches!(self.stream.read(&mut byte), Ok(0))
-            || matches!(self.stream.read(&mut byte), Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset)
+        matches!(self.0.receive(), Ok(None))
     }
 }
 
@@ -432,7 +353,7 @@ fn every_answered_check_in_has_exactly_one_decision_record() {
             .flat_map(|h| h.join().expect("client thread"))
             .collect()
     });
-    assert!(daemon.stop().success());
+    assert!(daemon.stop().expect("metaliftd stops").success());
 
     let decisions = env.records_of("decision");
     assert_eq!(decisions.len(), 40);
@@ -462,18 +383,15 @@ fn after_sigkill_mid_load_every_answered_decision_is_in_the_log() {
         for _ in 0..3 {
             s.spawn(|| {
                 while !stop.load(Ordering::Relaxed) {
-                    let Ok(stream) = UnixStream::connect(&socket) else {
+                    let Ok(mut client) = wire::Client::connect(&socket, HANG_GUARD) else {
                         break;
                     };
-                    stream.set_read_timeout(Some(HANG_GUARD)).expect("timeout");
-                    let mut client = Client { stream };
-                    let frame = wire::encode_frame(&Message::CheckIn(CheckIn::default()));
                     // The daemon may die between our connect and this write.
-                    if client.stream.write_all(&frame).is_err() {
+                    if client.send(&Message::CheckIn(CheckIn::default())).is_err() {
                         break;
                     }
-                    match client.recv() {
-                        Some(Message::Verdict(v)) => {
+                    match client.receive() {
+                        Ok(Some(Message::Verdict(v))) => {
                             answered.lock().unwrap().push(v.decision_id);
                             count.fetch_add(1, Ordering::Relaxed);
                         }
@@ -487,8 +405,7 @@ fn after_sigkill_mid_load_every_answered_decision_is_in_the_log() {
             assert!(start.elapsed() < HANG_GUARD, "load did not get going");
             std::thread::sleep(Duration::from_millis(5));
         }
-        daemon.child.kill().expect("SIGKILL");
-        daemon.child.wait().expect("reap");
+        daemon.kill();
         stop.store(true, Ordering::Relaxed);
     });
 
@@ -548,13 +465,13 @@ fn garbage_and_oversize_frames_close_only_their_own_connection() {
 
     let mut garbage = Client::connect(&env.socket());
     garbage
-        .stream
-        .write_all(b"\x05\x00\x00\x00hello")
+        .0
+        .send_bytes(b"\x05\x00\x00\x00hello")
         .expect("write");
     let mut oversize = Client::connect(&env.socket());
     oversize
-        .stream
-        .write_all(&(wire::MAX_FRAME as u32 + 1).to_le_bytes())
+        .0
+        .send_bytes(&(wire::MAX_FRAME as u32 + 1).to_le_bytes())
         .expect("write");
     let mut out_of_order = Client::connect(&env.socket());
     out_of_order.send(&Message::StatusRequest);
@@ -575,7 +492,7 @@ fn a_slowloris_client_is_cut_at_the_read_deadline_and_others_are_served() {
 
     let mut slow = Client::connect(&env.socket());
     let frame = wire::encode_frame(&Message::CheckIn(CheckIn::default()));
-    slow.stream.write_all(&frame[..3]).expect("partial frame");
+    slow.0.send_bytes(&frame[..3]).expect("partial frame");
 
     let v = check_in_once(&env.socket(), None);
     assert_eq!(v.action, WireAction::Stock);
@@ -635,7 +552,7 @@ fn a_stale_socket_is_replaced_a_live_daemon_is_refused_and_sigterm_removes_the_s
     let daemon = env.start(&[]);
     let second = Command::new(env!("CARGO_BIN_EXE_metaliftd"))
         .arg("--policy")
-        .arg(env.path("policy.toml"))
+        .arg(env.policy())
         .arg("--socket")
         .arg(env.socket())
         .arg("--audit-log")
@@ -649,7 +566,7 @@ fn a_stale_socket_is_replaced_a_live_daemon_is_refused_and_sigterm_removes_the_s
     // The first daemon still serves.
     check_in_once(&env.socket(), None);
 
-    assert!(daemon.stop().success());
+    assert!(daemon.stop().expect("metaliftd stops").success());
     assert!(!env.socket().exists(), "socket left behind");
 }
 
@@ -666,7 +583,7 @@ fn when_the_audit_log_refuses_the_decision_the_verdict_is_stock() {
     let env = Env::new();
     let me = std::env::current_exe().expect("current exe");
     std::fs::write(
-        env.path("policy.toml"),
+        env.policy(),
         format!(
             "version = 1\n[profile.apple7]\napple_family_max = 7\n\n[[rule]]\nid = \"me\"\npath = \"{}\"\nunlock = \"apple7\"\n",
             me.display()
@@ -677,9 +594,8 @@ fn when_the_audit_log_refuses_the_decision_the_verdict_is_stock() {
     let opts = metalift_policy::LoadOptions {
         allow_insecure_owner: true,
     };
-    let store = Arc::new(
-        PolicyStore::load_initial(&env.path("policy.toml"), opts, &good_log).expect("policy"),
-    );
+    let store =
+        Arc::new(PolicyStore::load_initial(&env.policy(), opts, &good_log).expect("policy"));
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -710,11 +626,7 @@ fn when_the_audit_log_refuses_the_decision_the_verdict_is_stock() {
 #[test]
 fn status_names_a_refused_policy_by_location_without_quoting_it() {
     let env = Env::new();
-    std::fs::write(
-        env.path("policy.toml"),
-        "version = 1\nsecret_key = \"do not echo\"\n",
-    )
-    .unwrap();
+    std::fs::write(env.policy(), "version = 1\nsecret_key = \"do not echo\"\n").unwrap();
     let _daemon = env.start(&[]);
 
     let status =

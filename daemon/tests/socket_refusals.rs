@@ -9,9 +9,7 @@
 
 #[path = "record_schema.rs"]
 mod record_schema;
-use std::io::{Read, Write};
 use std::os::fd::BorrowedFd;
-use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,7 +21,7 @@ use metalift_daemon::checkin::peer::{
 use metalift_daemon::checkin::server::Core;
 use metalift_daemon::checkin::transport::{unix, Limits};
 use metalift_daemon::live_policy::store::PolicyStore;
-use metalift_policy::wire::{self, Answers, CheckIn, Message, Outcome, OutcomeResult};
+use metalift_policy::wire::{Answers, CheckIn, Client, Message, Outcome, OutcomeResult};
 use metalift_policy::LoadOptions;
 use serde_json::Value;
 
@@ -82,10 +80,8 @@ impl Server {
     }
 
     fn records(&self, kind: &str) -> Vec<Value> {
-        std::fs::read_to_string(self.dir.path().join("audit.jsonl"))
-            .unwrap_or_default()
-            .lines()
-            .map(record_schema::valid_record)
+        record_schema::valid_records(&self.dir.path().join("audit.jsonl"))
+            .into_iter()
             .filter(|r| r["kind"] == kind)
             .collect()
     }
@@ -97,30 +93,19 @@ impl Server {
     }
 }
 
-fn send(stream: &mut UnixStream, msg: &Message) {
-    stream.write_all(&wire::encode_frame(msg)).expect("send");
+/// Sends one message through the one client.
+fn send(client: &mut Client, msg: &Message) {
+    client.send(msg).expect("send");
 }
 
-/// One message, or `None` when the daemon closed first.
-fn recv(stream: &mut UnixStream) -> Option<Message> {
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
-    loop {
-        if let Some((msg, _)) = wire::decode_frame(&buf).expect("a valid frame") {
-            return Some(msg);
-        }
-        match stream.read(&mut chunk) {
-            Ok(0) => return None,
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-            Err(e) => panic!("reading: {e}"),
-        }
-    }
+/// One message, or `None` when the daemon closed first (an end of file or a
+/// reset: `wire::Client` reports both as closed).
+fn recv(client: &mut Client) -> Option<Message> {
+    client.receive().expect("reading")
 }
 
-fn connect(path: &Path) -> UnixStream {
-    let s = UnixStream::connect(path).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    s
+fn connect(path: &Path) -> Client {
+    Client::connect(path, Duration::from_secs(30)).expect("connect")
 }
 
 fn outcome(decision_id: u64) -> Message {
@@ -150,10 +135,8 @@ async fn given_a_socket_whose_token_euid_differs_from_its_connect_uid_then_the_c
     assert!(answer.is_none(), "closed unanswered (the shim stays stock)");
     let dir = server.stop().await;
     let server_records = |kind: &str| -> Vec<Value> {
-        std::fs::read_to_string(dir.path().join("audit.jsonl"))
-            .unwrap()
-            .lines()
-            .map(record_schema::valid_record)
+        record_schema::valid_records(&dir.path().join("audit.jsonl"))
+            .into_iter()
             .filter(|r| r["kind"] == kind)
             .collect()
     };

@@ -20,6 +20,9 @@
 use crate::profile::Capabilities;
 use crate::verdict::Mode;
 
+mod client;
+pub use client::{Client, ClientError};
+
 /// The protocol version this build speaks. A peer with another version is refused.
 pub const PROTOCOL_VERSION: u8 = 1;
 /// The largest frame body accepted, in bytes. Paths are bounded by `PATH_MAX` (4096).

@@ -14,13 +14,15 @@ mod record_schema;
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
+use metalift_daemon::scratch::{ScratchDaemon, ScratchDir};
 use support::*;
 
 struct Rig {
-    daemon: Option<Child>,
+    /// The one scratch daemon.
+    daemon: Option<ScratchDaemon>,
     dir: tempfile::TempDir,
     bin: PathBuf,
 }
@@ -35,9 +37,8 @@ impl Rig {
             );
         }
         let dir = tempfile::tempdir().unwrap();
-        for sub in ["etc/policy.d", "run", "log"] {
-            std::fs::create_dir_all(dir.path().join(sub)).unwrap();
-        }
+        let scratch = ScratchDir::new(dir.path()).unwrap();
+        std::fs::create_dir_all(dir.path().join("etc/policy.d")).unwrap();
         std::fs::write(
             dir.path().join("etc/policy.toml"),
             format!(
@@ -52,29 +53,15 @@ impl Rig {
             "[audit.labels]\nimage = \"macos-26-xcode-17\"\n",
         )
         .unwrap();
-        let daemon = clean(bin.join("metaliftd"))
-            .arg("--policy")
-            .arg(dir.path().join("etc/policy.toml"))
-            .arg("--socket")
-            .arg(dir.path().join("run/metalift.sock"))
-            .arg("--audit-log")
-            .arg(dir.path().join("log/audit.jsonl"))
-            .arg("--allow-insecure-owner")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.path().join("daemon.log")).unwrap())
-            .spawn()
-            .unwrap();
-        let rig = Rig {
+        let mut cmd = scratch.command(&bin.join("metaliftd")).unwrap();
+        scrub(&mut cmd);
+        cmd.arg("--allow-insecure-owner");
+        let daemon = ScratchDaemon::spawn(cmd, &scratch).unwrap_or_else(|e| panic!("{e}"));
+        Rig {
             daemon: Some(daemon),
             dir,
             bin,
-        };
-        let deadline = Instant::now() + PATIENCE;
-        while !rig.socket().exists() {
-            assert!(Instant::now() < deadline, "metaliftd did not come up");
-            std::thread::sleep(Duration::from_millis(20));
         }
-        rig
     }
 
     fn socket(&self) -> PathBuf {
@@ -116,8 +103,7 @@ impl Rig {
 
     fn stop_daemon(&mut self) {
         if let Some(mut d) = self.daemon.take() {
-            let _ = d.kill();
-            let _ = d.wait();
+            d.kill();
         }
     }
 }
@@ -229,11 +215,7 @@ fn the_github_hook_summarises_this_jobs_unlocks_only_and_exports_a_bundle_sha256
     }
 
     let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
-    let records: Vec<serde_json::Value> = std::fs::read_to_string(bundle.join("audit.jsonl"))
-        .unwrap()
-        .lines()
-        .map(record_schema::valid_record)
-        .collect();
+    let records = record_schema::valid_records(&bundle.join("audit.jsonl"));
     let mut ids = std::collections::BTreeSet::new();
     for r in &records {
         assert_eq!(r["host"]["boot_id"], boot.trim(), "{r}");

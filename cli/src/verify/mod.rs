@@ -4,7 +4,7 @@
 //! 1. Reads the profile from the policy (`--policy`), `"host"` and the host's
 //!    ceiling resolved as metaliftd resolves them.
 //! 2. Probes the stock device (the shim disabled, `METALIFT_DISABLE=1`), then
-//!    starts a throw-away `metaliftd` (`crate::scratch_daemon`) whose policy
+//!    starts a throw-away `metaliftd` (`metalift_daemon::scratch`) whose policy
 //!    unlocks `metalift-probe` with exactly that profile and runs, with
 //!    libmetalift injected, the probe's report, each kernel
 //!    (`metalift-probe --verify --json --kernel NAME`) and the control, each in a
@@ -49,7 +49,7 @@ use metalift_daemon::live_policy::verification::{self, VerificationRecord};
 use metalift_daemon::live_policy::{host_chip, host_os};
 use metalift_policy::{Capabilities, LoadOptions};
 
-use crate::scratch_daemon::{Daemon, TempDir, Tools};
+use crate::tools::{start_daemon, TempDir, Tools};
 
 /// Exit status when the verification ran and failed (the answer is no).
 pub const FAILED: u8 = 1;
@@ -157,23 +157,24 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let tools = find_tools(args.timeout_ms)?;
     let dir = TempDir::create()?;
     let (_, stock) = runs::answers(&tools, None, &bounds)?;
-    let daemon = Daemon::start(
+    let (_scratch, daemon) = start_daemon(
         &tools,
         dir.path(),
         "verify",
         &private_policy(&args.profile, &capabilities, workload.is_some()),
     )?;
     let unlocked =
-        runs::answers(&tools, Some(&daemon.socket), &bounds).and_then(|(report, effective)| {
+        runs::answers(&tools, Some(daemon.socket()), &bounds).and_then(|(report, effective)| {
             check_unlocked(&report, &capabilities)?;
-            let kernels = runs::kernels(&tools, &daemon.socket, &bounds)?;
-            let control = runs::control(&tools, &daemon.socket, &bounds)?;
+            let kernels = runs::kernels(&tools, daemon.socket(), &bounds)?;
+            let control = runs::control(&tools, daemon.socket(), &bounds)?;
             let workload = workload
                 .as_ref()
-                .map(|spec| workload::run(&tools, &daemon.socket, &bounds, spec));
+                .map(|spec| workload::run(&tools, daemon.socket(), &bounds, spec));
             Ok((effective, kernels, control, workload))
         });
-    daemon.stop();
+    // How the scratch daemon exited does not change the verification's result.
+    let _ = daemon.stop();
     let (effective, kernels, control, workload) = unlocked?;
     // The chip and build exactly as the running daemon reads them (what it will
     // compare this record with), not as this process would.

@@ -12,7 +12,7 @@ use metalift_daemon::audit::verification::KernelLine;
 
 use super::bounded::{self, Ended};
 use crate::exec::INSERT_VAR;
-use crate::scratch_daemon::Tools;
+use crate::tools::Tools;
 
 /// The probe's kernels (`metalift-probe --verify --kernel NAME`), in its table's
 /// order; the probe refuses a name it does not have, so a mismatch shows.

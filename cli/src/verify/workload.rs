@@ -21,7 +21,7 @@ use metalift_daemon::audit::receipt::{Measure, WorkloadReceipt, WorkloadTest};
 
 use super::bounded::{self, Ended, Group};
 use super::runs::{self, Bounds};
-use crate::scratch_daemon::Tools;
+use crate::tools::Tools;
 
 /// What `--workload` asks for.
 #[derive(Debug, Clone)]

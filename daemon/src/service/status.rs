@@ -3,12 +3,10 @@
 //! The report holds counts only: nothing about which process got which verdict,
 //! so any local user may ask (the socket is world-connectable).
 
-use std::io::{Read, Write};
-use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use metalift_policy::wire::{self, Message, WireError, LENGTH_PREFIX};
+use metalift_policy::wire::{self, ClientError, WireError};
 use serde::{Deserialize, Serialize};
 
 use crate::service::health::Health;
@@ -251,51 +249,35 @@ pub fn request(socket: &Path, timeout: Duration) -> Result<StatusReport, StatusE
     })
 }
 
-/// Asks for the status and returns the daemon's JSON as sent.
+/// Asks for the status and returns the daemon's JSON as sent (through the one
+/// client, [`wire::Client`]).
 pub fn request_raw(socket: &Path, timeout: Duration) -> Result<String, StatusError> {
-    let mut stream = UnixStream::connect(socket).map_err(|source| StatusError::NotRunning {
-        socket: socket.to_owned(),
-        source,
-    })?;
-    let io = |source: std::io::Error| {
-        // A read or write timeout on a blocking socket is EAGAIN/EWOULDBLOCK
-        // ("Resource temporarily unavailable"): say what it means.
-        if matches!(
-            source.kind(),
-            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-        ) {
-            StatusError::NoAnswer {
-                socket: socket.to_owned(),
-                timeout,
-            }
-        } else {
-            StatusError::Io {
-                socket: socket.to_owned(),
-                source,
-            }
-        }
-    };
-    stream.set_read_timeout(Some(timeout)).map_err(io)?;
-    stream.set_write_timeout(Some(timeout)).map_err(io)?;
-    stream
-        .write_all(&wire::encode_frame(&Message::StatusRequest))
-        .map_err(io)?;
-    let mut prefix = [0u8; LENGTH_PREFIX];
-    stream.read_exact(&mut prefix).map_err(io)?;
-    let protocol = |error| StatusError::Protocol {
-        socket: socket.to_owned(),
-        error,
-    };
-    let len = wire::frame_length(prefix).map_err(protocol)?;
-    let mut body = vec![0u8; len];
-    stream.read_exact(&mut body).map_err(io)?;
-    match wire::decode_body(&body) {
-        Ok(Message::Status(json)) => Ok(json),
-        Ok(_) => Err(StatusError::Unexpected {
-            socket: socket.to_owned(),
-        }),
-        Err(error) => Err(protocol(error)),
-    }
+    let socket_buf = || socket.to_owned();
+    wire::Client::status(socket, timeout).map_err(|e| match e {
+        ClientError::Connect { source, .. } => StatusError::NotRunning {
+            socket: socket_buf(),
+            source,
+        },
+        ClientError::NoAnswer { .. } => StatusError::NoAnswer {
+            socket: socket_buf(),
+            timeout,
+        },
+        ClientError::Closed { .. } => StatusError::Io {
+            socket: socket_buf(),
+            source: std::io::ErrorKind::UnexpectedEof.into(),
+        },
+        ClientError::Io { source, .. } => StatusError::Io {
+            socket: socket_buf(),
+            source,
+        },
+        ClientError::Protocol { error, .. } => StatusError::Protocol {
+            socket: socket_buf(),
+            error,
+        },
+        ClientError::Unexpected { .. } => StatusError::Unexpected {
+            socket: socket_buf(),
+        },
+    })
 }
 
 #[cfg(test)]

@@ -52,7 +52,7 @@ fn given_sigkill_mid_load_then_no_answered_decision_is_lost_shims_go_stock_and_a
     let kill_after = support::scale(1_000, 20_000);
 
     // Run 1: killed while 64 clients are checking in.
-    let daemon = env.start(&["--allow-insecure-owner"]);
+    let mut daemon = env.start(&["--allow-insecure-owner"]);
     let stop = AtomicBool::new(false);
     let answered = AtomicUsize::new(0);
     let first_run: Vec<u64> = std::thread::scope(|s| {
@@ -119,7 +119,7 @@ fn given_sigkill_mid_load_then_no_answered_decision_is_lost_shims_go_stock_and_a
         stop.store(true, Ordering::SeqCst);
         clients.join().expect("clients")
     });
-    assert!(daemon.stop().success());
+    assert!(daemon.stop().expect("metaliftd stops").success());
 
     // Whole lines only (`records` fails on a torn one), every answered decision
     // present exactly once, ids unique across both runs.

@@ -128,7 +128,7 @@ fn given_the_audit_file_system_full_then_verdicts_are_stock_nothing_crashes_and_
         assert_eq!(v.action, WireAction::Unlock, "unlocks did not resume");
         after.push(v.decision_id);
     }
-    assert!(daemon.stop().success());
+    assert!(daemon.stop().expect("metaliftd stops").success());
 
     // Whole lines only (a short write is taken back), nothing decided while full
     // is in the log, everything decided after is.
@@ -191,7 +191,7 @@ fn given_the_audit_log_at_its_file_size_limit_then_the_daemon_answers_stock_and_
             let start = std::time::Instant::now();
             let mut exit = None;
             while exit.is_none() && start.elapsed() < std::time::Duration::from_secs(5) {
-                exit = daemon.child.try_wait().expect("try_wait");
+                exit = daemon.try_wait().expect("try_wait");
                 std::thread::sleep(std::time::Duration::from_millis(20));
             }
             panic!("no verdict at the file-size limit ({e}); metaliftd: {exit:?}");

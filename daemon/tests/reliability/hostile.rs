@@ -5,13 +5,14 @@
 //! connection; these run them by the thousand, concurrently with honest clients,
 //! plus clients that never read their verdict and thousands of idle connections.
 
-use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use metalift_policy::wire::{self, Answers, Message, Outcome, OutcomeResult, MAX_FRAME};
+use metalift_policy::wire::{
+    self, Answers, Client, ClientError, Message, Outcome, OutcomeResult, MAX_FRAME,
+};
 
 use crate::support::{self, Env, Jitter, HANG_GUARD};
 
@@ -37,9 +38,8 @@ fn raise_fd_limit() -> u64 {
 fn attack(socket: &std::path::Path, k: u64, jitter: &mut Jitter) {
     // A blocking connect waits for room in the listen backlog: failing is a
     // failure of the daemon (gone, or its socket removed), never a pass.
-    let mut s = UnixStream::connect(socket)
+    let mut s = Client::connect(socket, HANG_GUARD)
         .unwrap_or_else(|e| panic!("hostile client {k}: cannot connect: {e}"));
-    s.set_read_timeout(Some(HANG_GUARD)).expect("timeout");
     let bytes: Vec<u8> = match k % 6 {
         // Random bytes.
         0 => (0..64 + jitter.below(512))
@@ -77,39 +77,27 @@ fn attack(socket: &std::path::Path, k: u64, jitter: &mut Jitter) {
             f
         }
     };
-    match s.write_all(&bytes) {
+    match s.send_bytes(&bytes) {
         Ok(()) => {}
         // The daemon may close a bad connection before reading all of it.
-        Err(e) if closed_by_peer(&e) => return,
+        Err(ClientError::Closed { .. }) => return,
         Err(e) => panic!("hostile client {k}: write failed: {e}"),
     }
     if k % 6 == 3 {
-        let _ = s.shutdown(std::net::Shutdown::Write);
+        let _ = s.stream().shutdown(std::net::Shutdown::Write);
     }
     // Drain until the daemon closes; it must not leave us hanging: a read that
     // times out (HANG_GUARD) fails the test.
-    let mut sink = [0u8; 4096];
     loop {
-        match s.read(&mut sink) {
-            Ok(0) => return,
-            Ok(_) => {}
-            Err(e) if closed_by_peer(&e) => return,
+        match s.receive() {
+            Ok(None) | Err(ClientError::Closed { .. }) => return,
+            Ok(Some(_)) => {}
             Err(e) => panic!(
                 "hostile client {k} (kind {}): the daemon left it hanging for {HANG_GUARD:?}: {e}",
                 k % 6
             ),
         }
     }
-}
-
-/// The daemon closed the connection (reset or broken pipe): the expected end.
-fn closed_by_peer(e: &std::io::Error) -> bool {
-    matches!(
-        e.kind(),
-        std::io::ErrorKind::ConnectionReset
-            | std::io::ErrorKind::BrokenPipe
-            | std::io::ErrorKind::ConnectionAborted
-    )
 }
 
 #[test]
@@ -166,7 +154,7 @@ fn given_thousands_of_garbage_and_oversize_frames_then_only_their_connections_cl
     // Not one of the hostile connections became a decision or an outcome.
     assert_eq!(env.records_of("decision").len(), honest.len());
     assert!(env.records_of("outcome").is_empty());
-    assert!(daemon.stop().success());
+    assert!(daemon.stop().expect("metaliftd stops").success());
     eprintln!(
         "RELIABILITY hostile: {attacks} hostile connections (6 kinds) each closed; {} honest \
          check-ins alongside, all answered",
@@ -262,7 +250,7 @@ fn given_clients_that_check_in_and_never_read_then_the_daemon_keeps_answering_ot
     let silent_decided = ours(SILENT_UID);
     drop(child.stdin.take());
     let _ = child.wait();
-    assert!(daemon.stop().success());
+    assert!(daemon.stop().expect("metaliftd stops").success());
     eprintln!(
         "RELIABILITY never-read: {silent_count} clients of uid {SILENT_UID} checked in and never \
          read ({silent_decided} admitted and decided, the rest declined as busy); {honest} \

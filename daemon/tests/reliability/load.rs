@@ -181,7 +181,7 @@ fn given_64_clients_and_reloads_every_few_ms_then_every_check_in_is_answered_aud
     let elapsed = started.elapsed();
     // The last edition is invalid or valid; let the watcher settle on it before stopping.
     std::thread::sleep(Duration::from_millis(200));
-    let status = daemon.stop();
+    let status = daemon.stop().expect("metaliftd stops");
     assert!(status.success(), "metaliftd exited with {status}");
 
     let failures = failures.into_inner().unwrap();

@@ -112,7 +112,7 @@ fn given_badly_owned_or_writable_policy_files_under_load_then_each_is_refused_au
         env.wait_for_records("policy_loaded", loads);
         running.store(false, Ordering::SeqCst);
     });
-    assert!(daemon.stop().success());
+    assert!(daemon.stop().expect("metaliftd stops").success());
 
     let failures = failures.into_inner().unwrap();
     assert!(failures.is_empty(), "unanswered check-ins: {failures:?}");

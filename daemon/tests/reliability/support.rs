@@ -2,14 +2,13 @@
 //! laid out as installed (policy, socket and audit log in separate directories),
 //! raw-protocol clients, and the short/long switch.
 
-use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
-use metalift_policy::wire::{self, CheckIn, Message, VerdictMsg, LENGTH_PREFIX};
+use metalift_daemon::scratch::{ScratchDaemon, ScratchDir};
+use metalift_policy::wire::{self, CheckIn, Client, ClientError, Message, VerdictMsg};
 use serde_json::Value;
 
 /// The longest any single step may take before a test calls it a hang. Generous:
@@ -31,9 +30,20 @@ pub fn scale(short: usize, long: usize) -> usize {
     }
 }
 
-/// An isolated directory: `etc/policy.toml`, `run/metalift.sock`, `log/audit.jsonl`.
+/// An isolated directory laid out as installed (the one scratch daemon's
+/// [`ScratchDir`]: `etc/policy.toml`, `run/metalift.sock`, `log/audit.jsonl`).
 pub struct Env {
-    pub dir: tempfile::TempDir,
+    /// Removed when the test ends.
+    _dir: tempfile::TempDir,
+    scratch: ScratchDir,
+}
+
+impl std::ops::Deref for Env {
+    type Target = ScratchDir;
+
+    fn deref(&self) -> &ScratchDir {
+        &self.scratch
+    }
 }
 
 impl Env {
@@ -42,95 +52,33 @@ impl Env {
             .prefix(prefix)
             .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
             .expect("temp dir");
-        for sub in ["etc", "run", "log"] {
-            std::fs::create_dir_all(dir.path().join(sub)).expect("layout");
-        }
-        // The policy's directory must not be writable by others when ownership is checked.
-        std::fs::set_permissions(
-            dir.path().join("etc"),
-            std::fs::Permissions::from_mode(0o755),
-        )
-        .expect("chmod etc");
-        Env { dir }
-    }
-
-    pub fn path(&self, rel: &str) -> PathBuf {
-        self.dir.path().join(rel)
-    }
-
-    pub fn policy(&self) -> PathBuf {
-        self.path("etc/policy.toml")
-    }
-
-    pub fn socket(&self) -> PathBuf {
-        self.path("run/metalift.sock")
-    }
-
-    pub fn audit_log(&self) -> PathBuf {
-        self.path("log/audit.jsonl")
+        let scratch = ScratchDir::new(dir.path()).expect("layout");
+        Env { _dir: dir, scratch }
     }
 
     /// Replaces `policy.toml` as an editor's atomic save does (temp file, mode
     /// 0644, rename over).
     pub fn write_policy(&self, text: &str) {
-        write_atomically(&self.policy(), text, 0o644);
+        self.scratch.write_policy(text).expect("write policy");
     }
 
     /// Starts metaliftd on this directory with `extra` flags, and waits until it answers.
     pub fn start(&self, extra: &[&str]) -> Daemon {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_metaliftd"));
-        cmd.arg("--policy")
-            .arg(self.policy())
-            .arg("--socket")
-            .arg(self.socket())
-            .arg("--audit-log")
-            .arg(self.audit_log())
-            // Tests read every record back: no rotation within a run.
-            .args(["--audit-max-bytes", "4294967296"])
+        let mut cmd = self
+            .command(Path::new(env!("CARGO_BIN_EXE_metaliftd")))
+            .expect("command");
+        // Tests read every record back: no rotation within a run.
+        cmd.args(["--audit-max-bytes", "4294967296"])
             .args(extra)
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(
-                std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(self.path("daemon.log"))
-                    .expect("daemon log"),
-            );
-        let child = cmd.spawn().expect("spawn metaliftd");
-        let mut daemon = Daemon { child };
-        let start = Instant::now();
-        while status(&self.socket()).is_none() {
-            if let Some(exit) = daemon.child.try_wait().expect("try_wait") {
-                panic!(
-                    "metaliftd exited at start ({exit}):\n{}",
-                    std::fs::read_to_string(self.path("daemon.log")).unwrap_or_default()
-                );
-            }
-            assert!(start.elapsed() < HANG_GUARD, "metaliftd did not come up");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        daemon
+            .env("RUST_LOG", "info");
+        ScratchDaemon::spawn(cmd, self).unwrap_or_else(|e| panic!("{e}"))
     }
 
-    /// Every audit record, parsed; a line that is not whole JSON fails the test.
-    pub fn records(&self) -> Vec<Value> {
-        let mut text = std::fs::read_to_string(self.audit_log()).unwrap_or_default();
-        // A read racing an append may see the start of a line being written:
-        // only newline-terminated lines are records.
-        let whole = text.rfind('\n').map_or(0, |i| i + 1);
-        text.truncate(whole);
-        text.lines()
-            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad line {l:?}: {e}")))
-            .collect()
-    }
-
+    /// The records of `kind`; a line that is not whole JSON fails the test.
     pub fn records_of(&self, kind: &str) -> Vec<Value> {
-        self.records()
-            .into_iter()
-            .filter(|r| r["kind"] == kind)
-            .collect()
+        self.scratch
+            .records_of(kind)
+            .unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// Waits until the audit log holds more than `n` records of `kind`.
@@ -159,106 +107,31 @@ pub fn write_atomically(path: &Path, text: &str, mode: u32) {
     std::fs::rename(&tmp, path).expect("rename policy");
 }
 
-/// A running metaliftd; killed (SIGKILL) on drop.
-pub struct Daemon {
-    pub child: Child,
-}
+/// A running metaliftd (the one scratch daemon); killed (SIGKILL) on drop.
+pub type Daemon = ScratchDaemon;
 
-impl Daemon {
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// Whether the process is still running.
-    pub fn alive(&mut self) -> bool {
-        self.child.try_wait().expect("try_wait").is_none()
-    }
-
-    /// SIGKILL, and reap.
-    pub fn kill(mut self) {
-        self.child.kill().expect("SIGKILL");
-        self.child.wait().expect("reap");
-    }
-
-    /// SIGTERM, then wait for the exit status.
-    pub fn stop(mut self) -> std::process::ExitStatus {
-        let pid = rustix::process::Pid::from_raw(self.child.id() as i32).expect("pid");
-        rustix::process::kill_process(pid, rustix::process::Signal::TERM).expect("SIGTERM");
-        let start = Instant::now();
-        loop {
-            if let Some(status) = self.child.try_wait().expect("wait") {
-                return status;
-            }
-            assert!(start.elapsed() < HANG_GUARD, "metaliftd did not stop");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// The frame a shim sends.
+/// The frame a shim sends (for tests that cut or corrupt it).
 pub fn check_in_frame() -> Vec<u8> {
-    wire::encode_frame(&Message::CheckIn(CheckIn {
+    wire::encode_frame(&Message::CheckIn(check_in_msg()))
+}
+
+fn check_in_msg() -> CheckIn {
+    CheckIn {
         shim_version: "reliability".into(),
         arch: std::env::consts::ARCH.into(),
         claimed_executable: None,
         job: None,
-    }))
-}
-
-/// Reads one frame; `None` when the daemon closed the connection.
-pub fn read_frame(stream: &mut UnixStream) -> std::io::Result<Option<Message>> {
-    let mut prefix = [0u8; LENGTH_PREFIX];
-    match stream.read_exact(&mut prefix) {
-        Ok(()) => {}
-        Err(e)
-            if matches!(
-                e.kind(),
-                std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::ConnectionReset
-            ) =>
-        {
-            return Ok(None)
-        }
-        Err(e) => return Err(e),
     }
-    let len = wire::frame_length(prefix).map_err(std::io::Error::other)?;
-    let mut body = vec![0u8; len];
-    stream.read_exact(&mut body)?;
-    wire::decode_body(&body)
-        .map(Some)
-        .map_err(std::io::Error::other)
 }
 
 /// One check-in as a shim makes it; `Err` when it could not be made or answered.
-pub fn check_in(socket: &Path) -> std::io::Result<VerdictMsg> {
-    let mut stream = UnixStream::connect(socket)?;
-    stream.set_read_timeout(Some(HANG_GUARD))?;
-    stream.write_all(&check_in_frame())?;
-    match read_frame(&mut stream)? {
-        Some(Message::Verdict(v)) => Ok(v),
-        other => Err(std::io::Error::other(format!(
-            "expected a verdict, got {other:?}"
-        ))),
-    }
+pub fn check_in(socket: &Path) -> Result<VerdictMsg, ClientError> {
+    Client::connect(socket, HANG_GUARD)?.check_in(&check_in_msg())
 }
 
 /// The daemon's status, or `None` if it does not answer.
 pub fn status(socket: &Path) -> Option<Value> {
-    let mut stream = UnixStream::connect(socket).ok()?;
-    stream.set_read_timeout(Some(HANG_GUARD)).ok()?;
-    stream
-        .write_all(&wire::encode_frame(&Message::StatusRequest))
-        .ok()?;
-    match read_frame(&mut stream).ok()? {
-        Some(Message::Status(json)) => serde_json::from_str(&json).ok(),
-        _ => None,
-    }
+    serde_json::from_str(&Client::status(socket, HANG_GUARD).ok()?).ok()
 }
 
 /// This test binary, as the kernel names it (`/proc/self/exe`): the executable

@@ -325,14 +325,19 @@ fn serve(
 /// own environment.
 pub fn clean(program: impl AsRef<std::ffi::OsStr>) -> Command {
     let mut cmd = Command::new(program);
+    scrub(&mut cmd);
+    cmd.stdin(Stdio::null());
+    cmd
+}
+
+/// Removes from `cmd` the METALIFT_* and loader variables this process inherited.
+pub fn scrub(cmd: &mut Command) {
     for (key, _) in std::env::vars_os() {
         let key = key.to_string_lossy().into_owned();
         if key.starts_with("METALIFT_") || key == "LD_PRELOAD" || key == "LD_LIBRARY_PATH" {
             cmd.env_remove(key);
         }
     }
-    cmd.stdin(Stdio::null());
-    cmd
 }
 
 /// The same command with libmetalift injected, asking `socket`.
