@@ -23,7 +23,7 @@
 set -euo pipefail
 
 missing=()
-for pkg in gobjc-12 libobjc-12-dev shellcheck mandoc ruby libplist-utils rsyslog rsyslog-gnutls openssl gzip bzip2 zstd jq time; do
+for pkg in gobjc-12 libobjc-12-dev shellcheck mandoc ruby libplist-utils rsyslog rsyslog-gnutls openssl gzip bzip2 zstd jq time chromium; do
   dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
 done
 # node and npm by command, not by package: a machine's nodejs may come from

@@ -160,7 +160,27 @@ fn run(args: Args) -> anyhow::Result<()> {
     let sections: Vec<Section> = match args.command {
         Cmd::ServeBaseline { socket } => return metalift_bench::baseline::serve(&socket),
         Cmd::CheckInOnce { socket } => return big_exe::check_in_once(&socket),
-        Cmd::FleetRead { megabytes } => vec![fleet(megabytes)?],
+        Cmd::FleetRead { megabytes } => {
+            let section = fleet(megabytes)?;
+            if let Some(path) = &args.write {
+                // This section and its summary rows measured again, the rest kept.
+                let provenance = metalift_bench::report::Provenance::of_this_tree(q);
+                let doc = std::fs::read_to_string(path)
+                    .with_context(|| format!("reading {}", path.display()))?;
+                let doc = metalift_bench::report::update_section(
+                    &doc,
+                    &provenance,
+                    "fleet-read",
+                    &section,
+                );
+                let tmp = path.with_extension("md.tmp");
+                std::fs::write(&tmp, &doc).with_context(|| format!("writing {}", tmp.display()))?;
+                std::fs::rename(&tmp, path)
+                    .with_context(|| format!("replacing {}", path.display()))?;
+                eprintln!("metalift-bench: updated {}", path.display());
+            }
+            vec![section]
+        }
         cmd => {
             let art = Artifacts::locate()?;
             let provenance = metalift_bench::report::Provenance::of_this_tree(q);

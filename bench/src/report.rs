@@ -95,10 +95,124 @@ pub fn document(
     out
 }
 
+/// `doc` (a BENCHMARKS.md written by [`document`]) with one benchmark's section
+/// measured again: the section replaced (or added before "Not in this file"), saying
+/// which command, commit and time measured it, and its rows of the summary
+/// replaced. Every other figure stays as the run the header names measured it.
+#[must_use]
+pub fn update_section(
+    doc: &str,
+    provenance: &Provenance,
+    command: &str,
+    section: &Section,
+) -> String {
+    let heading = format!("## {}\n", section.title);
+    let mut fresh = section.clone();
+    fresh.body = format!(
+        "Measured by `target/release/metalift-bench {command}{} --write BENCHMARKS.md` from \
+         commit `{}`{} at {} (this section and its summary rows only; the others come \
+         from the run the header names).\n\n{}",
+        if provenance.quick { " --quick" } else { "" },
+        provenance.commit,
+        if provenance.dirty {
+            " **with uncommitted changes**"
+        } else {
+            ""
+        },
+        provenance.started,
+        section.body
+    );
+    let rendered = format!("{}\n", fresh.to_markdown());
+    // The section: from its heading to the next `## `.
+    let mut out = match doc.find(&heading) {
+        Some(start) => {
+            let rest = &doc[start + heading.len()..];
+            let end = rest
+                .find("\n## ")
+                .map_or(doc.len(), |i| start + heading.len() + i + 1);
+            format!("{}{rendered}{}", &doc[..start], &doc[end..])
+        }
+        None => match doc.find("## Not in this file") {
+            Some(at) => format!("{}{rendered}{}", &doc[..at], &doc[at..]),
+            None => format!("{doc}\n{rendered}"),
+        },
+    };
+    // The summary's rows of these items: the old ones out, the new ones at the end.
+    let items: Vec<String> = section
+        .targets
+        .iter()
+        .map(|t| format!("| {} |", t.item))
+        .collect();
+    let new_rows = summary_table(&section.targets);
+    let new_rows: Vec<&str> = new_rows.lines().skip(2).collect();
+    if let Some(summary) = out.find("## Summary\n") {
+        let table_start = summary + "## Summary\n\n".len();
+        let table_len = out[table_start..].find("\n\n").unwrap_or(0);
+        let table = &out[table_start..table_start + table_len];
+        let mut lines: Vec<&str> = table
+            .lines()
+            .filter(|l| !items.iter().any(|item| l.starts_with(item.as_str())))
+            .collect();
+        lines.extend(new_rows);
+        let table = lines.join("\n");
+        out = format!(
+            "{}{table}{}",
+            &out[..table_start],
+            &out[table_start + table_len..]
+        );
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::Target;
+
+    #[test]
+    fn one_section_measured_again_replaces_its_section_and_its_summary_rows_only() {
+        let p = Provenance {
+            commit: "abc123".into(),
+            dirty: false,
+            started: "2026-12-06T09:00:00Z".into(),
+            quick: false,
+        };
+        let target = |item: &str, measured: &str| Target {
+            item: item.into(),
+            target: "≥ 10×".into(),
+            measured: measured.into(),
+            met: true,
+        };
+        let other = Section {
+            title: "Other".into(),
+            body: "kept\n".into(),
+            targets: vec![target("1. other", "1")],
+        };
+        let mine = |measured: &str| Section {
+            title: "Mine".into(),
+            body: format!("| {measured} |\n"),
+            targets: vec![target("41.5 mine", measured)],
+        };
+        let doc = document(&p, &[], "`x`", &[other.clone(), mine("old")]);
+        let updated = update_section(&doc, &p, "mine", &mine("new"));
+        assert!(
+            updated.contains("| new |") && !updated.contains("| old |"),
+            "{updated}"
+        );
+        assert!(
+            updated.contains("| 41.5 mine | ≥ 10× | new | met |"),
+            "{updated}"
+        );
+        assert!(
+            !updated.contains("| 41.5 mine | ≥ 10× | old |"),
+            "{updated}"
+        );
+        assert!(updated.contains("| 1. other | ≥ 10× | 1 | met |") && updated.contains("kept"));
+        assert!(updated.contains("metalift-bench mine --write"), "{updated}");
+        // A section not there before goes in before "Not in this file".
+        let added = update_section(&document(&p, &[], "`x`", &[other]), &p, "mine", &mine("x"));
+        assert!(added.find("## Mine").unwrap() < added.find("## Not in this file").unwrap());
+    }
 
     #[test]
     fn the_document_names_its_commit_and_says_when_a_target_is_missed() {

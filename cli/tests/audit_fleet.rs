@@ -577,3 +577,59 @@ fn the_validated_matrix_joins_processes_with_verifications_and_gates_ci() {
     );
     assert!(html.contains("9.0× / 11.0×"), "{html}");
 }
+
+#[test]
+fn the_matrix_page_renders_its_table_in_headless_chromium_without_a_console_message() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fleet = fleet_file(tmp.path());
+    let out = metalift(&[
+        "audit",
+        "--log",
+        fleet.to_str().unwrap(),
+        "--matrix",
+        "--html",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let page = tmp.path().join("matrix.html");
+    std::fs::write(&page, &out.stdout).unwrap();
+    let shot = tmp.path().join("matrix.png");
+    let url = format!("file://{}", page.display());
+    // Debian's chromium, headless; as root it needs --no-sandbox. Console messages
+    // (a script error, a blocked resource) are logged to stderr as `:CONSOLE`.
+    let run = |extra: &[String]| {
+        Command::new("chromium")
+            .args(["--headless", "--no-sandbox", "--disable-gpu"])
+            .args(["--enable-logging=stderr", "--v=0"])
+            .arg(format!(
+                "--user-data-dir={}",
+                tmp.path().join("profile").display()
+            ))
+            .args(extra)
+            .arg(&url)
+            .output()
+            .unwrap_or_else(|e| panic!("chromium (scripts/setup.sh installs it): {e}"))
+    };
+    let dom = run(&["--dump-dom".to_owned()]);
+    assert!(dom.status.success(), "{}", stderr(&dom));
+    let dom_text = stdout(&dom);
+    let rendered_rows = dom_text.matches("<tr").count();
+    // The header row and one per process's chip, build, image and executable.
+    assert_eq!(rendered_rows, 1 + 3, "{dom_text}");
+    assert!(
+        dom_text.contains("<td>/opt/llama/b-server</td>"),
+        "{dom_text}"
+    );
+    let shot_run = run(&[
+        format!("--screenshot={}", shot.display()),
+        "--window-size=1400,600".to_owned(),
+    ]);
+    assert!(shot_run.status.success(), "{}", stderr(&shot_run));
+    assert!(
+        std::fs::metadata(&shot).unwrap().len() > 1000,
+        "a screenshot was drawn"
+    );
+    for output in [&dom, &shot_run] {
+        let log = stderr(output);
+        assert!(!log.contains(":CONSOLE"), "a console message: {log}");
+    }
+}

@@ -185,11 +185,15 @@ fn the_github_hook_summarises_this_jobs_unlocks_only_and_exports_a_bundle_sha256
     assert!(out.status.success(), "the hook failed: {said}");
 
     let table = std::fs::read_to_string(&summary).expect("the hook wrote the step summary");
-    assert!(table.contains("| Process | Rule | Result |"), "{table}");
     assert!(
-        table.contains(&format!("(pid {ours}) | probe | applied |")),
+        table.contains("| Process | Guest | Rule | Result |"),
         "{table}"
     );
+    let row = table
+        .lines()
+        .find(|l| l.contains(&format!("(pid {ours}) |")))
+        .unwrap_or_else(|| panic!("no row for pid {ours}: {table}"));
+    assert!(row.ends_with("| probe | applied |"), "{table}");
     assert!(
         !table.contains(&format!("(pid {theirs})")),
         "another job's unlock: {table}"
