@@ -38,13 +38,13 @@ pub fn describe(finding: &Finding) -> String {
 mod tests {
     use super::describe;
     use crate::judgement::{level_of, Finding};
-    use metalift_daemon::service::health::code;
+    use metalift_daemon::service::health::{code, Cause};
 
     fn finding(code: &str, message: &str) -> Finding {
         Finding {
             code: code.into(),
             message: message.into(),
-            level: level_of(code),
+            level: level_of(&Cause::new(code, message.into())),
         }
     }
 
