@@ -15,10 +15,11 @@
 //! | `unlocks_nothing`| 5    | every check-in is stock: no daemon answers, no policy has been live, or the audit log cannot take records |
 
 use std::path::Path;
-use std::time::Duration;
 
 use metalift_daemon::service::health::{code, Cause, Effect, State};
-use metalift_daemon::service::status::{self, StatusError, StatusReport};
+use metalift_daemon::service::status::{StatusError, StatusReport};
+
+use crate::daemon_args::DaemonArgs;
 use metalift_policy::{
     policy_files, read_policy_within, sources_sha256, LoadError, DEFAULT_MAX_POLICY_BYTES,
 };
@@ -260,6 +261,7 @@ impl Limits {
 /// daemon answering (or an older one), this process's reading, and a note saying so.
 #[must_use]
 pub fn daemon_host_build(
+    daemon: &DaemonArgs,
     socket: Option<&Path>,
 ) -> (
     metalift_daemon::live_policy::verification::HostBuild,
@@ -276,7 +278,7 @@ pub fn daemon_host_build(
             Some("no daemon socket known: recorded this process's host chip and build".into()),
         );
     };
-    match status::request(socket, TIMEOUT) {
+    match daemon.status(socket) {
         Ok(report) if report.host_chip_brand.is_some() || report.host_os_build.is_some() => (
             HostBuild {
                 chip: report.host_chip_brand,
@@ -304,19 +306,10 @@ pub fn daemon_host_build(
 /// Says the judgement of the daemon on `socket` on stderr, as `metalift: <tool>:
 /// metaliftd: <level>: <cause>` (for a tool whose stdout is its own result, e.g.
 /// `verify`); nothing when no socket is known.
-pub fn say_on_stderr(tool: &str, socket: Option<&Path>) {
+pub fn say_on_stderr(tool: &str, daemon: &DaemonArgs, socket: Option<&Path>) {
     if let Some(socket) = socket {
-        eprintln!("metalift: {tool}: {}", ask(socket, TIMEOUT).line());
+        eprintln!("metalift: {tool}: {}", daemon.ask(socket).line());
     }
-}
-
-/// How long to wait for the daemon's answer.
-pub const TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Asks the daemon on `socket` and judges.
-#[must_use]
-pub fn ask(socket: &Path, timeout: Duration) -> Judgement {
-    judge(status::request(socket, timeout), socket)
 }
 
 /// Judges a status answer (or its failure).
@@ -403,6 +396,7 @@ pub fn judge(answer: Result<StatusReport, StatusError>, _socket: &Path) -> Judge
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     fn old(code: &str) -> Cause {
         Cause {
