@@ -391,13 +391,13 @@ _metalift() {
             return 0
             ;;
         metalift__subcmd__doctor)
-            opts="-h --socket --policy --audit-log --log --shim --root --allow-insecure-owner --json --strict --bake --help"
+            opts="-h --daemon-timeout --policy --audit-log --log --shim --root --allow-insecure-owner --json --strict --bake --socket --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
-                --socket)
+                --daemon-timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -421,6 +421,10 @@ _metalift() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --socket)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -429,7 +433,7 @@ _metalift() {
             return 0
             ;;
         metalift__subcmd__edit)
-            opts="-h --policy --dropin --socket --wait --allow-insecure-owner --json --help"
+            opts="-h --policy --dropin --socket --daemon-timeout --wait --allow-insecure-owner --json --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -447,6 +451,10 @@ _metalift() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --daemon-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --wait)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -459,7 +467,7 @@ _metalift() {
             return 0
             ;;
         metalift__subcmd__exec)
-            opts="-q -h --shim --socket --require-unlock --expect-family --quiet --audit-log --log --help"
+            opts="-q -h --shim --daemon-timeout --require-unlock --expect-family --quiet --audit-log --log --socket --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -469,7 +477,7 @@ _metalift() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
-                --socket)
+                --daemon-timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -485,6 +493,10 @@ _metalift() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --socket)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -493,7 +505,7 @@ _metalift() {
             return 0
             ;;
         metalift__subcmd__explain)
-            opts="-h --policy --path --pid --decision --live --socket --audit-log --log --host-chip-brand --uid --parent --team-id --signing-id --cdhash --anchor --json --allow-insecure-owner --help"
+            opts="-h --policy --path --pid --decision --live --socket --daemon-timeout --audit-log --log --host-chip-brand --uid --parent --team-id --signing-id --cdhash --anchor --json --allow-insecure-owner --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -516,6 +528,10 @@ _metalift() {
                     return 0
                     ;;
                 --socket)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --daemon-timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -801,13 +817,17 @@ _metalift() {
             return 0
             ;;
         metalift__subcmd__status)
-            opts="-h --socket --json --wait --help"
+            opts="-h --socket --daemon-timeout --json --wait --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --socket)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --daemon-timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -823,7 +843,7 @@ _metalift() {
             return 0
             ;;
         metalift__subcmd__validate)
-            opts="-h --main --strict --json --skip-host-checks --allow-insecure-owner --host-chip-brand --socket --help"
+            opts="-h --main --strict --json --skip-host-checks --allow-insecure-owner --host-chip-brand --daemon-timeout --socket --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -834,6 +854,10 @@ _metalift() {
                     return 0
                     ;;
                 --host-chip-brand)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --daemon-timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -849,7 +873,7 @@ _metalift() {
             return 0
             ;;
         metalift__subcmd__verify)
-            opts="-h --profile --policy --log --audit-log --socket --timeout-ms --kernel-timeout --timeout --json --workload --workload-runs --min-speedup --help"
+            opts="-h --profile --policy --log --audit-log --socket --daemon-timeout --timeout-ms --kernel-timeout --timeout --json --workload --workload-runs --min-speedup --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -872,6 +896,10 @@ _metalift() {
                     return 0
                     ;;
                 --socket)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --daemon-timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -41,7 +41,8 @@ complete -c metalift -n "__fish_metalift_needs_command" -f -a "__generate-docs" 
 complete -c metalift -n "__fish_metalift_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c metalift -n "__fish_metalift_using_subcommand validate" -l main -d 'Check PATH as a `policy.d/` drop-in of this installed main policy: with the main file and its other drop-ins, replacing one of the same file name' -r -F
 complete -c metalift -n "__fish_metalift_using_subcommand validate" -l host-chip-brand -d 'The host chip\'s brand: what `apple_family_max = "host"` resolves to, and the family no profile is applied above (default: this machine\'s `machdep.cpu.brand_string` on macOS; where the chip is unknown, `"host"` draws a note and a ceiling of 9 or more a warning)' -r
-complete -c metalift -n "__fish_metalift_using_subcommand validate" -l socket -d 'Ask the daemon on this socket for its policy size limit and host chip (used instead of the compiled defaults) and print its state as `status` judges it' -r -F
+complete -c metalift -n "__fish_metalift_using_subcommand validate" -l daemon-timeout -d 'How long to wait for the daemon\'s answer, in seconds [default: 5]' -r
+complete -c metalift -n "__fish_metalift_using_subcommand validate" -l socket -d 'Ask the daemon on this socket for its policy size limit and host chip (used instead of the compiled defaults) and print its state as `status` judges it [default: none is asked]' -r -F
 complete -c metalift -n "__fish_metalift_using_subcommand validate" -l strict -d 'Treat warnings about the policy\'s contents (lints included) as errors: exit 1. Owner and mode problems stay warnings'
 complete -c metalift -n "__fish_metalift_using_subcommand validate" -l json -d 'Print one JSON document instead of text'
 complete -c metalift -n "__fish_metalift_using_subcommand validate" -l skip-host-checks -d 'Skip every check against this machine (rule paths that are symlinks or missing, uid vs user, and its chip: `"host"` and the ceiling no profile is applied above; a chip named with --host-chip-brand is still judged): for checking a policy somewhere other than where it will run'
@@ -51,7 +52,8 @@ complete -c metalift -n "__fish_metalift_using_subcommand explain" -l policy -d 
 complete -c metalift -n "__fish_metalift_using_subcommand explain" -l path -d 'Explain for this executable' -r -F
 complete -c metalift -n "__fish_metalift_using_subcommand explain" -l pid -d 'Explain for this running process (Linux: read from /proc)' -r
 complete -c metalift -n "__fish_metalift_using_subcommand explain" -l decision -d 'Re-explain this past decision (its id from the audit log) with the policy that was live then' -r
-complete -c metalift -n "__fish_metalift_using_subcommand explain" -l socket -d 'The daemon\'s socket, for --live [default: as `metalift status`]' -r -F
+complete -c metalift -n "__fish_metalift_using_subcommand explain" -l socket -d 'The daemon\'s socket [default: the system daemon\'s socket when it exists (/run/metalift/metalift.sock; /var/run/metalift/metalift.sock on macOS), else the user\'s ($XDG_RUNTIME_DIR/metalift.sock; on macOS metalift.sock in the user\'s own DARWIN_USER_TEMP_DIR)]' -r -F
+complete -c metalift -n "__fish_metalift_using_subcommand explain" -l daemon-timeout -d 'How long to wait for the daemon\'s answer, in seconds [default: 5]' -r
 complete -c metalift -n "__fish_metalift_using_subcommand explain" -l log -l audit-log -d 'The audit log (its rotated files are read too); the policy archive is the `policies/` directory beside it. For --live and --decision' -r -F
 complete -c metalift -n "__fish_metalift_using_subcommand explain" -l host-chip-brand -d 'What if the host chip were this brand (for `apple_family_max = "host"`, and the family no profile is applied above) [default: this machine\'s `machdep.cpu.brand_string` on macOS]' -r
 complete -c metalift -n "__fish_metalift_using_subcommand explain" -l uid -d 'The uid to decide for (default: the process\'s, or yours with --path)' -r
@@ -65,6 +67,7 @@ complete -c metalift -n "__fish_metalift_using_subcommand explain" -l json -d 'P
 complete -c metalift -n "__fish_metalift_using_subcommand explain" -l allow-insecure-owner -d 'Accept policy files not owned by root or writable by group/other (development only)'
 complete -c metalift -n "__fish_metalift_using_subcommand explain" -s h -l help -d 'Print help'
 complete -c metalift -n "__fish_metalift_using_subcommand status" -l socket -d 'The daemon\'s socket [default: the system daemon\'s socket when it exists (/run/metalift/metalift.sock; /var/run/metalift/metalift.sock on macOS), else the user\'s ($XDG_RUNTIME_DIR/metalift.sock; on macOS metalift.sock in the user\'s own DARWIN_USER_TEMP_DIR)]' -r -F
+complete -c metalift -n "__fish_metalift_using_subcommand status" -l daemon-timeout -d 'How long to wait for the daemon\'s answer, in seconds [default: 5]' -r
 complete -c metalift -n "__fish_metalift_using_subcommand status" -l wait -d 'Wait up to SECS for a daemon to answer on the socket before judging (for a script that has just started one: a socket not there yet, or one left by an earlier daemon, is asked again); the exit status is then the state\'s' -r
 complete -c metalift -n "__fish_metalift_using_subcommand status" -l json -d 'Print one JSON object (also when the daemon is down) instead of text'
 complete -c metalift -n "__fish_metalift_using_subcommand status" -s h -l help -d 'Print help'
@@ -125,9 +128,10 @@ complete -c metalift -n "__fish_metalift_using_subcommand audit; and __fish_seen
 complete -c metalift -n "__fish_metalift_using_subcommand audit; and __fish_seen_subcommand_from help" -f -a "export" -d 'Write a self-contained bundle (this boot\'s records, the daemon\'s status, the live policy, SHA256SUMS) into a directory, e.g. a CI artifact'
 complete -c metalift -n "__fish_metalift_using_subcommand audit; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c metalift -n "__fish_metalift_using_subcommand exec" -l shim -d 'The shim to inject. Default: $METALIFT_SHIM, then ../lib/ and the directory of this executable, then /usr/local/metalift/lib' -r -F
-complete -c metalift -n "__fish_metalift_using_subcommand exec" -l socket -d 'The daemon\'s socket (passed to the shim as METALIFT_SOCKET). Default: $METALIFT_SOCKET, else the system daemon\'s socket when it exists, else the user\'s' -r -F
+complete -c metalift -n "__fish_metalift_using_subcommand exec" -l daemon-timeout -d 'How long to wait for the daemon\'s answer, in seconds [default: 5]' -r
 complete -c metalift -n "__fish_metalift_using_subcommand exec" -l expect-family -d 'With --require-unlock (implied): the unlocked process must also answer AppleN or above (`N`, what llama.cpp\'s fast paths need: 7 holds on every host chip), or exactly AppleN (`=N`)' -r
 complete -c metalift -n "__fish_metalift_using_subcommand exec" -l log -l audit-log -d 'The audit log --require-unlock reads the command\'s decision from' -r -F
+complete -c metalift -n "__fish_metalift_using_subcommand exec" -l socket -d 'The daemon\'s socket, passed to the shim as METALIFT_SOCKET [default: as `metalift status`]' -r -F
 complete -c metalift -n "__fish_metalift_using_subcommand exec" -l require-unlock -d 'Run the command as a child and exit 4 unless the daemon\'s audit log shows that it, or a process it started (a wrapper script\'s child), got an `unlock` verdict and the shim\'s outcome `applied` (for CI). A command that fails keeps its own exit status'
 complete -c metalift -n "__fish_metalift_using_subcommand exec" -s q -l quiet -d 'Say nothing on stderr unless it explains a non-zero exit status (for scripts)'
 complete -c metalift -n "__fish_metalift_using_subcommand exec" -s h -l help -d 'Print help'
@@ -137,16 +141,18 @@ complete -c metalift -n "__fish_metalift_using_subcommand demo" -l json -d 'Prin
 complete -c metalift -n "__fish_metalift_using_subcommand demo" -s h -l help -d 'Print help'
 complete -c metalift -n "__fish_metalift_using_subcommand edit" -l policy -d 'The main policy file; its policy.d/ drop-ins are validated with it' -r -F
 complete -c metalift -n "__fish_metalift_using_subcommand edit" -l dropin -d 'Edit the drop-in policy.d/NAME (NAME.toml) instead of the main file' -r
-complete -c metalift -n "__fish_metalift_using_subcommand edit" -l socket -d 'The daemon to wait for [default: as `metalift status`]' -r -F
+complete -c metalift -n "__fish_metalift_using_subcommand edit" -l socket -d 'The daemon\'s socket [default: the system daemon\'s socket when it exists (/run/metalift/metalift.sock; /var/run/metalift/metalift.sock on macOS), else the user\'s ($XDG_RUNTIME_DIR/metalift.sock; on macOS metalift.sock in the user\'s own DARWIN_USER_TEMP_DIR)]' -r -F
+complete -c metalift -n "__fish_metalift_using_subcommand edit" -l daemon-timeout -d 'How long to wait for the daemon\'s answer, in seconds [default: 5]' -r
 complete -c metalift -n "__fish_metalift_using_subcommand edit" -l wait -d 'How long to wait for the daemon to make the new policy live' -r
 complete -c metalift -n "__fish_metalift_using_subcommand edit" -l allow-insecure-owner -d 'Accept and install files not owned by root (development only, as metaliftd\'s flag)'
 complete -c metalift -n "__fish_metalift_using_subcommand edit" -l json -d 'Print the result as one JSON object'
 complete -c metalift -n "__fish_metalift_using_subcommand edit" -s h -l help -d 'Print help'
-complete -c metalift -n "__fish_metalift_using_subcommand doctor" -l socket -d 'The daemon\'s socket [default: as `metalift status`; under --root, the system socket there]' -r -F
+complete -c metalift -n "__fish_metalift_using_subcommand doctor" -l daemon-timeout -d 'How long to wait for the daemon\'s answer, in seconds [default: 5]' -r
 complete -c metalift -n "__fish_metalift_using_subcommand doctor" -l policy -d 'The main policy file [default: /etc/metalift/policy.toml under --root]' -r -F
 complete -c metalift -n "__fish_metalift_using_subcommand doctor" -l log -l audit-log -d 'The audit log [default: /var/log/metalift/audit.jsonl under --root]' -r -F
 complete -c metalift -n "__fish_metalift_using_subcommand doctor" -l shim -d 'The shim [default: $METALIFT_SHIM, as `metalift exec` finds it; else /usr/local/metalift/lib/libmetalift.dylib (.so) under --root]' -r -F
 complete -c metalift -n "__fish_metalift_using_subcommand doctor" -l root -d 'Look at an installation under DIR instead of / (tests, mounted images)' -r -F
+complete -c metalift -n "__fish_metalift_using_subcommand doctor" -l socket -d 'The daemon\'s socket [default: as `metalift status`; under --root, the system socket there]' -r -F
 complete -c metalift -n "__fish_metalift_using_subcommand doctor" -l allow-insecure-owner -d 'Accept a policy not owned by root (development, as metaliftd\'s flag)'
 complete -c metalift -n "__fish_metalift_using_subcommand doctor" -l json -d 'Print one JSON object'
 complete -c metalift -n "__fish_metalift_using_subcommand doctor" -l strict -d 'Warnings fail too (exit 1 when some check warns and none fails)'
@@ -155,7 +161,8 @@ complete -c metalift -n "__fish_metalift_using_subcommand doctor" -s h -l help -
 complete -c metalift -n "__fish_metalift_using_subcommand verify" -l profile -d 'The profile to verify (`[profile.NAME]` in the policy)' -r
 complete -c metalift -n "__fish_metalift_using_subcommand verify" -l policy -d 'The policy file the profile is read from; the verification file (`verifications.jsonl`) is written beside it' -r -F
 complete -c metalift -n "__fish_metalift_using_subcommand verify" -l audit-log -l log -d 'The audit log the `verification` record is appended to' -r -F
-complete -c metalift -n "__fish_metalift_using_subcommand verify" -l socket -d 'The running daemon\'s socket: the host chip and macOS build are recorded as it reads them [default: as `metalift status`]' -r -F
+complete -c metalift -n "__fish_metalift_using_subcommand verify" -l socket -d 'The daemon\'s socket [default: the system daemon\'s socket when it exists (/run/metalift/metalift.sock; /var/run/metalift/metalift.sock on macOS), else the user\'s ($XDG_RUNTIME_DIR/metalift.sock; on macOS metalift.sock in the user\'s own DARWIN_USER_TEMP_DIR)]' -r -F
+complete -c metalift -n "__fish_metalift_using_subcommand verify" -l daemon-timeout -d 'How long to wait for the daemon\'s answer, in seconds [default: 5]' -r
 complete -c metalift -n "__fish_metalift_using_subcommand verify" -l timeout-ms -d 'The shim\'s verdict deadline for the probe (METALIFT_TIMEOUT_MS)' -r
 complete -c metalift -n "__fish_metalift_using_subcommand verify" -l kernel-timeout -d 'Each kernel\'s deadline: its probe child is killed then and the kernel is `hung` (the verification fails)' -r
 complete -c metalift -n "__fish_metalift_using_subcommand verify" -l timeout -d 'The whole verification\'s bound: kernels not started by then are `not_run` (the verification fails). Nothing is written until it ends' -r

@@ -31,6 +31,9 @@ use metalift_daemon::service::config::DEFAULT_POLICY;
 
 /// Arguments of `metalift doctor`.
 #[derive(Debug, clap::Args)]
+#[command(mut_arg("socket", |a| a.help(
+    "The daemon's socket [default: as `metalift status`; under --root, the system socket there]"
+)))]
 #[command(after_help = "\
 Exit status:
   0  no check fails: it can unlock (warnings are advice and exit 0)
@@ -44,9 +47,9 @@ Exit status:
 (a fix after \" -- fix: \"), and exits 0 only when no line says FAIL; with --strict
 a warning is printed and counted as FAIL.")]
 pub struct Args {
-    /// The daemon's socket [default: as `metalift status`; under --root, the system socket there].
-    #[arg(long, value_name = "PATH", env = "METALIFT_SOCKET")]
-    pub socket: Option<PathBuf>,
+    // Where the daemon is (under --root, the socket defaults to the system socket there).
+    #[command(flatten)]
+    pub daemon: crate::daemon_args::DaemonArgs,
     /// The main policy file [default: /etc/metalift/policy.toml under --root].
     #[arg(long, value_name = "PATH", env = "METALIFT_POLICY")]
     pub policy: Option<PathBuf>,
@@ -83,13 +86,14 @@ pub struct Args {
 fn install(args: &Args) -> Install {
     let root = args.root.clone();
     let at_root = |p: &str| Install::under(&root, p);
-    let (socket, socket_given) = match &args.socket {
-        Some(s) => (s.clone(), true),
+    let (socket, socket_given) = match args.daemon.given() {
+        Some(s) => (s.to_owned(), true),
         None if root != std::path::Path::new("/") => {
             (at_root(metalift_policy::socket_path::SYSTEM_SOCKET), false)
         }
         None => (
-            metalift_daemon::service::config::default_client_socket()
+            args.daemon
+                .socket()
                 .unwrap_or_else(|_| PathBuf::from(metalift_policy::socket_path::SYSTEM_SOCKET)),
             false,
         ),
@@ -128,7 +132,7 @@ pub fn checks(args: &Args) -> Vec<Check> {
 #[must_use]
 pub fn checks_judged(args: &Args) -> (Vec<Check>, Judgement) {
     let install = install(args);
-    let (daemon, judged) = daemon::reachable(&install.socket);
+    let (daemon, judged) = daemon::reachable(&args.daemon, &install.socket);
     let report = judged.report.clone();
     // The limit and the host chip as the daemon has them (its status), not as
     // this CLI was compiled.

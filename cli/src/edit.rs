@@ -36,7 +36,7 @@ use serde_json::json;
 use self::live::Live;
 use self::lock::EditLock;
 use self::seen::{Change, Seen};
-use crate::judgement::{self, Judgement, Limits};
+use crate::judgement::{Judgement, Limits};
 use metalift_daemon::service::config::DEFAULT_POLICY;
 
 /// Exit status: installed (or nothing to install).
@@ -75,9 +75,9 @@ pub struct Args {
     /// Edit the drop-in policy.d/NAME (NAME.toml) instead of the main file.
     #[arg(long, value_name = "NAME")]
     pub dropin: Option<String>,
-    /// The daemon to wait for [default: as `metalift status`].
-    #[arg(long, value_name = "PATH", env = "METALIFT_SOCKET")]
-    pub socket: Option<PathBuf>,
+    // The daemon to wait for.
+    #[command(flatten)]
+    pub daemon: crate::daemon_args::DaemonArgs,
     /// How long to wait for the daemon to make the new policy live.
     #[arg(long, value_name = "SECONDS", default_value_t = 5)]
     pub wait: u64,
@@ -157,16 +157,9 @@ fn target_path(args: &Args) -> anyhow::Result<PathBuf> {
         .join(name))
 }
 
-/// The daemon's socket: `--socket`, else the one `metalift status` asks.
-fn socket(args: &Args) -> Option<PathBuf> {
-    args.socket
-        .clone()
-        .or_else(|| metalift_daemon::service::config::default_client_socket().ok())
-}
-
 /// The daemon's judgement now, when a socket is known.
 fn judged(args: &Args) -> Option<Judgement> {
-    socket(args).map(|s| judgement::ask(&s, judgement::TIMEOUT))
+    args.daemon.known_socket().map(|s| args.daemon.ask(&s))
 }
 
 /// Runs `metalift edit`.
@@ -269,7 +262,7 @@ fn install_valid(
             for warning in crate::host_severity::judged(loaded.warnings.clone()) {
                 eprintln!("{}\n", warning.render(&loaded.sources));
             }
-            let before = live::snapshot(args.socket.as_deref());
+            let before = live::snapshot(&args.daemon);
             let change = install::install(
                 target,
                 edited,

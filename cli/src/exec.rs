@@ -62,6 +62,9 @@ pub const UNLOCKS_NOTHING: u8 = crate::judgement::EXIT_UNLOCKS_NOTHING;
 
 /// Arguments of `metalift exec`.
 #[derive(Debug, clap::Args)]
+#[command(mut_arg("socket", |a| a.help(
+    "The daemon's socket, passed to the shim as METALIFT_SOCKET [default: as `metalift status`]"
+)))]
 #[command(
     trailing_var_arg = true,
     after_help = "\
@@ -84,10 +87,9 @@ pub struct Args {
     /// directory of this executable, then /usr/local/metalift/lib.
     #[arg(long, value_name = "PATH")]
     pub shim: Option<PathBuf>,
-    /// The daemon's socket (passed to the shim as METALIFT_SOCKET). Default:
-    /// $METALIFT_SOCKET, else the system daemon's socket when it exists, else the user's.
-    #[arg(long, value_name = "PATH")]
-    pub socket: Option<PathBuf>,
+    // The daemon (its socket is passed to the shim as METALIFT_SOCKET).
+    #[command(flatten)]
+    pub daemon: crate::daemon_args::DaemonArgs,
     /// Run the command as a child and exit 4 unless the daemon's audit log shows
     /// that it, or a process it started (a wrapper script's child), got an `unlock`
     /// verdict and the shim's outcome `applied` (for CI). A command that fails
@@ -125,14 +127,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             eprintln!("metalift: warning: {warning}");
         }
     }
-    let socket = match &args.socket {
-        Some(s) => Some(s.clone()),
-        None => match env::var_os("METALIFT_SOCKET").filter(|v| !v.is_empty()) {
-            Some(s) => Some(PathBuf::from(s)),
-            None => metalift_daemon::service::config::default_client_socket().ok(),
-        },
-    };
-    if let Some(problem) = daemon_problem(socket.as_deref()).filter(|_| !args.quiet) {
+    let socket = args.daemon.known_socket();
+    if let Some(problem) = daemon_problem(&args.daemon, socket.as_deref()).filter(|_| !args.quiet) {
         eprintln!(
             "metalift: warning: {problem}: {} will run stock unless that clears before it checks in",
             program.display()
@@ -142,13 +138,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let value = append_library(env::var_os(INSERT_VAR).as_deref(), &shim);
     let mut command = Command::new(&program);
     command.arg0(name).args(rest).env(INSERT_VAR, value);
-    if let Some(socket) = &args.socket {
+    if let Some(socket) = args.daemon.given() {
         command.env("METALIFT_SOCKET", socket);
     }
     if args.require_unlock || args.expect_family.is_some() {
         let requirement = require_unlock::Requirement {
             log: args.log.clone(),
             socket,
+            daemon: args.daemon.clone(),
             expect: args.expect_family,
             quiet: args.quiet,
         };
@@ -161,11 +158,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 /// Why the shim will get no unlock, if it will not, as every tool judges it: no
 /// socket known, or the daemon's judgement is that it unlocks nothing (no daemon
 /// answers, no policy live, an audit log that cannot hold decisions).
-fn daemon_problem(socket: Option<&Path>) -> Option<String> {
+fn daemon_problem(
+    daemon: &crate::daemon_args::DaemonArgs,
+    socket: Option<&Path>,
+) -> Option<String> {
     let Some(socket) = socket else {
         return Some("no daemon socket is known (set METALIFT_SOCKET or pass --socket)".into());
     };
-    let judged = daemon_health::judged(socket);
+    let judged = daemon.ask(socket);
     if judged.level < crate::judgement::Level::UnlocksNothing {
         return None;
     }

@@ -66,9 +66,9 @@ pub struct Args {
     // would make every --live a usage error.
     #[arg(long)]
     pub live: bool,
-    /// The daemon's socket, for --live [default: as `metalift status`].
-    #[arg(long, value_name = "PATH", env = "METALIFT_SOCKET")]
-    pub socket: Option<PathBuf>,
+    // The daemon, for --live.
+    #[command(flatten)]
+    pub daemon: crate::daemon_args::DaemonArgs,
     /// The audit log (its rotated files are read too); the policy archive is the
     /// `policies/` directory beside it. For --live and --decision.
     #[arg(long, visible_alias = "audit-log", value_name = "PATH", default_value = metalift_daemon::audit::DEFAULT_LOG_PATH, env = "METALIFT_AUDIT_LOG")]

@@ -15,10 +15,11 @@
 //! | `unlocks_nothing`| 5    | every check-in is stock: no daemon answers, no policy has been live, or the audit log cannot take records |
 
 use std::path::Path;
-use std::time::Duration;
 
-use metalift_daemon::service::health::{code, Cause, State};
-use metalift_daemon::service::status::{self, StatusError, StatusReport};
+use metalift_daemon::service::health::{code, Cause, Effect, State};
+use metalift_daemon::service::status::{StatusError, StatusReport};
+
+use crate::daemon_args::DaemonArgs;
 use metalift_policy::{
     policy_files, read_policy_within, sources_sha256, LoadError, DEFAULT_MAX_POLICY_BYTES,
 };
@@ -88,19 +89,28 @@ pub const DAEMON_UNREACHABLE: &str = "daemon_unreachable";
 /// The file on disk is not the live policy (not loaded yet, or too large for the daemon).
 pub const DISK_NOT_LIVE: &str = "disk_not_live";
 
-/// The level a daemon health cause puts it at.
-#[must_use]
-pub fn level_of(cause_code: &str) -> Level {
-    match cause_code {
-        code::AUDIT_WRITE_FAILED
-        | code::AUDIT_DISK_FULL
-        | code::AUDIT_UNWRITABLE
-        | code::NOTHING_LIVE => Level::UnlocksNothing,
-        code::POLICY_REJECTED => Level::DiskNotLive,
-        // policy_missing, verification_refused, unverified, health_unknown, and
-        // any cause a newer daemon adds: never read as milder than degraded.
-        _ => Level::Degraded,
+impl From<Effect> for Level {
+    fn from(effect: Effect) -> Level {
+        match effect {
+            Effect::DiskNotLive => Level::DiskNotLive,
+            Effect::Degraded => Level::Degraded,
+            Effect::UnlocksNothing => Level::UnlocksNothing,
+        }
     }
+}
+
+/// The level a daemon health cause puts it at: the effect the daemon sent with
+/// it, rendered, never re-derived from the code here. A daemon older than the
+/// `effect` field sends none: then the daemon crate's own table ([`Effect::of`],
+/// the one the daemon uses, compiled into this CLI) classifies the code, so an
+/// older daemon's cause reads as this version's daemon would send it, and a code
+/// this version does not know reads as degraded (never milder).
+#[must_use]
+pub fn level_of(cause: &Cause) -> Level {
+    cause
+        .effect
+        .unwrap_or_else(|| Effect::of(&cause.code))
+        .into()
 }
 
 /// The file on disk, as this process can see it: hashed, never parsed.
@@ -251,6 +261,7 @@ impl Limits {
 /// daemon answering (or an older one), this process's reading, and a note saying so.
 #[must_use]
 pub fn daemon_host_build(
+    daemon: &DaemonArgs,
     socket: Option<&Path>,
 ) -> (
     metalift_daemon::live_policy::verification::HostBuild,
@@ -267,7 +278,7 @@ pub fn daemon_host_build(
             Some("no daemon socket known: recorded this process's host chip and build".into()),
         );
     };
-    match status::request(socket, TIMEOUT) {
+    match daemon.status(socket) {
         Ok(report) if report.host_chip_brand.is_some() || report.host_os_build.is_some() => (
             HostBuild {
                 chip: report.host_chip_brand,
@@ -295,19 +306,10 @@ pub fn daemon_host_build(
 /// Says the judgement of the daemon on `socket` on stderr, as `metalift: <tool>:
 /// metaliftd: <level>: <cause>` (for a tool whose stdout is its own result, e.g.
 /// `verify`); nothing when no socket is known.
-pub fn say_on_stderr(tool: &str, socket: Option<&Path>) {
+pub fn say_on_stderr(tool: &str, daemon: &DaemonArgs, socket: Option<&Path>) {
     if let Some(socket) = socket {
-        eprintln!("metalift: {tool}: {}", ask(socket, TIMEOUT).line());
+        eprintln!("metalift: {tool}: {}", daemon.ask(socket).line());
     }
-}
-
-/// How long to wait for the daemon's answer.
-pub const TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Asks the daemon on `socket` and judges.
-#[must_use]
-pub fn ask(socket: &Path, timeout: Duration) -> Judgement {
-    judge(status::request(socket, timeout), socket)
 }
 
 /// Judges a status answer (or its failure).
@@ -337,7 +339,7 @@ pub fn judge(answer: Result<StatusReport, StatusError>, _socket: &Path) -> Judge
         .map(|c: &Cause| Finding {
             code: c.code.clone(),
             message: c.message.clone(),
-            level: level_of(&c.code),
+            level: level_of(c),
         })
         .collect();
     if report.health.state == State::Unknown && findings.is_empty() {
@@ -394,14 +396,39 @@ pub fn judge(answer: Result<StatusReport, StatusError>, _socket: &Path) -> Judge
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
+
+    fn old(code: &str) -> Cause {
+        Cause {
+            effect: None,
+            ..Cause::new(code, "m".into())
+        }
+    }
 
     #[test]
     fn unlocking_nothing_is_never_milder_than_degraded() {
         assert!(Level::UnlocksNothing.exit_code() > Level::Degraded.exit_code());
         assert!(Level::Degraded.exit_code() > Level::DiskNotLive.exit_code());
-        assert!(level_of(code::NOTHING_LIVE) > level_of(code::POLICY_MISSING));
-        assert!(level_of(code::AUDIT_WRITE_FAILED) > level_of(code::UNVERIFIED));
-        assert_eq!(level_of("a_cause_from_a_newer_daemon"), Level::Degraded);
+        assert!(level_of(&old(code::NOTHING_LIVE)) > level_of(&old(code::POLICY_MISSING)));
+        assert!(level_of(&old(code::AUDIT_WRITE_FAILED)) > level_of(&old(code::UNVERIFIED)));
+        assert_eq!(
+            level_of(&old("a_cause_from_a_newer_daemon")),
+            Level::Degraded
+        );
+    }
+
+    #[test]
+    fn the_effect_the_daemon_sent_is_rendered_not_re_derived() {
+        let sent = Cause {
+            effect: Some(Effect::UnlocksNothing),
+            ..old("a_cause_from_a_newer_daemon")
+        };
+        assert_eq!(level_of(&sent), Level::UnlocksNothing);
+        let sent = Cause {
+            effect: Some(Effect::DiskNotLive),
+            ..old(code::AUDIT_WRITE_FAILED)
+        };
+        assert_eq!(level_of(&sent), Level::DiskNotLive);
     }
 
     #[test]

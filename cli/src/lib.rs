@@ -26,6 +26,7 @@
 
 pub mod audit;
 pub mod completions;
+pub mod daemon_args;
 pub mod demo;
 pub mod docs;
 pub mod doctor;

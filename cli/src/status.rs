@@ -1,12 +1,13 @@
 //! `metalift status`: what the running daemon serves, whether the file on disk is
 //! what it serves, and every problem, cause first.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::daemon_args::DaemonArgs;
 use crate::doctor::marker;
 #[cfg(test)]
 use crate::judgement::read_disk;
@@ -16,9 +17,6 @@ use metalift_policy::DEFAULT_MAX_POLICY_BYTES;
 
 use metalift_daemon::service::health::code;
 use metalift_daemon::service::status::StatusReport;
-
-/// How long to wait for the daemon's answer.
-const TIMEOUT: Duration = judgement::TIMEOUT;
 
 /// The daemon answers and serves the file on disk.
 pub const EXIT_HEALTHY: u8 = judgement::EXIT_HEALTHY;
@@ -56,12 +54,9 @@ pub const EXIT_UNREACHABLE: u8 = EXIT_UNLOCKS_NOTHING;
     \"disk_sha256\", and, when the daemon answered, its report's fields (among\n\
     them \"health\": {\"state\": \"ok\"|\"degraded\", \"causes\": [{\"code\", \"message\"}]}).")]
 pub struct Args {
-    /// The daemon's socket [default: the system daemon's socket when it exists
-    /// (/run/metalift/metalift.sock; /var/run/metalift/metalift.sock on macOS),
-    /// else the user's ($XDG_RUNTIME_DIR/metalift.sock; on macOS metalift.sock in
-    /// the user's own DARWIN_USER_TEMP_DIR)].
-    #[arg(long, value_name = "PATH", env = "METALIFT_SOCKET")]
-    pub socket: Option<PathBuf>,
+    // Where the daemon is.
+    #[command(flatten)]
+    pub daemon: DaemonArgs,
     /// Print one JSON object (also when the daemon is down) instead of text.
     #[arg(long)]
     pub json: bool,
@@ -101,11 +96,8 @@ pub struct StatusJson {
 
 /// Runs `metalift status` (exit codes: see [`Args`]'s help).
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let socket = match args.socket {
-        Some(s) => s,
-        None => metalift_daemon::service::config::default_client_socket()?,
-    };
-    let (code, out) = examine_waiting(&socket, Duration::from_secs(args.wait));
+    let socket = args.daemon.socket()?;
+    let (code, out) = examine_waiting(&args.daemon, &socket, Duration::from_secs(args.wait));
     if args.json {
         println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
@@ -174,10 +166,10 @@ const WAIT_POLL: Duration = Duration::from_millis(100);
 /// [`examine`], asked again every [`WAIT_POLL`] while no daemon answers, until one
 /// does or `wait` has passed (`wait` zero: asked once).
 #[must_use]
-pub fn examine_waiting(socket: &Path, wait: Duration) -> (u8, StatusJson) {
+pub fn examine_waiting(daemon: &DaemonArgs, socket: &Path, wait: Duration) -> (u8, StatusJson) {
     let deadline = std::time::Instant::now() + wait;
     loop {
-        let (code, out) = examine(socket);
+        let (code, out) = examine_with(daemon, socket);
         if out.daemon.is_some() || std::time::Instant::now() >= deadline {
             return (code, out);
         }
@@ -188,7 +180,13 @@ pub fn examine_waiting(socket: &Path, wait: Duration) -> (u8, StatusJson) {
 /// Asks the daemon, compares with the disk, and returns the exit code and the report.
 #[must_use]
 pub fn examine(socket: &Path) -> (u8, StatusJson) {
-    let judged = judgement::ask(socket, TIMEOUT);
+    examine_with(&DaemonArgs::default(), socket)
+}
+
+/// [`examine`], asking as `daemon` says (its timeout).
+#[must_use]
+pub fn examine_with(daemon: &DaemonArgs, socket: &Path) -> (u8, StatusJson) {
+    let judged = daemon.ask(socket);
     let code = judged.exit_code();
     let cause = judged.cause().cloned();
     let (Some(report), Some(disk)) = (judged.report, judged.disk) else {

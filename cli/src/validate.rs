@@ -26,13 +26,18 @@ use metalift_policy::{
     Diagnostic, HostFamily, LoadError, PermissionProblem, Severity, Source,
 };
 
-use crate::judgement::{self, Judgement, Limits};
+use crate::judgement::{Judgement, Limits};
 use serde_json::{json, Value};
 
 use metalift_daemon::service::config::DEFAULT_POLICY;
 
 /// Arguments of `metalift validate`.
 #[derive(Debug, clap::Args)]
+#[command(mut_arg("socket", |a| a.help(
+    "Ask the daemon on this socket for its policy size limit and host chip (used \
+     instead of the compiled defaults) and print its state as `status` judges it \
+     [default: none is asked]"
+)))]
 pub struct Args {
     /// The policy file to check: the main policy (`policy.d/*.toml` beside it is read
     /// too), or with `--main` a drop-in candidate.
@@ -64,10 +69,11 @@ pub struct Args {
     /// note and a ceiling of 9 or more a warning).
     #[arg(long, value_name = "BRAND")]
     pub host_chip_brand: Option<String>,
-    /// Ask the daemon on this socket for its policy size limit and host chip (used
-    /// instead of the compiled defaults) and print its state as `status` judges it.
-    #[arg(long, value_name = "PATH", env = "METALIFT_SOCKET")]
-    pub socket: Option<PathBuf>,
+    // Only a daemon given (--socket or METALIFT_SOCKET) is asked: for its policy
+    // size limit and host chip (used instead of the compiled defaults), and its
+    // state is printed as `status` judges it.
+    #[command(flatten)]
+    pub daemon: crate::daemon_args::DaemonArgs,
 }
 
 /// Exit code for a valid policy.
@@ -102,10 +108,7 @@ struct Facts {
 
 /// Runs `metalift validate`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let judged = args
-        .socket
-        .as_deref()
-        .map(|socket| judgement::ask(socket, judgement::TIMEOUT));
+    let judged = args.daemon.given().map(|socket| args.daemon.ask(socket));
     let limits = Limits::of(judged.as_ref());
     let daemon_json = judged.as_ref().map(Judgement::to_json);
     if let (Some(judged), false) = (&judged, args.json) {

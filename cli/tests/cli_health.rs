@@ -59,8 +59,13 @@ fn status(dir: &DaemonDir, json: bool) -> Output {
 
 /// `metalift doctor --json` on this directory's daemon, policy and log: the checks by name.
 fn doctor(dir: &DaemonDir) -> Vec<Value> {
+    doctor_with(dir, &[])
+}
+
+/// `doctor --json` of `dir`'s daemon with `more` arguments.
+fn doctor_with(dir: &DaemonDir, more: &[&str]) -> Vec<Value> {
     let (socket, policy, log) = (dir.socket(), dir.policy(), dir.audit_log());
-    let out = metalift(&[
+    let mut args = vec![
         "doctor",
         "--json",
         "--allow-insecure-owner",
@@ -70,7 +75,9 @@ fn doctor(dir: &DaemonDir) -> Vec<Value> {
         s(&policy),
         "--log",
         s(&log),
-    ]);
+    ];
+    args.extend_from_slice(more);
+    let out = metalift(&args);
     json(&out)["checks"].as_array().expect("checks").to_vec()
 }
 
@@ -339,7 +346,8 @@ fn given_a_daemon_that_accepts_but_never_answers_then_status_and_doctor_say_no_a
         "{stderr}"
     );
     assert!(!stderr.contains("os error 11"), "{stderr}");
-    let checks = doctor(&dir);
+    // Every command waits the one --daemon-timeout (default 5 s, as status above).
+    let checks = doctor_with(&dir, &["--daemon-timeout", "2"]);
     let daemon = check(&checks, "daemon");
     assert_eq!(daemon["status"], "fail");
     assert!(

@@ -234,3 +234,43 @@ fn given_an_os_error_then_metaliftd_and_metalift_say_it_once() {
     assert_eq!(edit.status.code(), Some(2), "{said}");
     assert_eq!(said.matches("os error 20").count(), 1, "{said}");
 }
+
+#[test]
+fn given_a_hung_daemon_then_status_validate_and_exec_wait_only_the_one_daemon_timeout() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = dir.path().join("hung.sock");
+    // Bound and never accepted: a connect succeeds (the backlog), no answer comes.
+    let _listener = std::os::unix::net::UnixListener::bind(&socket).expect("bind");
+    let policy = dir.path().join("policy.toml");
+    std::fs::write(&policy, "version = 1\n").expect("policy");
+    let true_bin = if Path::new("/bin/true").exists() {
+        "/bin/true"
+    } else {
+        "/usr/bin/true"
+    };
+    for args in [
+        vec!["status", "--daemon-timeout", "0.3"],
+        vec!["validate", s(&policy), "--daemon-timeout", "0.3"],
+        vec!["exec", "--daemon-timeout", "0.3", "--", true_bin],
+    ] {
+        let start = std::time::Instant::now();
+        let out = metalift_with(&args, &[("METALIFT_SOCKET", &socket)]);
+        let took = start.elapsed();
+        // The default is 5 s: a command asking with its own timeout takes that long.
+        assert!(
+            took < std::time::Duration::from_secs(3),
+            "{args:?} took {took:?}"
+        );
+        let said = format!("{}{}", text(&out.stdout), text(&out.stderr));
+        assert!(said.contains(s(&socket)), "{args:?}: {said}");
+        assert!(
+            said.contains("unlocks_nothing") || said.contains("unreachable"),
+            "{args:?}: {said}"
+        );
+    }
+    let out = metalift_with(
+        &["status", "--daemon-timeout", "0.3"],
+        &[("METALIFT_SOCKET", &socket)],
+    );
+    assert_eq!(out.status.code(), Some(5), "{}", text(&out.stderr));
+}

@@ -275,11 +275,11 @@ fn fake_status_daemon(socket: &Path, status_json: String) {
     });
 }
 
-#[test]
-fn given_a_degraded_daemon_then_require_unlock_names_its_cause() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let socket = dir.path().join("metalift.sock");
-    // A real daemon's status, as a full-disk daemon reports it.
+/// `exec --require-unlock` of the probe against a stand-in daemon answering a
+/// real daemon's status with `cause` as its only health cause: its exit status
+/// and stderr, and the stand-in's socket.
+fn require_unlock_with_cause(dir: &Path, cause: serde_json::Value) -> (Output, String, PathBuf) {
+    let socket = dir.join("metalift.sock");
     let real = DaemonDir::new("exec-degraded");
     fs::write(real.policy(), "version = 1\n").expect("policy");
     let daemon = real.start(&[], &[]);
@@ -289,19 +289,50 @@ fn given_a_degraded_daemon_then_require_unlock_names_its_cause() {
     )
     .expect("status");
     let mut status: serde_json::Value = serde_json::from_str(&json).expect("status JSON");
-    status["health"] = serde_json::json!({
-        "state": "degraded",
-        "causes": [{
-            "code": metalift_daemon::service::health::code::AUDIT_WRITE_FAILED,
-            "message": "the last audit write failed (No space left on device (os error 28)); every decision is answered stock until a record can be written",
-        }],
-    });
+    status["health"] = serde_json::json!({"state": "degraded", "causes": [cause]});
     fake_status_daemon(&socket, status.to_string());
-    let log = dir.path().join("audit.jsonl");
+    let log = dir.join("audit.jsonl");
     fs::write(&log, "").expect("log");
     let probe = probe();
     let out = require_unlock(&socket, &log, &["--", probe.to_str().expect("utf-8")]);
     let err = stderr(&out);
+    (out, err, socket)
+}
+
+#[test]
+fn the_effect_the_daemon_sends_is_what_exec_says_not_one_derived_from_the_code() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // A cause code no metalift knows (from a newer daemon), sent with its effect:
+    // derived from the code it would read as degraded (exit 4).
+    let (out, err, _) = require_unlock_with_cause(
+        dir.path(),
+        serde_json::json!({
+            "code": "enclave_melted",
+            "message": "the enclave melted",
+            "effect": "unlocks_nothing",
+        }),
+    );
+    assert_eq!(out.status.code(), Some(5), "{err}");
+    assert!(
+        err.contains(
+            "the daemon cannot unlock (unlocks_nothing): enclave_melted: the enclave melted"
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn given_a_degraded_daemon_then_require_unlock_names_its_cause() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // A full-disk daemon's cause as a daemon older than `effect` sends it: the
+    // CLI classifies the code with the daemon crate's table.
+    let (out, err, socket) = require_unlock_with_cause(
+        dir.path(),
+        serde_json::json!({
+            "code": metalift_daemon::service::health::code::AUDIT_WRITE_FAILED,
+            "message": "the last audit write failed (No space left on device (os error 28)); every decision is answered stock until a record can be written",
+        }),
+    );
     // The ladder: a daemon that unlocks nothing exits 5, never milder than 4.
     assert_eq!(out.status.code(), Some(5), "{err}");
     assert!(

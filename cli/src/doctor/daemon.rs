@@ -2,16 +2,13 @@
 //! disk readable, secure and valid, and is it the one live.
 
 use std::path::Path;
-use std::time::Duration;
 
 use metalift_policy::{load_within, CompileOptions, HostFamily, LoadError, LoadOptions, Loaded};
 
 use super::check::{Check, Status};
+use crate::daemon_args::DaemonArgs;
 use crate::judgement::Judgement;
-use metalift_daemon::service::status::{self, StatusError, StatusReport};
-
-/// How long the daemon has to answer.
-const TIMEOUT: Duration = Duration::from_secs(2);
+use metalift_daemon::service::status::{StatusError, StatusReport};
 
 fn start_fix() -> &'static str {
     if cfg!(target_os = "macos") {
@@ -22,8 +19,8 @@ fn start_fix() -> &'static str {
 }
 
 /// Is a daemon answering on `socket`? With the judgement of its state every tool shares.
-pub fn reachable(socket: &Path) -> (Check, Judgement) {
-    let answer = status::request(socket, TIMEOUT);
+pub fn reachable(daemon: &DaemonArgs, socket: &Path) -> (Check, Judgement) {
+    let answer = daemon.status(socket);
     let check = match &answer {
         Ok(report) => Check::new(
             "daemon",

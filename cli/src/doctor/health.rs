@@ -112,10 +112,10 @@ mod tests {
 
     #[test]
     fn a_daemon_whose_audit_writes_fail_is_a_failure_naming_the_cause() {
-        let check = daemon_health(&judged(report(vec![Cause {
-            code: code::AUDIT_WRITE_FAILED.into(),
-            message: "the last audit write failed".into(),
-        }])));
+        let check = daemon_health(&judged(report(vec![Cause::new(
+            code::AUDIT_WRITE_FAILED,
+            "the last audit write failed".into(),
+        )])));
         assert_eq!(check.status, Status::Fail, "{check:?}");
         assert!(
             check

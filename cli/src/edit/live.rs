@@ -8,10 +8,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use metalift_daemon::service::status::{self, StatusError, StatusReport};
+use metalift_daemon::service::status::{StatusError, StatusReport};
 
-/// How long one status request may take.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+use crate::daemon_args::DaemonArgs;
 
 /// What the daemon did with the new policy.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,22 +41,19 @@ pub enum Live {
 pub struct Before {
     socket: Result<std::path::PathBuf, String>,
     report: Option<StatusReport>,
+    daemon: DaemonArgs,
 }
 
 /// Looks at the daemon before installing.
 #[must_use]
-pub fn snapshot(socket: Option<&Path>) -> Before {
-    let socket = match socket {
-        Some(s) => Ok(s.to_owned()),
-        None => {
-            metalift_daemon::service::config::default_client_socket().map_err(|e| e.to_string())
-        }
-    };
-    let report = socket
-        .as_ref()
-        .ok()
-        .and_then(|s| status::request(s, REQUEST_TIMEOUT).ok());
-    Before { socket, report }
+pub fn snapshot(daemon: &DaemonArgs) -> Before {
+    let socket = daemon.socket().map_err(|e| e.to_string());
+    let report = socket.as_ref().ok().and_then(|s| daemon.status(s).ok());
+    Before {
+        socket,
+        report,
+        daemon: daemon.clone(),
+    }
 }
 
 /// Waits up to `timeout` for `hash` to be live.
@@ -70,7 +66,7 @@ pub fn wait(before: Before, policy: &Path, hash: &str, timeout: Duration) -> Liv
     let old_error = before.report.and_then(|r| r.last_reload_error);
     let deadline = Instant::now() + timeout;
     loop {
-        let report = match status::request(&socket, REQUEST_TIMEOUT) {
+        let report = match before.daemon.status(&socket) {
             Ok(r) => r,
             Err(e @ StatusError::NoAnswer { .. }) => return Live::NoAnswer(e.to_string()),
             Err(e) => return Live::NoDaemon(e.to_string()),

@@ -3,19 +3,7 @@
 //! unverified profile) and to exit with the ladder's status, instead of leaving
 //! the admin to guess.
 
-use std::path::Path;
-use std::time::Duration;
-
-use crate::judgement::{self, Finding, Judgement, Level};
-
-/// How long to wait for the daemon's status: it answers from memory.
-const TIMEOUT: Duration = Duration::from_secs(2);
-
-/// The judgement of the daemon on `socket`.
-#[must_use]
-pub fn judged(socket: &Path) -> Judgement {
-    judgement::ask(socket, TIMEOUT)
-}
+use crate::judgement::{Finding, Level};
 
 /// One finding as `exec` says it: "cannot unlock" only for a cause that turns
 /// every unlock off; otherwise the level it puts the daemon at.
@@ -38,13 +26,13 @@ pub fn describe(finding: &Finding) -> String {
 mod tests {
     use super::describe;
     use crate::judgement::{level_of, Finding};
-    use metalift_daemon::service::health::code;
+    use metalift_daemon::service::health::{code, Cause};
 
     fn finding(code: &str, message: &str) -> Finding {
         Finding {
             code: code.into(),
             message: message.into(),
-            level: level_of(code),
+            level: level_of(&Cause::new(code, message.into())),
         }
     }
 

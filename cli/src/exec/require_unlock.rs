@@ -41,6 +41,8 @@ pub struct Requirement {
     pub log: PathBuf,
     /// The daemon's socket, asked for its health when the unlock did not happen.
     pub socket: Option<PathBuf>,
+    /// How to ask it.
+    pub daemon: crate::daemon_args::DaemonArgs,
     /// `--expect-family`: what the unlocked process must answer besides `applied`.
     pub expect: Option<FamilyExpectation>,
     /// `--quiet`: say only what explains a non-zero exit status.
@@ -71,7 +73,7 @@ pub fn run(mut command: Command, program: &Path, req: &Requirement) -> anyhow::R
                 // Unlocked, and the daemon's state as every tool judges it when it
                 // is not healthy (the last good policy unlocked, say): a note.
                 if let Some(socket) = &req.socket {
-                    for finding in &daemon_health::judged(socket).findings {
+                    for finding in &req.daemon.ask(socket).findings {
                         eprintln!("metalift: note: {}", daemon_health::describe(finding));
                     }
                 }
@@ -84,7 +86,7 @@ pub fn run(mut command: Command, program: &Path, req: &Requirement) -> anyhow::R
             // ladder's status when it is worse than "this one process got none".
             let mut code = NOT_UNLOCKED;
             if let Some(socket) = &req.socket {
-                let judged = daemon_health::judged(socket);
+                let judged = req.daemon.ask(socket);
                 for finding in &judged.findings {
                     eprintln!(
                         "metalift: --require-unlock: {}",

@@ -16,18 +16,15 @@ use crate::judgement::Judgement;
 
 /// The daemon's live policy: its hash from the daemon, its text from the archive.
 pub(super) fn live_policy(args: &Args) -> (Option<Judgement>, Result<Chosen, ExitCode>) {
-    let socket = match &args.socket {
-        Some(s) => s.clone(),
-        None => match metalift_daemon::service::config::default_client_socket() {
-            Ok(s) => s,
-            Err(e) => {
-                eprintln!("metalift: error: {e}");
-                return (None, Err(ExitCode::from(2)));
-            }
-        },
+    let socket = match args.daemon.socket() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("metalift: error: {e}");
+            return (None, Err(ExitCode::from(2)));
+        }
     };
     // The judgement every tool renders: what is live, and whether it unlocks.
-    let judged = crate::judgement::ask(&socket, crate::judgement::TIMEOUT);
+    let judged = args.daemon.ask(&socket);
     let Some(report) = judged.report.clone() else {
         return (Some(judged), Err(ExitCode::from(2)));
     };

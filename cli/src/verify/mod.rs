@@ -86,10 +86,9 @@ pub struct Args {
         visible_alias = "log"
     )]
     pub audit_log: PathBuf,
-    /// The running daemon's socket: the host chip and macOS build are recorded as it
-    /// reads them [default: as `metalift status`].
-    #[arg(long, value_name = "PATH", env = "METALIFT_SOCKET")]
-    pub socket: Option<PathBuf>,
+    // The running daemon: the host chip and macOS build are recorded as it reads them.
+    #[command(flatten)]
+    pub daemon: crate::daemon_args::DaemonArgs,
     /// The shim's verdict deadline for the probe (METALIFT_TIMEOUT_MS).
     #[arg(long, value_name = "MS")]
     pub timeout_ms: Option<u64>,
@@ -178,11 +177,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let (effective, kernels, control, workload) = unlocked?;
     // The chip and build exactly as the running daemon reads them (what it will
     // compare this record with), not as this process would.
-    let socket = args
-        .socket
-        .clone()
-        .or_else(|| metalift_daemon::service::config::default_client_socket().ok());
-    let (host, note) = crate::judgement::daemon_host_build(socket.as_deref());
+    let socket = args.daemon.known_socket();
+    let (host, note) = crate::judgement::daemon_host_build(&args.daemon, socket.as_deref());
     if let Some(note) = note {
         eprintln!("metalift: verify: note: {note}");
     }
@@ -250,7 +246,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         })
         .with_context(|| format!("appending to the audit log {}", args.audit_log.display()))?;
     store::append_atomically(&file, &record)?;
-    crate::judgement::say_on_stderr("verify", socket.as_deref());
+    crate::judgement::say_on_stderr("verify", &args.daemon, socket.as_deref());
 
     if args.json {
         println!("{}", serde_json::to_string(&record)?);

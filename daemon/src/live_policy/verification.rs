@@ -326,26 +326,26 @@ impl VerificationStore {
         let recorded = self.recorded();
         if let Recorded::Refused(why) = recorded.as_ref() {
             let names: Vec<String> = wanted.iter().map(|(n, _)| format!("`{n}`")).collect();
-            return vec![Cause {
-                code: code::VERIFICATION_REFUSED.to_owned(),
-                message: format!(
+            return vec![Cause::new(
+                code::VERIFICATION_REFUSED,
+                format!(
                     "the verification file is refused ({why}): profile{} {} (require_verified) \
                      answer{} stock",
                     if names.len() == 1 { "" } else { "s" },
                     names.join(", "),
                     if names.len() == 1 { "s" } else { "" }
                 ),
-            }];
+            )];
         }
         wanted
             .into_iter()
             .filter_map(
                 |(name, caps)| match coverage(&recorded, name, caps, &self.host) {
                     Coverage::Verified(_) => None,
-                    Coverage::Unverified(why) => Some(Cause {
-                        code: code::UNVERIFIED.to_owned(),
-                        message: format!("{why}; it answers stock"),
-                    }),
+                    Coverage::Unverified(why) => Some(Cause::new(
+                        code::UNVERIFIED,
+                        format!("{why}; it answers stock"),
+                    )),
                 },
             )
             .collect()

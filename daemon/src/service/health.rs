@@ -8,8 +8,12 @@
 //! read the same verdict, cause first:
 //!
 //! ```json
-//! "health": {"state": "degraded", "causes": [{"code": "audit_write_failed", "message": "..."}]}
+//! "health": {"state": "degraded", "causes": [{"code": "audit_write_failed", "message": "...", "effect": "unlocks_nothing"}]}
 //! ```
+//!
+//! Each cause carries its `effect` on unlocks ([`Effect`], the last column below),
+//! decided here once ([`Effect::of`]): clients render it, they do not re-derive it
+//! from the code (a cause a newer daemon adds then reads right in an older CLI).
 //!
 //! Causes, in the order they are listed (the first is the one to fix first):
 //!
@@ -84,6 +88,47 @@ pub enum State {
     Unknown,
 }
 
+/// What a cause does to unlocks, mildest first (`"effect"` of each cause in the
+/// status document). "Unlocks nothing" is never milder than "degraded".
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Effect {
+    /// It unlocks with the last good policy; the file on disk is not what is live.
+    DiskNotLive,
+    /// It unlocks, but not all the policy says (or nobody can tell).
+    Degraded,
+    /// Every check-in is answered stock.
+    UnlocksNothing,
+}
+
+impl Effect {
+    /// The effect of the cause `code` (the table in this module's documentation).
+    /// A code this build does not know is never read as milder than degraded.
+    #[must_use]
+    pub fn of(cause_code: &str) -> Effect {
+        match cause_code {
+            code::AUDIT_WRITE_FAILED
+            | code::AUDIT_DISK_FULL
+            | code::AUDIT_UNWRITABLE
+            | code::NOTHING_LIVE => Effect::UnlocksNothing,
+            code::POLICY_REJECTED => Effect::DiskNotLive,
+            // policy_missing, audit_log_removed, verification_refused, unverified,
+            // health_unknown, and any code added later.
+            _ => Effect::Degraded,
+        }
+    }
+
+    /// The word sent as `"effect"`.
+    #[must_use]
+    pub fn word(self) -> &'static str {
+        match self {
+            Effect::DiskNotLive => "disk_not_live",
+            Effect::Degraded => "degraded",
+            Effect::UnlocksNothing => "unlocks_nothing",
+        }
+    }
+}
+
 /// One reason the daemon is degraded.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Cause {
@@ -91,16 +136,29 @@ pub struct Cause {
     pub code: String,
     /// What is wrong and what it does to verdicts, for an admin.
     pub message: String,
+    /// What it does to unlocks, as this daemon decided ([`Effect::of`]). `None`
+    /// only when read from a daemon older than the field (it never sends it).
+    /// A word this build does not know fails the status document, as any
+    /// unknown enum value there does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub effect: Option<Effect>,
 }
 
 impl Cause {
+    /// The cause `code` with its effect on unlocks.
+    #[must_use]
+    pub fn new(code: &str, message: String) -> Cause {
+        Cause {
+            code: code.to_owned(),
+            message,
+            effect: Some(Effect::of(code)),
+        }
+    }
+
     /// Whether this cause turns every unlock off (the audit log cannot hold decisions).
     #[must_use]
     pub fn stops_unlocks(&self) -> bool {
-        self.code == code::AUDIT_WRITE_FAILED
-            || self.code == code::AUDIT_DISK_FULL
-            || self.code == code::AUDIT_UNWRITABLE
-            || self.code == code::NOTHING_LIVE
+        self.effect.unwrap_or_else(|| Effect::of(&self.code)) == Effect::UnlocksNothing
     }
 }
 
@@ -140,12 +198,12 @@ impl Health {
     pub fn unknown() -> Health {
         Health {
             state: State::Unknown,
-            causes: vec![Cause {
-                code: code::HEALTH_UNKNOWN.to_owned(),
-                message: "metaliftd sends no health report (it is older than this metalift): \
+            causes: vec![Cause::new(
+                code::HEALTH_UNKNOWN,
+                "metaliftd sends no health report (it is older than this metalift): \
                           whether it can unlock is unknown; upgrade it"
                     .to_owned(),
-            }],
+            )],
         }
     }
 }
@@ -206,46 +264,46 @@ impl AuditFacts {
 pub fn assess(published: &Published, audit: &AuditFacts) -> Health {
     let mut causes = Vec::new();
     if let Some(failure) = &audit.last_failure {
-        causes.push(Cause {
-            code: code::AUDIT_WRITE_FAILED.to_owned(),
-            message: format!(
+        causes.push(Cause::new(
+            code::AUDIT_WRITE_FAILED,
+            format!(
                 "the last audit write failed ({}): {}; every decision is answered stock \
                  until a record can be written",
                 crate::audit::record::rfc3339::format(failure.at),
                 failure.error
             ),
-        });
+        ));
     }
     if let Some(why) = &audit.unwritable {
-        causes.push(Cause {
-            code: code::AUDIT_UNWRITABLE.to_owned(),
-            message: format!(
+        causes.push(Cause::new(
+            code::AUDIT_UNWRITABLE,
+            format!(
                 "the audit log {} cannot be opened for appending ({why}): its next write \
                  fails, and every decision it cannot record is answered stock",
                 audit.path
             ),
-        });
+        ));
     }
     if audit.removed {
-        causes.push(Cause {
-            code: code::AUDIT_LOG_REMOVED.to_owned(),
-            message: format!(
+        causes.push(Cause::new(
+            code::AUDIT_LOG_REMOVED,
+            format!(
                 "the audit log {} no longer exists: records go to a deleted file nobody \
                  can read; restart metaliftd to open a new one",
                 audit.path
             ),
-        });
+        ));
     }
     if let Some(free) = audit.free_bytes.filter(|f| *f < LOW_SPACE_BYTES) {
-        causes.push(Cause {
-            code: code::AUDIT_DISK_FULL.to_owned(),
-            message: format!(
+        causes.push(Cause::new(
+            code::AUDIT_DISK_FULL,
+            format!(
                 "{free} bytes free on the file system of the audit log {} (under {} KiB): \
                  decisions it cannot record are answered stock; free space there",
                 audit.path,
                 LOW_SPACE_BYTES / 1024
             ),
-        });
+        ));
     }
     if let Some(refusal) = &published.refusal {
         let live = &published.live;
@@ -254,12 +312,12 @@ pub fn assess(published: &Published, audit: &AuditFacts) -> Health {
             LoadReason::Missing | LoadReason::RejectedAtStart
         );
         if nothing_live {
-            causes.push(Cause {
-                code: code::NOTHING_LIVE.to_owned(),
-                message: "no policy has been live since metaliftd started: every check-in \
+            causes.push(Cause::new(
+                code::NOTHING_LIVE,
+                "no policy has been live since metaliftd started: every check-in \
                           is answered stock until a valid policy is installed"
                     .to_owned(),
-            });
+            ));
         }
         let kept = match live.reason {
             // The fallback the daemon started with, not a policy that once was good.
@@ -294,10 +352,7 @@ pub fn assess(published: &Published, audit: &AuditFacts) -> Health {
                 ),
             )
         };
-        causes.push(Cause {
-            code: code.to_owned(),
-            message,
-        });
+        causes.push(Cause::new(code, message));
     }
     Health::from_causes(causes)
 }
@@ -391,6 +446,20 @@ mod tests {
     }
 
     #[test]
+    fn each_cause_is_sent_with_its_effect_and_unlocking_nothing_is_never_milder() {
+        assert!(Effect::UnlocksNothing > Effect::Degraded);
+        assert!(Effect::Degraded > Effect::DiskNotLive);
+        assert!(Effect::of(code::NOTHING_LIVE) > Effect::of(code::POLICY_MISSING));
+        assert!(Effect::of(code::AUDIT_WRITE_FAILED) > Effect::of(code::UNVERIFIED));
+        assert_eq!(Effect::of("a_cause_from_a_newer_daemon"), Effect::Degraded);
+        // An older daemon's cause has no effect: read as None, not guessed here.
+        let old: Cause =
+            serde_json::from_value(serde_json::json!({"code": "unverified", "message": "m"}))
+                .unwrap();
+        assert_eq!(old.effect, None);
+    }
+
+    #[test]
     fn a_daemon_that_never_had_a_good_policy_does_not_claim_one_stays_live() {
         let refusal = LastRefusal {
             errors: vec!["/etc/metalift/policy.toml: no such policy file".into()],
@@ -440,14 +509,16 @@ mod tests {
 
     #[test]
     fn the_health_document_has_the_shape_status_readers_rely_on() {
-        let json = serde_json::to_value(Health::from_causes(vec![Cause {
-            code: code::AUDIT_DISK_FULL.into(),
-            message: "m".into(),
-        }]))
+        let json = serde_json::to_value(Health::from_causes(vec![Cause::new(
+            code::AUDIT_DISK_FULL,
+            "m".into(),
+        )]))
         .unwrap();
         assert_eq!(
             json,
-            serde_json::json!({"state": "degraded", "causes": [{"code": "audit_disk_full", "message": "m"}]})
+            serde_json::json!({"state": "degraded", "causes": [
+                {"code": "audit_disk_full", "message": "m", "effect": "unlocks_nothing"}
+            ]})
         );
         let ok: Health = serde_json::from_str(r#"{"state": "ok", "causes": []}"#).unwrap();
         assert_eq!(ok, Health::default());

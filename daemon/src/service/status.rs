@@ -361,10 +361,10 @@ mod tests {
     #[test]
     fn the_text_report_says_degraded_and_the_cause_codes() {
         let mut r = report();
-        r.health = Health::from_causes(vec![crate::service::health::Cause {
-            code: "audit_write_failed".into(),
-            message: "the last audit write failed".into(),
-        }]);
+        r.health = Health::from_causes(vec![crate::service::health::Cause::new(
+            "audit_write_failed",
+            "the last audit write failed".into(),
+        )]);
         let text = r.to_text();
         assert!(
             text.contains("health            DEGRADED: audit_write_failed\n"),
