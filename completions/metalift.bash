@@ -247,7 +247,7 @@ _metalift() {
             return 0
             ;;
         metalift__subcmd__audit__subcmd__export)
-            opts="-h --to --since --audit-log --log --socket --help"
+            opts="-h --to --since --audit-log --log --socket --daemon-timeout --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -273,6 +273,10 @@ _metalift() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --daemon-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -281,13 +285,17 @@ _metalift() {
             return 0
             ;;
         metalift__subcmd__audit__subcmd__flush)
-            opts="-h --socket --timeout --help"
+            opts="-h --socket --daemon-timeout --timeout --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --socket)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --daemon-timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -63,9 +63,9 @@ pub struct Args {
     /// The audit log; its rotated files are read first.
     #[arg(long, visible_alias = "audit-log", value_name = "PATH", default_value = DEFAULT_LOG_PATH, env = "METALIFT_AUDIT_LOG")]
     pub log: PathBuf,
-    /// The daemon's socket, for its status [default: as `metalift status`].
-    #[arg(long, value_name = "PATH", env = "METALIFT_SOCKET")]
-    pub socket: Option<PathBuf>,
+    /// Where the daemon is, for its status (as for `metalift status`).
+    #[command(flatten)]
+    pub daemon: crate::daemon_args::DaemonArgs,
 }
 
 /// Runs `metalift audit export`.
@@ -117,11 +117,8 @@ pub fn export(args: &Args) -> anyhow::Result<PathBuf> {
     let dir = tmp.0.as_path();
 
     write(dir, "audit.jsonl", records.text.as_bytes())?;
-    let socket = match &args.socket {
-        Some(s) => s.clone(),
-        None => metalift_daemon::service::config::default_client_socket()?,
-    };
-    let (_, status) = crate::status::examine(&socket);
+    let socket = args.daemon.socket()?;
+    let (_, status) = crate::status::examine_with(&args.daemon, &socket);
     let status_json = serde_json::to_vec_pretty(&status)?;
     write(dir, "status.json", &status_json)?;
     let daemon = match &status.error {

@@ -17,7 +17,6 @@ use anyhow::Context;
 use metalift_daemon::audit::forward::cursor::Cursor;
 use metalift_daemon::audit::forward::ForwarderStatus;
 use metalift_daemon::audit::rotation::rotated_path;
-use metalift_daemon::service::status;
 
 /// Arguments of `metalift audit flush`.
 #[derive(Debug, clap::Args)]
@@ -28,9 +27,9 @@ Exit status:
   1  the timeout passed first (how far behind is printed)
   2  the daemon or the audit log could not be asked")]
 pub struct Args {
-    /// The daemon's socket (default as for `metalift status`).
-    #[arg(long, value_name = "PATH", env = "METALIFT_SOCKET")]
-    pub socket: Option<PathBuf>,
+    /// Where the daemon is (as for `metalift status`).
+    #[command(flatten)]
+    pub daemon: crate::daemon_args::DaemonArgs,
     /// Give up after this many seconds.
     #[arg(long, value_name = "S", default_value_t = 30.0)]
     pub timeout: f64,
@@ -46,11 +45,8 @@ struct Target {
 
 /// Runs `metalift audit flush`.
 pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
-    let socket = match &args.socket {
-        Some(s) => s.clone(),
-        None => metalift_daemon::service::config::default_client_socket()?,
-    };
-    let ask = || status::request(&socket, Duration::from_secs(5));
+    let socket = args.daemon.socket()?;
+    let ask = || args.daemon.status(&socket);
     let report = ask().with_context(|| "metalift audit flush: cannot ask the daemon")?;
     let Some(forwarder) = report.forwarder.as_ref().filter(|f| f.configured) else {
         writeln!(out, "no forwarder configured: nothing to flush")?;
