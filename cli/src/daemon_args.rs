@@ -1,7 +1,7 @@
 //! The one way every command reaches metaliftd: `--socket PATH` (else
 //! `$METALIFT_SOCKET`, else the platform default) and `--daemon-timeout SECONDS`,
 //! `#[command(flatten)]`ed into each command that talks to the daemon, and the one
-//! call that asks it ([`DaemonArgs::status`], over `metalift_policy::wire::Client`
+//! call that asks it ([`DaemonArgs::status`]; `crate::judgement::ask` judges the answer, over `metalift_policy::wire::Client`
 //! via `metalift_daemon::service::status`). A command that needs the daemon
 //! extends this group; it does not declare its own `--socket` or timeout.
 
@@ -10,8 +10,6 @@ use std::time::Duration;
 
 use metalift_daemon::service::config::{default_client_socket, ConfigError};
 use metalift_daemon::service::status::{self, StatusError, StatusReport};
-
-use crate::judgement::{self, Judgement};
 
 /// How long a command waits for the daemon's answer unless `--daemon-timeout`
 /// says otherwise: it answers status from memory, so this only bounds a hung one.
@@ -69,12 +67,6 @@ impl DaemonArgs {
     /// When it does not answer in time, or answers something that is not a status.
     pub fn status(&self, socket: &Path) -> Result<StatusReport, StatusError> {
         status::request(socket, self.timeout())
-    }
-
-    /// Asks the daemon on `socket` and judges its answer.
-    #[must_use]
-    pub fn ask(&self, socket: &Path) -> Judgement {
-        judgement::judge(self.status(socket), socket)
     }
 }
 

@@ -159,7 +159,9 @@ fn target_path(args: &Args) -> anyhow::Result<PathBuf> {
 
 /// The daemon's judgement now, when a socket is known.
 fn judged(args: &Args) -> Option<Judgement> {
-    args.daemon.known_socket().map(|s| args.daemon.ask(&s))
+    args.daemon
+        .known_socket()
+        .map(|s| crate::judgement::ask(&args.daemon, &s))
 }
 
 /// Runs `metalift edit`.

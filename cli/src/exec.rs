@@ -165,7 +165,7 @@ fn daemon_problem(
     let Some(socket) = socket else {
         return Some("no daemon socket is known (set METALIFT_SOCKET or pass --socket)".into());
     };
-    let judged = daemon.ask(socket);
+    let judged = crate::judgement::ask(daemon, socket);
     if judged.level < crate::judgement::Level::UnlocksNothing {
         return None;
     }

@@ -303,12 +303,20 @@ pub fn daemon_host_build(
     }
 }
 
+/// Asks the daemon on `socket` as `daemon` says (its timeout) and judges its
+/// answer: the one ask every command's judgement starts from. (Here, not on
+/// `DaemonArgs`: the judgement needs the arguments, not the other way round.)
+#[must_use]
+pub fn ask(daemon: &DaemonArgs, socket: &Path) -> Judgement {
+    judge(daemon.status(socket), socket)
+}
+
 /// Says the judgement of the daemon on `socket` on stderr, as `metalift: <tool>:
 /// metaliftd: <level>: <cause>` (for a tool whose stdout is its own result, e.g.
 /// `verify`); nothing when no socket is known.
 pub fn say_on_stderr(tool: &str, daemon: &DaemonArgs, socket: Option<&Path>) {
     if let Some(socket) = socket {
-        eprintln!("metalift: {tool}: {}", daemon.ask(socket).line());
+        eprintln!("metalift: {tool}: {}", ask(daemon, socket).line());
     }
 }
 

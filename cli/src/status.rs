@@ -186,7 +186,7 @@ pub fn examine(socket: &Path) -> (u8, StatusJson) {
 /// [`examine`], asking as `daemon` says (its timeout).
 #[must_use]
 pub fn examine_with(daemon: &DaemonArgs, socket: &Path) -> (u8, StatusJson) {
-    let judged = daemon.ask(socket);
+    let judged = crate::judgement::ask(daemon, socket);
     let code = judged.exit_code();
     let cause = judged.cause().cloned();
     let (Some(report), Some(disk)) = (judged.report, judged.disk) else {

@@ -108,7 +108,10 @@ struct Facts {
 
 /// Runs `metalift validate`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let judged = args.daemon.given().map(|socket| args.daemon.ask(socket));
+    let judged = args
+        .daemon
+        .given()
+        .map(|socket| crate::judgement::ask(&args.daemon, socket));
     let limits = Limits::of(judged.as_ref());
     let daemon_json = judged.as_ref().map(Judgement::to_json);
     if let (Some(judged), false) = (&judged, args.json) {

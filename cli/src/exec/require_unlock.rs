@@ -73,7 +73,7 @@ pub fn run(mut command: Command, program: &Path, req: &Requirement) -> anyhow::R
                 // Unlocked, and the daemon's state as every tool judges it when it
                 // is not healthy (the last good policy unlocked, say): a note.
                 if let Some(socket) = &req.socket {
-                    for finding in &req.daemon.ask(socket).findings {
+                    for finding in &crate::judgement::ask(&req.daemon, socket).findings {
                         eprintln!("metalift: note: {}", daemon_health::describe(finding));
                     }
                 }
@@ -86,7 +86,7 @@ pub fn run(mut command: Command, program: &Path, req: &Requirement) -> anyhow::R
             // ladder's status when it is worse than "this one process got none".
             let mut code = NOT_UNLOCKED;
             if let Some(socket) = &req.socket {
-                let judged = req.daemon.ask(socket);
+                let judged = crate::judgement::ask(&req.daemon, socket);
                 for finding in &judged.findings {
                     eprintln!(
                         "metalift: --require-unlock: {}",

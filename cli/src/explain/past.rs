@@ -24,7 +24,7 @@ pub(super) fn live_policy(args: &Args) -> (Option<Judgement>, Result<Chosen, Exi
         }
     };
     // The judgement every tool renders: what is live, and whether it unlocks.
-    let judged = args.daemon.ask(&socket);
+    let judged = crate::judgement::ask(&args.daemon, &socket);
     let Some(report) = judged.report.clone() else {
         return (Some(judged), Err(ExitCode::from(2)));
     };
