@@ -58,11 +58,11 @@ impl XpcMessage {
     #[must_use]
     pub fn decode(&self) -> Received {
         let mut len = 0usize;
-        // SAFETY: live dictionary, NUL-terminated key, writable length. Per
-        // <xpc/xpc.h> the result is NULL when the key is absent or not a data
+        // Per <xpc/xpc.h> the result is NULL when the key is absent or not a data
         // value; otherwise it points at `len` bytes of the data object the
         // dictionary holds (xpc_dictionary_get_value "does not grant the caller
         // a reference"), alive while `self` is and the key is not replaced.
+        // SAFETY: live dictionary, NUL-terminated key, writable length (above).
         let ptr = unsafe { xpc_dictionary_get_data(self.0, key::FRAME.as_ptr(), &mut len) };
         let body = (!ptr.is_null()).then(|| {
             // SAFETY: see above: `len` readable bytes, borrowed from `self`,
