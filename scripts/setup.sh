@@ -14,6 +14,13 @@
 #   rsyslog, rsyslog-gnutls   the real syslog collector (and its TLS driver) the
 #                             audit forwarding tests start on loopback ports;
 #   openssl                   the test CA and certificates of the TLS tests.
+#   libclang1-22, libclang-common-22-dev  libclang and its own headers, which bindgen
+#                             loads in shim/build.rs to generate the Rust side of the
+#                             C helpers' FFI from shim/c/metalift_shim.h (the same
+#                             LLVM 22 that scripts/ci-shim.sh compiles arm64e with);
+#   gzip, bzip2, zstd, jq, time, chromium  metalift audit's compressed inputs, the
+#                             fleet-read benchmark's baseline and RSS, the matrix page's
+#                             headless browser test.
 #   syslog-ng (not installed)  Debian's syslog-ng-core conflicts with rsyslog, so its
 #                             package and the libraries it needs are unpacked with
 #                             `dpkg -x` into /opt/metalift-test/syslog-ng (nothing
@@ -23,7 +30,7 @@
 set -euo pipefail
 
 missing=()
-for pkg in gobjc-12 libobjc-12-dev shellcheck mandoc ruby libplist-utils rsyslog rsyslog-gnutls openssl gzip bzip2 zstd jq time chromium; do
+for pkg in gobjc-12 libobjc-12-dev shellcheck mandoc ruby libplist-utils rsyslog rsyslog-gnutls openssl libclang1-22 libclang-common-22-dev gzip bzip2 zstd jq time chromium; do
   dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
 done
 # node and npm by command, not by package: a machine's nodejs may come from

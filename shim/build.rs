@@ -106,8 +106,45 @@ fn main() {
     }
     if native && (target_os == "linux" || target_os == "macos") {
         build_test_helpers(&out);
+        generate_bindings(&out);
         println!("cargo:rustc-cfg=shim_c");
     }
+}
+
+/// The C functions the tests and the fuzz target call (src/c.rs).
+const TESTED_FUNCTIONS: &str = "ml_known_family|ml_wire_frame_length|ml_wire_decode_verdict|\
+ml_wire_encode_check_in|ml_wire_encode_check_in_job|ml_wire_encode_outcome|ml_job_format|\
+ml_expected_answers|ml_config_parse_timeout|ml_config_socket_path|\
+ml_config_agent_dir_trustworthy|ml_xpc_next_step";
+
+/// `OUT_DIR/c_bindings.rs`: those functions, with every struct, enum and
+/// constant they speak, generated from c/metalift_shim.h by bindgen, so the
+/// Rust side has no hand-kept copy of a C layout (src/c.rs includes it).
+fn generate_bindings(out: &Path) {
+    let bindings = bindgen::Builder::default()
+        .header("c/metalift_shim.h")
+        .clang_arg(version_define())
+        // bindgen leaves out functions declared hidden; the tests link them
+        // from libmetalift_c.a, where hidden is no obstacle.
+        .clang_arg("-DML_HIDDEN=")
+        .allowlist_function(TESTED_FUNCTIONS)
+        .allowlist_var("ML_(RESULT|OTHER|DECLINED)_.*")
+        // `ml_wire_status` / `ml_xpc_next` as integer constants named as in C
+        // (ML_WIRE_OVERSIZE): a C enum may hold any value, a Rust enum may not.
+        .default_enum_style(bindgen::EnumVariation::Consts)
+        .prepend_enum_name(false)
+        .derive_default(true)
+        .generate_comments(false)
+        .generate()
+        .unwrap_or_else(|e| {
+            panic!(
+                "bindgen over c/metalift_shim.h: {e} (it needs libclang: \
+                 `bash scripts/setup.sh` installs Debian's libclang1-22)"
+            )
+        });
+    bindings
+        .write_to_file(out.join("c_bindings.rs"))
+        .expect("write OUT_DIR/c_bindings.rs");
 }
 
 fn compiler(default: &str) -> String {

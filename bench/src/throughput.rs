@@ -52,7 +52,7 @@ fn outcome_frame() -> Vec<u8> {
         device_class: "AppleParavirtDevice".into(),
         stock: Answers::default(),
         effective: Answers::default(),
-        other_shim: None,
+        ..Default::default()
     }))
 }
 

@@ -70,7 +70,7 @@ fn outcome(id: u64, secs_ago: u64, exe: &str, result: OutcomeResult) -> Record {
                 threadgroup_memory: 32768,
                 working_set: 1 << 30,
             },
-            other_shim: None,
+            ..Default::default()
         },
     ))
 }

@@ -70,7 +70,7 @@ fn outcome_at(id: u64, time: SystemTime, exe: &str, result: OutcomeResult, reaso
                 threadgroup_memory: 32768,
                 working_set: 1 << 30,
             },
-            other_shim: None,
+            ..Default::default()
         },
     ))
 }

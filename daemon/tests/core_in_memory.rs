@@ -321,7 +321,7 @@ fn outcome_message(decision_id: u64) -> Message {
             threadgroup_memory: 32768,
             working_set: 0,
         },
-        other_shim: None,
+        ..Default::default()
     })
 }
 

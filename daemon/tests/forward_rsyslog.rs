@@ -868,7 +868,7 @@ fn metalift_audit_on_what_rsyslog_wrote_from_two_daemons_answers_the_job_questio
                     device_class: "SimulatedParavirtDevice".into(),
                     stock: Answers::default(),
                     effective: Answers::default(),
-                    other_shim: None,
+                    ..Default::default()
                 })
                 .unwrap();
         }

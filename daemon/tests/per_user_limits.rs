@@ -103,7 +103,7 @@ fn victim(socket: &Path, audit: &Path) -> (Duration, bool) {
         device_class: "AppleParavirtDevice".into(),
         stock: Answers::default(),
         effective: Answers::default(),
-        other_shim: None,
+        ..Default::default()
     });
     // The daemon closes once it has the outcome (or at once, without a place).
     let _ = recv(&mut s);

@@ -434,7 +434,7 @@ fn an_outcome_is_recorded_only_for_the_decision_given_on_that_connection() {
             device_class: "AppleParavirtDevice".into(),
             stock: Answers::default(),
             effective: Answers::default(),
-            other_shim: None,
+            ..Default::default()
         })
     };
     let mut honest = Client::connect(&env.socket());

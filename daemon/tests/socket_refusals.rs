@@ -116,7 +116,7 @@ fn outcome(decision_id: u64) -> Message {
         device_class: "AppleParavirtDevice".into(),
         stock: Answers::default(),
         effective: Answers::default(),
-        other_shim: None,
+        ..Default::default()
     })
 }
 

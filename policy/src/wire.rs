@@ -131,11 +131,13 @@ pub struct VerdictMsg {
 }
 
 /// How the shim's work ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum OutcomeResult {
     /// The hooks are installed and answering with the profile.
     Applied,
-    /// The process stays stock (verdict said so, or no verdict in time).
+    /// The process stays stock (verdict said so, or no verdict in time): where
+    /// every process starts, so the default.
+    #[default]
     Stock,
     /// Installing the hooks failed; everything was rolled back, the process is stock.
     Failed,
@@ -176,7 +178,11 @@ impl Answers {
 }
 
 /// Shim → daemon: what the shim actually did.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// `Default` is a stock outcome with nothing said: callers outside the codec
+/// build one with `..Default::default()`, so a new optional field touches only
+/// the codecs, the record and the schema.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Outcome {
     /// The decision this reports on (0 when no verdict arrived).
     pub decision_id: u64,

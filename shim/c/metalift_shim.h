@@ -263,7 +263,11 @@ extern bool os_log_type_enabled(os_log_t oslog, uint8_t type);
 #include <unistd.h>
 #endif
 
+/* Overridable only for shim/build.rs's bindgen, which skips declarations of
+ * hidden visibility (the Rust tests link these from a static library). */
+#ifndef ML_HIDDEN
 #define ML_HIDDEN __attribute__((visibility("hidden")))
+#endif
 #define ML_EXPORT __attribute__((visibility("default")))
 
 /* The shim's version, sent in the check-in (advisory): the workspace version,

@@ -12,95 +12,30 @@ use metalift_policy::wire::{
     WireAction, WireError,
 };
 
-/// `struct ml_answers`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default)]
-struct RawAnswers {
-    families: u32,
-    threadgroup_memory: u64,
-    working_set: u64,
+/// The C helpers' declarations, generated from `c/metalift_shim.h` by bindgen
+/// (build.rs `generate_bindings`): `struct ml_outcome` and the others have no
+/// hand-kept copy here, so a field added in C is a field here.
+#[allow(
+    non_camel_case_types,
+    non_upper_case_globals,
+    dead_code,
+    unreachable_pub,
+    clippy::all,
+    clippy::pedantic,
+    // bindgen's `Default` impls zero the structs in unsafe blocks it does not
+    // comment: all-zero is a valid value of every one (integers, NULL pointers).
+    clippy::undocumented_unsafe_blocks
+)]
+mod ffi {
+    include!(concat!(env!("OUT_DIR"), "/c_bindings.rs"));
 }
 
-/// `struct ml_verdict`: what a C verdict decoder fills (see [`decode_with`]).
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-struct RawVerdict {
-    decision_id: u64,
-    unlock: u8,
-    has_caps: u8,
-    family_max: u8,
-    has_ws: u8,
-    tg_memory: u64,
-    working_set: u64,
-    profile: *const c_char,
-    profile_len: usize,
-    rule: *const c_char,
-    rule_len: usize,
-    monitor: u8,
-    would_unlock: u8,
-}
-
-/// `struct ml_wire_error`: what a C decoder returns (see [`decode_with`]).
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-struct RawError {
-    status: u32,
-    field: *const c_char,
-    value: u64,
-}
-
-/// `struct ml_outcome`, as [`with_raw_outcome`] lends it to a C encoder.
-#[repr(C)]
-#[derive(Debug)]
-struct RawOutcome {
-    decision_id: u64,
-    result: u8,
-    reason: *const c_char,
-    device_class: *const c_char,
-    stock: RawAnswers,
-    effective: RawAnswers,
-    other_image: *const c_char,
-    other_methods: *const c_char,
-    other_patched: u8,
-}
-
-extern "C" {
-    fn ml_known_family(index: u32) -> i64;
-    fn ml_wire_frame_length(prefix: *const u8, len: *mut usize) -> RawError;
-    fn ml_wire_decode_verdict(body: *const u8, len: usize, out: *mut RawVerdict) -> RawError;
-    fn ml_wire_encode_check_in(
-        buf: *mut u8,
-        cap: usize,
-        version: *const c_char,
-        arch: *const c_char,
-        claimed: *const c_char,
-    ) -> usize;
-    fn ml_wire_encode_check_in_job(
-        buf: *mut u8,
-        cap: usize,
-        version: *const c_char,
-        arch: *const c_char,
-        claimed: *const c_char,
-        job: *const c_char,
-    ) -> usize;
-    fn ml_job_format(
-        buf: *mut c_char,
-        cap: usize,
-        lookup: extern "C" fn(*const c_char) -> *const c_char,
-    ) -> usize;
-    fn ml_wire_encode_outcome(buf: *mut u8, cap: usize, outcome: *const RawOutcome) -> usize;
-    fn ml_expected_answers(verdict: *const RawVerdict, stock: RawAnswers) -> RawAnswers;
-    fn ml_config_parse_timeout(raw: *const c_char) -> i32;
-    fn ml_config_socket_path(
-        buf: *mut c_char,
-        cap: usize,
-        metalift_socket: *const c_char,
-        system_exists: bool,
-        private_dir: *const c_char,
-    ) -> bool;
-    fn ml_config_agent_dir_trustworthy(dir_uid: u32, dir_mode: u32, caller_uid: u32) -> bool;
-    fn ml_xpc_next_step(read_result: i32, error: RawError) -> u32;
-}
+use ffi::{
+    ml_answers, ml_config_agent_dir_trustworthy, ml_config_parse_timeout, ml_config_socket_path,
+    ml_expected_answers, ml_job_format, ml_known_family, ml_other_shim, ml_outcome, ml_verdict,
+    ml_wire_decode_verdict, ml_wire_encode_check_in, ml_wire_encode_check_in_job,
+    ml_wire_encode_outcome, ml_wire_error, ml_wire_frame_length, ml_xpc_next_step,
+};
 
 /// Why the C decoder refused a frame: `enum ml_wire_status` with its detail.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -147,12 +82,12 @@ pub fn accepts_as_rust_does(
 #[must_use]
 pub fn declined_code(reason: DeclineReason) -> u8 {
     match reason {
-        DeclineReason::UseSocket => 1,
-        DeclineReason::Busy => 2,
+        DeclineReason::UseSocket => ffi::ML_DECLINED_USE_SOCKET as u8,
+        DeclineReason::Busy => ffi::ML_DECLINED_BUSY as u8,
     }
 }
 
-fn error(raw: RawError) -> Option<CWireError> {
+fn error(raw: ml_wire_error) -> Option<CWireError> {
     let field = || {
         if raw.field.is_null() {
             String::new()
@@ -164,13 +99,13 @@ fn error(raw: RawError) -> Option<CWireError> {
         }
     };
     Some(match raw.status {
-        0 => return None,
-        1 => CWireError::Oversize(raw.value),
-        2 => CWireError::Truncated,
-        3 => CWireError::Version(raw.value as u8),
-        5 => CWireError::BadField(field()),
-        6 => CWireError::Missing(field()),
-        8 => CWireError::Declined(raw.value as u8),
+        ffi::ML_WIRE_OK => return None,
+        ffi::ML_WIRE_OVERSIZE => CWireError::Oversize(raw.value),
+        ffi::ML_WIRE_TRUNCATED => CWireError::Truncated,
+        ffi::ML_WIRE_VERSION => CWireError::Version(raw.value as u8),
+        ffi::ML_WIRE_BAD_FIELD => CWireError::BadField(field()),
+        ffi::ML_WIRE_MISSING => CWireError::Missing(field()),
+        ffi::ML_WIRE_DECLINED => CWireError::Declined(raw.value as u8),
         _ => CWireError::NotVerdict(raw.value as u8),
     })
 }
@@ -202,8 +137,10 @@ pub fn decode_verdict(body: &[u8]) -> Result<VerdictMsg, CWireError> {
 /// Runs the C verdict decoder (`ml_wire_decode_verdict`), which fills the
 /// out-pointer it is given, and reads its answer as the Rust type. The
 /// decoder's strings must still be alive when it returns.
-fn decode_with(decode: impl FnOnce(*mut RawVerdict) -> RawError) -> Result<VerdictMsg, CWireError> {
-    let mut raw = std::mem::MaybeUninit::<RawVerdict>::zeroed();
+fn decode_with(
+    decode: impl FnOnce(*mut ml_verdict) -> ml_wire_error,
+) -> Result<VerdictMsg, CWireError> {
+    let mut raw = std::mem::MaybeUninit::<ml_verdict>::zeroed();
     let status = decode(raw.as_mut_ptr());
     if let Some(e) = error(status) {
         return Err(e);
@@ -318,13 +255,13 @@ pub fn job_format(env: &[(&str, &[u8])], cap: usize) -> Vec<u8> {
     let mut buf = vec![0 as c_char; cap.max(1)];
     // SAFETY: `buf` is writable for its length; `job_lookup` returns NULL or a
     // NUL-terminated string that lives in JOB_ENV for the whole call.
-    let n = unsafe { ml_job_format(buf.as_mut_ptr(), buf.len(), job_lookup) };
+    let n = unsafe { ml_job_format(buf.as_mut_ptr(), buf.len(), Some(job_lookup)) };
     buf.truncate(n);
     buf.into_iter().map(|c| c as u8).collect()
 }
 
-fn raw_answers(a: Answers) -> RawAnswers {
-    RawAnswers {
+fn raw_answers(a: Answers) -> ml_answers {
+    ml_answers {
         families: a.families,
         threadgroup_memory: a.threadgroup_memory,
         working_set: a.working_set,
@@ -344,32 +281,34 @@ pub fn encode_outcome(outcome: &Outcome, cap: usize) -> Vec<u8> {
 
 /// Lends `outcome` as a `struct ml_outcome` (its strings alive for the call) to
 /// the C encoder (`ml_wire_encode_outcome`).
-fn with_raw_outcome<R>(outcome: &Outcome, encode: impl FnOnce(*const RawOutcome) -> R) -> R {
+fn with_raw_outcome<R>(outcome: &Outcome, encode: impl FnOnce(*const ml_outcome) -> R) -> R {
     let reason = c_string(&outcome.reason);
     let class = c_string(&outcome.device_class);
     let other = outcome.other_shim.as_ref();
     let other_image = other.map(|o| c_string(&o.image));
     let other_methods = other.map(|o| c_string(&o.methods.join(",")));
-    let raw = RawOutcome {
+    let raw = ml_outcome {
         decision_id: outcome.decision_id,
         result: match outcome.result {
-            OutcomeResult::Applied => 0,
-            OutcomeResult::Stock => 1,
-            OutcomeResult::Failed => 2,
-        },
+            OutcomeResult::Applied => ffi::ML_RESULT_APPLIED,
+            OutcomeResult::Stock => ffi::ML_RESULT_STOCK,
+            OutcomeResult::Failed => ffi::ML_RESULT_FAILED,
+        } as u8,
         reason: reason.as_ptr(),
         device_class: class.as_ptr(),
         stock: raw_answers(outcome.stock),
         effective: raw_answers(outcome.effective),
-        other_image: other_image
-            .as_ref()
-            .map_or(std::ptr::null(), |s| s.as_ptr()),
-        other_methods: other_methods
-            .as_ref()
-            .map_or(std::ptr::null(), |s| s.as_ptr()),
-        other_patched: match other.map(|o| o.patched) {
-            Some(OtherShimPatched::After) => 1,
-            _ => 0,
+        other: ml_other_shim {
+            image: other_image
+                .as_ref()
+                .map_or(std::ptr::null(), |s| s.as_ptr()),
+            methods: other_methods
+                .as_ref()
+                .map_or(std::ptr::null(), |s| s.as_ptr()),
+            patched: match other.map(|o| o.patched) {
+                Some(OtherShimPatched::After) => ffi::ML_OTHER_AFTER,
+                _ => ffi::ML_OTHER_BEFORE,
+            } as u8,
         },
     };
     encode(&raw)
@@ -377,7 +316,7 @@ fn with_raw_outcome<R>(outcome: &Outcome, encode: impl FnOnce(*const RawOutcome)
 
 /// `ml_expected_answers`: what a device answers with `caps` applied over `stock`.
 pub fn expected_answers(caps: &Capabilities, stock: Answers) -> Answers {
-    let verdict = RawVerdict {
+    let verdict = ml_verdict {
         decision_id: 0,
         unlock: 1,
         has_caps: 1,
@@ -385,12 +324,7 @@ pub fn expected_answers(caps: &Capabilities, stock: Answers) -> Answers {
         has_ws: u8::from(caps.recommended_working_set.is_some()),
         tg_memory: caps.max_threadgroup_memory,
         working_set: caps.recommended_working_set.unwrap_or(0),
-        profile: std::ptr::null(),
-        profile_len: 0,
-        rule: std::ptr::null(),
-        rule_len: 0,
-        monitor: 0,
-        would_unlock: 0,
+        ..ml_verdict::default()
     };
     // SAFETY: `verdict` is a valid struct for the call's duration; pure function.
     let a = unsafe { ml_expected_answers(&verdict, raw_answers(stock)) };
@@ -479,35 +413,35 @@ pub enum XpcRead {
 
 /// `ml_xpc_next_step` for `read`.
 pub fn xpc_next_step(read: &XpcRead) -> XpcNext {
-    let raw = |status: u32, value: u64| RawError {
+    let raw = |status: ffi::ml_wire_status, value: u64| ml_wire_error {
         status,
         field: std::ptr::null(),
         value,
     };
     let (result, error) = match read {
-        XpcRead::Reply(Ok(_)) => (0, raw(0, 0)),
+        XpcRead::Reply(Ok(_)) => (0, raw(ffi::ML_WIRE_OK, 0)),
         XpcRead::Reply(Err(e)) => (
             -libc::EPROTO,
             match e {
-                CWireError::Oversize(n) => raw(1, *n),
-                CWireError::Truncated => raw(2, 0),
-                CWireError::Version(v) => raw(3, u64::from(*v)),
-                CWireError::BadField(_) => raw(5, 0),
-                CWireError::Missing(_) => raw(6, 0),
-                CWireError::NotVerdict(k) => raw(7, u64::from(*k)),
-                CWireError::Declined(r) => raw(8, u64::from(*r)),
+                CWireError::Oversize(n) => raw(ffi::ML_WIRE_OVERSIZE, *n),
+                CWireError::Truncated => raw(ffi::ML_WIRE_TRUNCATED, 0),
+                CWireError::Version(v) => raw(ffi::ML_WIRE_VERSION, u64::from(*v)),
+                CWireError::BadField(_) => raw(ffi::ML_WIRE_BAD_FIELD, 0),
+                CWireError::Missing(_) => raw(ffi::ML_WIRE_MISSING, 0),
+                CWireError::NotVerdict(k) => raw(ffi::ML_WIRE_NOT_VERDICT, u64::from(*k)),
+                CWireError::Declined(r) => raw(ffi::ML_WIRE_DECLINED, u64::from(*r)),
             },
         ),
-        XpcRead::Timeout => (-libc::ETIMEDOUT, raw(0, 0)),
-        XpcRead::Error(errno) => (*errno, raw(0, 0)),
+        XpcRead::Timeout => (-libc::ETIMEDOUT, raw(ffi::ML_WIRE_OK, 0)),
+        XpcRead::Error(errno) => (*errno, raw(ffi::ML_WIRE_OK, 0)),
     };
     // SAFETY: a pure function of its two by-value arguments.
     match unsafe { ml_xpc_next_step(result, error) } {
-        0 => XpcNext::UseVerdict,
-        1 => XpcNext::UseSocket,
-        2 => XpcNext::StockBusy,
-        3 => XpcNext::StockUnresponsive,
-        5 => XpcNext::SendAgain,
+        ffi::ML_XPC_USE_VERDICT => XpcNext::UseVerdict,
+        ffi::ML_XPC_USE_SOCKET => XpcNext::UseSocket,
+        ffi::ML_XPC_STOCK_BUSY => XpcNext::StockBusy,
+        ffi::ML_XPC_STOCK_UNRESPONSIVE => XpcNext::StockUnresponsive,
+        ffi::ML_XPC_SEND_AGAIN => XpcNext::SendAgain,
         _ => XpcNext::StockMalformed,
     }
 }

@@ -171,7 +171,7 @@ fn every_other_kind_is_refused_as_not_a_verdict_whatever_its_fields() {
         device_class: String::new(),
         stock: Answers::default(),
         effective: Answers::default(),
-        other_shim: None,
+        ..Default::default()
     });
     for msg in [
         Message::CheckIn(CheckIn::default()),

@@ -364,7 +364,7 @@ mod tests {
                 device_class: "AppleParavirtDevice".into(),
                 stock: Answers::default(),
                 effective: Answers::default(),
-                other_shim: None,
+                ..Default::default()
             },
         ))
     }

@@ -629,7 +629,7 @@ mod tests {
                         threadgroup_memory: 32768,
                         working_set: 1,
                     },
-                    other_shim: None,
+                    ..Default::default()
                 },
             )),
             Record::PolicyLoaded {

@@ -68,7 +68,7 @@ fn attack(socket: &std::path::Path, k: u64, jitter: &mut Jitter) {
             device_class: "forged".into(),
             stock: Answers::default(),
             effective: Answers::default(),
-            other_shim: None,
+            ..Default::default()
         })),
         // A status request followed by junk: answered, then closed.
         _ => {
