@@ -404,6 +404,7 @@ pub fn judge(answer: Result<StatusReport, StatusError>, _socket: &Path) -> Judge
 #[cfg(test)]
 mod tests {
     use super::*;
+    use metalift_policy::wire::ClientError;
     use std::time::Duration;
 
     fn old(code: &str) -> Cause {
@@ -442,10 +443,10 @@ mod tests {
     #[test]
     fn no_daemon_unlocks_nothing() {
         let j = judge(
-            Err(StatusError::NoAnswer {
+            Err(StatusError::Client(ClientError::NoAnswer {
                 socket: "/x".into(),
                 timeout: Duration::from_secs(1),
-            }),
+            })),
             Path::new("/x"),
         );
         assert_eq!(j.level, Level::UnlocksNothing);

@@ -777,7 +777,7 @@ mod tests {
                 threadgroup_memory: 65536,
                 working_set: 2,
             },
-            other_shim: None,
+            ..Default::default()
         }));
         for patched in [OtherShimPatched::Before, OtherShimPatched::After] {
             round_trip(Message::Outcome(Outcome {
@@ -812,7 +812,7 @@ mod tests {
             device_class: "AppleParavirtDevice".into(),
             stock: Answers::default(),
             effective: Answers::default(),
-            other_shim: None,
+            ..Default::default()
         }
     }
 

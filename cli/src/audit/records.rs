@@ -251,7 +251,7 @@ mod tests {
     use std::time::SystemTime;
 
     use metalift_daemon::audit::OutcomeRecord;
-    use metalift_policy::wire::{Answers, OtherShim, OtherShimPatched, Outcome, OutcomeResult};
+    use metalift_policy::wire::{OtherShim, OtherShimPatched, Outcome, OutcomeResult};
 
     use super::*;
 
@@ -263,11 +263,9 @@ mod tests {
             &Outcome {
                 decision_id: 7,
                 result: OutcomeResult::Applied,
-                reason: String::new(),
                 device_class: "AppleParavirtDevice".into(),
-                stock: Answers::default(),
-                effective: Answers::default(),
                 other_shim,
+                ..Default::default()
             },
         ));
         let mut out = Vec::new();

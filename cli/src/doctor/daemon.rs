@@ -3,6 +3,7 @@
 
 use std::path::Path;
 
+use metalift_policy::wire::ClientError;
 use metalift_policy::{load_within, CompileOptions, HostFamily, LoadError, LoadOptions, Loaded};
 
 use super::check::{Check, Status};
@@ -32,15 +33,17 @@ pub fn reachable(daemon: &DaemonArgs, socket: &Path) -> (Check, Judgement) {
                 socket.display()
             ),
         ),
-        Err(StatusError::NotRunning { source, .. }) if !socket.exists() => Check::new(
-            "daemon",
-            Status::Fail,
-            format!(
-                "no socket at {} ({source}): every process runs stock",
-                socket.display()
-            ),
-        )
-        .fix(start_fix()),
+        Err(StatusError::Client(ClientError::Connect { source, .. })) if !socket.exists() => {
+            Check::new(
+                "daemon",
+                Status::Fail,
+                format!(
+                    "no socket at {} ({source}): every process runs stock",
+                    socket.display()
+                ),
+            )
+            .fix(start_fix())
+        }
         Err(e) => Check::new(
             "daemon",
             Status::Fail,

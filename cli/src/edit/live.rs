@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use metalift_daemon::service::status::{StatusError, StatusReport};
+use metalift_policy::wire::ClientError;
 
 use crate::daemon_args::DaemonArgs;
 
@@ -68,7 +69,9 @@ pub fn wait(before: Before, policy: &Path, hash: &str, timeout: Duration) -> Liv
     loop {
         let report = match before.daemon.status(&socket) {
             Ok(r) => r,
-            Err(e @ StatusError::NoAnswer { .. }) => return Live::NoAnswer(e.to_string()),
+            Err(e @ StatusError::Client(ClientError::NoAnswer { .. })) => {
+                return Live::NoAnswer(e.to_string())
+            }
             Err(e) => return Live::NoDaemon(e.to_string()),
         };
         if report.policy_sha256 == hash {

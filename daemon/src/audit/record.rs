@@ -524,11 +524,9 @@ mod tests {
             &Outcome {
                 decision_id: 7,
                 result: OutcomeResult::Applied,
-                reason: String::new(),
                 device_class: "AppleParavirtDevice".into(),
-                stock: Answers::default(),
-                effective: Answers::default(),
                 other_shim,
+                ..Default::default()
             },
         ));
         serde_json::from_slice(&record.to_line().unwrap()).unwrap()

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use metalift_policy::wire::{self, ClientError, WireError};
+use metalift_policy::wire::{self, ClientError};
 use serde::{Deserialize, Serialize};
 
 use crate::service::health::Health;
@@ -189,47 +189,14 @@ impl StatusReport {
     }
 }
 
-/// Why the status could not be fetched.
+/// Why the status could not be fetched: the one client's error (no daemon, no
+/// answer, a closed or broken connection, a malformed or unexpected frame), or
+/// a status frame whose JSON does not parse.
 #[derive(Debug, thiserror::Error)]
 pub enum StatusError {
-    /// Nothing listens on the socket.
-    #[error("no daemon answers: {source} (is metaliftd running? tried {})", socket.display())]
-    NotRunning {
-        /// The socket tried.
-        socket: PathBuf,
-        /// The connect error.
-        source: std::io::Error,
-    },
-    /// The daemon accepted the connection but did not answer in time (hung or overloaded).
-    #[error("no answer from metaliftd within {} s on {} (the daemon is hung or overloaded: restart it)", timeout.as_secs_f64(), socket.display())]
-    NoAnswer {
-        /// The socket.
-        socket: PathBuf,
-        /// How long it was given.
-        timeout: Duration,
-    },
-    /// The daemon accepted but the exchange failed.
-    #[error("talking to metaliftd on {}: {source}", socket.display())]
-    Io {
-        /// The socket.
-        socket: PathBuf,
-        /// The error.
-        source: std::io::Error,
-    },
-    /// The daemon's answer is not a status frame.
-    #[error("metaliftd on {} answered with a malformed frame: {error}", socket.display())]
-    Protocol {
-        /// The socket.
-        socket: PathBuf,
-        /// The decoding error.
-        error: WireError,
-    },
-    /// The daemon answered something else than a status.
-    #[error("metaliftd on {} answered with an unexpected message", socket.display())]
-    Unexpected {
-        /// The socket.
-        socket: PathBuf,
-    },
+    /// The exchange failed ([`wire::Client`]'s own error, its message as is).
+    #[error(transparent)]
+    Client(#[from] ClientError),
     /// The JSON inside the status frame does not parse.
     #[error("metaliftd on {} sent an unreadable status: {error}", socket.display())]
     Json {
@@ -252,32 +219,7 @@ pub fn request(socket: &Path, timeout: Duration) -> Result<StatusReport, StatusE
 /// Asks for the status and returns the daemon's JSON as sent (through the one
 /// client, [`wire::Client`]).
 pub fn request_raw(socket: &Path, timeout: Duration) -> Result<String, StatusError> {
-    let socket_buf = || socket.to_owned();
-    wire::Client::status(socket, timeout).map_err(|e| match e {
-        ClientError::Connect { source, .. } => StatusError::NotRunning {
-            socket: socket_buf(),
-            source,
-        },
-        ClientError::NoAnswer { .. } => StatusError::NoAnswer {
-            socket: socket_buf(),
-            timeout,
-        },
-        ClientError::Closed { .. } => StatusError::Io {
-            socket: socket_buf(),
-            source: std::io::ErrorKind::UnexpectedEof.into(),
-        },
-        ClientError::Io { source, .. } => StatusError::Io {
-            socket: socket_buf(),
-            source,
-        },
-        ClientError::Protocol { error, .. } => StatusError::Protocol {
-            socket: socket_buf(),
-            error,
-        },
-        ClientError::Unexpected { .. } => StatusError::Unexpected {
-            socket: socket_buf(),
-        },
-    })
+    Ok(wire::Client::status(socket, timeout)?)
 }
 
 #[cfg(test)]
@@ -379,7 +321,10 @@ mod tests {
         let socket = dir.path().join("none.sock");
         let err = request(&socket, Duration::from_secs(1)).unwrap_err();
         let text = err.to_string();
-        assert!(matches!(err, StatusError::NotRunning { .. }));
+        assert!(matches!(
+            err,
+            StatusError::Client(ClientError::Connect { .. })
+        ));
         assert!(text.contains("is metaliftd running?"), "{text}");
         assert!(text.contains("none.sock"), "{text}");
     }
