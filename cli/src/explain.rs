@@ -70,7 +70,9 @@ pub struct Args {
     #[command(flatten)]
     pub daemon: crate::daemon_args::DaemonArgs,
     /// The audit log (its rotated files are read too); the policy archive is the
-    /// `policies/` directory beside it. For --live and --decision.
+    /// `policies/` directory beside it. For --live and --decision. Or an export
+    /// bundle's directory (`metalift audit export`): its records and the policies
+    /// its decisions name.
     #[arg(long, visible_alias = "audit-log", value_name = "PATH", default_value = metalift_daemon::audit::DEFAULT_LOG_PATH, env = "METALIFT_AUDIT_LOG")]
     pub log: PathBuf,
     /// What if the host chip were this brand (for `apple_family_max = "host"`, and the
@@ -134,7 +136,12 @@ struct Chosen {
 }
 
 /// Runs `metalift explain`.
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+pub fn run(mut args: Args) -> anyhow::Result<ExitCode> {
+    // An export bundle is read as its audit.jsonl, whose `policies/` beside it is
+    // the bundle's copy of the archive (audit export writes it in that layout).
+    if crate::audit::inputs::is_bundle(&args.log) {
+        args.log = args.log.join("audit.jsonl");
+    }
     let mut decision = None;
     let mut judged = None;
     let chosen = if let Some(id) = args.decision {

@@ -465,3 +465,61 @@ fn explain_live_and_decision_use_the_daemons_host_chip_not_the_readers() {
     assert!(text.contains(nine), "{text}");
     assert!(!text.contains("NOT the recorded decision"), "{text}");
 }
+
+#[test]
+fn explain_decision_on_an_export_bundle_uses_the_policies_its_decisions_name_not_the_guests() {
+    let env = Env::new();
+    env.write_policy("7", "unlock = \"native\"");
+    let daemon = env.start(&[], &[]);
+    let then = daemon.live_sha256();
+    let unlocked = daemon.check_in();
+    assert_eq!(unlocked.action, WireAction::Unlock);
+    env.write_policy("7", "stock = true");
+    let now = validate_sha256(s(&env.policy()));
+    daemon.wait_live(&now);
+    let stock = daemon.check_in();
+    assert_eq!(stock.action, WireAction::Stock);
+
+    let to = env.path("exported");
+    let export = metalift(&[
+        "audit",
+        "export",
+        "--to",
+        s(&to),
+        "--since",
+        "1h",
+        "--log",
+        s(&env.audit_log()),
+        "--socket",
+        s(&env.socket()),
+    ]);
+    assert_eq!(export.status.code(), Some(0), "{}", out(&export));
+    let bundle = PathBuf::from(String::from_utf8_lossy(&export.stdout).trim());
+    let manifest: Value =
+        serde_json::from_slice(&std::fs::read(bundle.join("manifest.json")).unwrap()).unwrap();
+    let mut both = vec![then.clone(), now.clone()];
+    both.sort();
+    assert_eq!(manifest["policies"], serde_json::json!(both), "{manifest}");
+    assert_eq!(manifest["policies_missing"], serde_json::json!([]));
+    // The guest is gone: its log and its archive with it.
+    drop(daemon);
+    std::fs::remove_dir_all(env.path("log")).expect("remove the guest's log");
+
+    for (v, decided, sha) in [
+        (&unlocked, "decided: unlock (rule `me`", &then),
+        (&stock, "decided: stock (rule `me`", &now),
+    ] {
+        let o = metalift(&[
+            "explain",
+            "--decision",
+            &v.decision_id.to_string(),
+            "--log",
+            s(&bundle),
+        ]);
+        let text = out(&o);
+        assert_eq!(o.status.code(), Some(0), "{text}");
+        assert!(text.contains(decided), "{text}");
+        assert!(text.contains(&format!("policy sha256 {sha}")), "{text}");
+        assert!(text.contains("same decision as recorded"), "{text}");
+    }
+}

@@ -8,8 +8,13 @@
 //!   down: then `"state": "unreachable"` and the error);
 //! - `policy/`: the live policy's files (from the daemon's policy archive) and
 //!   `policy/sha256` (its hash);
+//! - `policies/`: every policy the exported decisions (and `policy_loaded`
+//!   records) name that the daemon's policy archive still holds, in the archive's
+//!   own layout (`<sha256>.json`), so `metalift explain --decision ID --log
+//!   BUNDLE` explains each decision with the policy that made it, on any machine;
 //! - `manifest.json`: what was selected, how many records, the daemon's state, the
-//!   policy hash and where its text came from;
+//!   policy hash and where its text came from, the policies included and those
+//!   the archive no longer had;
 //! - `SHA256SUMS`: every other file's SHA-256, in the format `sha256sum -c` reads.
 //!
 //! Never half-written: everything goes into a hidden temporary directory inside
@@ -44,7 +49,9 @@ const EXIT_CANNOT: u8 = 2;
 #[command(after_help = "\
 The bundle: DIR/metalift-<host>-<time>/ with audit.jsonl (this boot's records,
 or --since), status.json (as `metalift status --json`; says so when the daemon
-is down), policy/ (the live policy's files and its sha256), manifest.json and
+is down), policy/ (the live policy's files and its sha256), policies/ (every
+policy the exported decisions name, for `metalift explain --decision ID --log
+BUNDLE`), manifest.json and
 SHA256SUMS (check with: cd BUNDLE && sha256sum -c SHA256SUMS). Written into a
 temporary directory and renamed, so DIR never holds half a bundle.
 
@@ -136,6 +143,9 @@ pub fn export(args: &Args) -> anyhow::Result<PathBuf> {
         Some(sha) => write_policy(dir, &args.log, sha)?,
         None => "unknown: the daemon is down and no policy_loaded record was exported".to_owned(),
     };
+    let mut named = records.policies.clone();
+    named.extend(sha256.iter().cloned());
+    let (policies, policies_missing) = copy_policies(dir, &args.log, &named)?;
     let manifest = json!({
         "schema": SCHEMA_VERSION,
         "created": humantime::format_rfc3339_micros(SystemTime::now()).to_string(),
@@ -151,6 +161,8 @@ pub fn export(args: &Args) -> anyhow::Result<PathBuf> {
         "daemon": daemon,
         "policy_sha256": sha256,
         "policy_source": policy_source,
+        "policies": policies,
+        "policies_missing": policies_missing,
     });
     write(dir, "manifest.json", &serde_json::to_vec_pretty(&manifest)?)?;
     write_sums(dir)?;
@@ -185,6 +197,8 @@ struct Selected {
     count: u64,
     other_boots: u64,
     corrupt: u64,
+    /// Every policy hash a kept decision or `policy_loaded` record names.
+    policies: std::collections::BTreeSet<String>,
 }
 
 /// Reads the log (rotated files first) and keeps the selected records; also
@@ -212,8 +226,15 @@ fn read_records(log: &Path, selection: &Selection) -> anyhow::Result<(Selected, 
                 out.other_boots += u64::from(matches!(selection, Selection::Boot(_)));
                 return Ok(());
             }
-            if let Some(Record::PolicyLoaded { sha256, .. }) = &entry.record {
-                last_policy = Some(sha256.clone());
+            match &entry.record {
+                Some(Record::PolicyLoaded { sha256, .. }) => {
+                    last_policy = Some(sha256.clone());
+                    out.policies.insert(sha256.clone());
+                }
+                Some(Record::Decision(d)) => {
+                    out.policies.insert(d.policy_sha256.clone());
+                }
+                _ => {}
             }
             out.text.push_str(&entry.raw);
             out.text.push('\n');
@@ -275,6 +296,37 @@ fn write_policy(dir: &Path, log: &Path, sha256: &str) -> anyhow::Result<String> 
             archive_dir.display()
         )),
     }
+}
+
+/// Copies each policy in `named` from the daemon's archive into the bundle's
+/// `policies/`; returns the hashes copied and those the archive no longer has
+/// (pruned, never archived, or a damaged line's hash that is none), both
+/// sorted. A failure to read the archive or to write the bundle is an error:
+/// the bundle is then not written at all.
+fn copy_policies(
+    dir: &Path,
+    log: &Path,
+    named: &std::collections::BTreeSet<String>,
+) -> anyhow::Result<(Vec<String>, Vec<String>)> {
+    let from = archive::dir_for(log);
+    let to = dir.join("policies");
+    let (mut copied, mut missing) = (Vec::new(), Vec::new());
+    for sha in named {
+        match archive::copy_entry(&from, &to, sha) {
+            Ok(true) => copied.push(sha.clone()),
+            Ok(false) => missing.push(sha.clone()),
+            Err(e) if e.kind() == io::ErrorKind::InvalidInput => missing.push(sha.clone()),
+            Err(e) => {
+                return Err(e).with_context(|| {
+                    format!(
+                        "cannot copy the policy {sha} from the archive {} into the bundle",
+                        from.display()
+                    )
+                })
+            }
+        }
+    }
+    Ok((copied, missing))
 }
 
 /// Writes `SHA256SUMS`: every file of the bundle but itself, `<hex>  <path>`.

@@ -125,6 +125,22 @@ pub fn load(dir: &Path, sha256: &str) -> io::Result<Option<Vec<(String, String)>
     ))
 }
 
+/// Copies the entry for `sha256` from the archive `from` into the archive `to`
+/// (created if missing), as it is: an export bundle's `policies/` is an archive
+/// of this same layout, so `explain --decision` reads it with [`load`].
+/// `Ok(false)` when `from` has no such entry. Nothing is pruned in `to`.
+pub fn copy_entry(from: &Path, to: &Path, sha256: &str) -> io::Result<bool> {
+    let source = entry_path(from, sha256)?;
+    let bytes = match fs::read(&source) {
+        Ok(b) => b,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    fs::create_dir_all(to)?;
+    fs::write(entry_path(to, sha256)?, bytes)?;
+    Ok(true)
+}
+
 /// Removes all but the newest `keep` entries of `dir`.
 fn prune(dir: &Path, keep: usize) -> io::Result<()> {
     let mut entries = Vec::new();
