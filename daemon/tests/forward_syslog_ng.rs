@@ -16,6 +16,9 @@ use std::time::{Duration, Instant};
 
 use metalift_daemon::scratch::ScratchDir;
 
+#[path = "common/fleet.rs"]
+mod fleet;
+
 const GUARD: Duration = Duration::from_secs(60);
 
 struct Killed(Child);
@@ -197,4 +200,41 @@ fn syslog_ng_receives_every_record_once_with_its_json_intact() {
         local.len() >= 21,
         "daemon_start, policy_loaded and 20 reloads"
     );
+}
+
+#[test]
+fn metalift_audit_on_what_syslog_ng_wrote_from_two_daemons_answers_the_job_question_per_guest() {
+    let dir = tempfile::Builder::new()
+        .prefix("fwd-sng-fleet-")
+        .tempdir()
+        .unwrap();
+    let work = dir.path().join("syslog-ng");
+    std::fs::create_dir_all(&work).unwrap();
+    let port = free_port();
+    let _collector = syslog_ng(&work, port);
+    let guests = fleet::two_guests(&format!("127.0.0.1:{port}"), "");
+    fleet::run_jobs(&guests);
+    // The example files by HOSTNAME: the directory, whatever files it made.
+    let out = work.join("out");
+    let start = Instant::now();
+    loop {
+        let mut seen = std::collections::HashSet::new();
+        for entry in std::fs::read_dir(&out).into_iter().flatten() {
+            let text = std::fs::read_to_string(entry.unwrap().path()).unwrap_or_default();
+            seen.extend(text.lines().map(str::to_owned));
+        }
+        let local = fleet::local_lines(&guests);
+        if local.iter().all(|l| seen.contains(l)) {
+            assert_eq!(seen.len(), local.len(), "nothing but the guests' records");
+            break;
+        }
+        assert!(
+            start.elapsed() < GUARD,
+            "{} of {} records never reached syslog-ng",
+            local.iter().filter(|l| !seen.contains(*l)).count(),
+            local.len()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    fleet::assert_the_job_question(&out);
 }
