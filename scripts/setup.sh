@@ -43,6 +43,14 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq "${missing[@]}"
 fi
 
+# chdb (PyPI): ClickHouse's embedded engine, which cli/tests/audit_clickhouse.rs runs
+# examples/collectors/clickhouse.sql in (scripts/clickhouse-fleet.py). Pinned.
+chdb_version=4.4.0
+if ! python3 -c "import chdb, sys; sys.exit(chdb.__version__ != '$chdb_version')" 2>/dev/null; then
+  python3 -m pip install -q "chdb==$chdb_version" 2>/dev/null ||
+    python3 -m pip install -q --user --break-system-packages "chdb==$chdb_version"
+fi
+
 sng=/opt/metalift-test/syslog-ng
 if [ ! -x "$sng/usr/sbin/syslog-ng" ]; then
   debs=$(mktemp -d)
