@@ -1,6 +1,8 @@
-//! `metalift audit flush`: waits until every record written before it was delivered
-//! to the syslog collector (`[audit.forward]`): sent, and acknowledged by the
-//! collector's TCP stack (the daemon's socket send queue is empty).
+//! `metalift audit flush`: waits until every record written before it was sent to
+//! the syslog collector (`[audit.forward]`) and acknowledged: over TCP and TLS by
+//! the collector's TCP stack (the daemon's socket send queue is empty), which says
+//! the collector's kernel has the bytes, not that the collector wrote them out;
+//! see docs/src/operations/forwarding.md.
 //!
 //! It asks the daemon's status socket (any user may) and looks at the audit log's
 //! live file (device, inode, size) when it starts: that needs the log directory's
@@ -22,8 +24,8 @@ use metalift_daemon::audit::rotation::rotated_path;
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
 Exit status:
-  0  every record written before the flush was delivered and acknowledged,
-     or no forwarder is configured (nothing to flush)
+  0  every record written before the flush was sent and acknowledged (TCP,
+     TLS: by the collector's TCP stack), or no forwarder is configured
   1  the timeout passed first (how far behind is printed)
   2  the daemon or the audit log could not be asked")]
 pub struct Args {
@@ -76,10 +78,11 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
         if delivered(&last, target, &log) {
             writeln!(
                 out,
-                "flushed: every record up to {} bytes of {} delivered to {} and acknowledged",
+                "flushed: every record up to {} bytes of {} sent to {} and {}",
                 target.size,
                 log.display(),
-                last.address.as_deref().unwrap_or("?")
+                last.address.as_deref().unwrap_or("?"),
+                acknowledged_by(&last),
             )?;
             return Ok(ExitCode::SUCCESS);
         }
@@ -104,6 +107,13 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
             .forwarder
             .unwrap_or_default();
     }
+}
+
+/// Who acknowledged what a flush waited for: over TCP and TLS only the
+/// collector's TCP stack can (the bytes reached its kernel; whether the collector
+/// wrote them out, TCP cannot tell).
+fn acknowledged_by(_: &ForwarderStatus) -> &'static str {
+    "acknowledged by the collector's TCP stack"
 }
 
 /// Whether the forwarder's cursor is at or past `target` and nothing waits for

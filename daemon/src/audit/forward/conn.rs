@@ -15,18 +15,28 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 pub const IO_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// An open connection.
-pub enum Conn {
+#[derive(Debug)]
+pub struct Conn {
+    stream: Stream,
+    /// Bytes handed to the kernel on this connection since it was set up (after
+    /// the TLS handshake: TLS records as they go on the wire), so that this
+    /// minus the send queue is what the collector's TCP stack acknowledged.
+    written: u64,
+}
+
+/// The stream under a [`Conn`].
+enum Stream {
     /// Plain TCP.
     Tcp(TcpStream),
     /// TLS over TCP.
     Tls(Box<rustls::StreamOwned<rustls::ClientConnection, TcpStream>>),
 }
 
-impl std::fmt::Debug for Conn {
+impl std::fmt::Debug for Stream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
-            Conn::Tcp(_) => "Conn::Tcp",
-            Conn::Tls(_) => "Conn::Tls",
+            Stream::Tcp(_) => "Tcp",
+            Stream::Tls(_) => "Tls",
         })
     }
 }
@@ -45,8 +55,8 @@ impl Conn {
         tcp.set_write_timeout(Some(IO_TIMEOUT))?;
         tcp.set_read_timeout(Some(IO_TIMEOUT))?;
         tcp.set_nodelay(true)?;
-        match cfg.transport {
-            Transport::Tcp => Ok(Conn::Tcp(tcp)),
+        let stream = match cfg.transport {
+            Transport::Tcp => Stream::Tcp(tcp),
             Transport::Tls => {
                 let config = tls_config(cfg)?;
                 let name = ServerName::try_from(cfg.server_name.clone())
@@ -75,34 +85,84 @@ impl Conn {
                     Ok(_) => {}
                 }
                 stream.sock.set_read_timeout(Some(IO_TIMEOUT))?;
-                Ok(Conn::Tls(Box::new(stream)))
+                Stream::Tls(Box::new(stream))
             }
+        };
+        Ok(Conn { stream, written: 0 })
+    }
+
+    /// The socket under the connection.
+    fn sock(&self) -> &TcpStream {
+        match &self.stream {
+            Stream::Tcp(s) => s,
+            Stream::Tls(s) => &s.sock,
         }
     }
 
     /// Writes `bytes` wholly and flushes them out of any TLS buffer into the kernel.
+    ///
+    /// An error (a write that timed out after [`IO_TIMEOUT`] included) may leave
+    /// part of `bytes` written: the connection must then be dropped, never written
+    /// to again, so no frame is torn while it stays up (the caller drops it and
+    /// sends again from the delivered position).
     pub fn send(&mut self, bytes: &[u8]) -> io::Result<()> {
-        match self {
-            Conn::Tcp(s) => s.write_all(bytes),
-            Conn::Tls(s) => {
-                s.write_all(bytes)?;
-                s.flush()?;
-                while s.conn.wants_write() {
-                    s.conn.write_tls(&mut s.sock)?;
+        match &mut self.stream {
+            Stream::Tcp(s) => {
+                let mut left = bytes;
+                while !left.is_empty() {
+                    match s.write(left) {
+                        Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                        Ok(n) => {
+                            self.written += n as u64;
+                            left = &left[n..];
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(e) => return Err(e),
+                    }
                 }
                 Ok(())
             }
+            Stream::Tls(s) => {
+                // rustls takes plaintext up to its buffer limit: write what it
+                // took out as TLS records (counted), then give it the rest.
+                let mut left = bytes;
+                loop {
+                    while s.conn.wants_write() {
+                        match s.conn.write_tls(&mut s.sock) {
+                            Ok(n) => self.written += n as u64,
+                            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                            Err(e) => return Err(e),
+                        }
+                    }
+                    if left.is_empty() {
+                        return Ok(());
+                    }
+                    let n = s.conn.writer().write(left)?;
+                    if n == 0 && !s.conn.wants_write() {
+                        return Err(io::ErrorKind::WriteZero.into());
+                    }
+                    left = &left[n..];
+                }
+            }
         }
+    }
+
+    /// Bytes handed to the kernel on this connection so far.
+    #[must_use]
+    pub fn written(&self) -> u64 {
+        self.written
+    }
+
+    /// Bytes of this connection the collector's TCP stack acknowledged.
+    pub fn acknowledged(&self) -> io::Result<u64> {
+        Ok(self.written.saturating_sub(self.unacknowledged()?))
     }
 
     /// How long one write may block from now on (a stop's drain bounds it by its
     /// deadline; [`IO_TIMEOUT`] otherwise).
     pub fn set_write_timeout(&self, timeout: Duration) -> io::Result<()> {
-        let sock = match self {
-            Conn::Tcp(s) => s,
-            Conn::Tls(s) => &s.sock,
-        };
-        sock.set_write_timeout(Some(timeout.max(Duration::from_millis(1))))
+        self.sock()
+            .set_write_timeout(Some(timeout.max(Duration::from_millis(1))))
     }
 
     /// A second handle on the connection's socket, for [`Shared::abort`] to shut it
@@ -110,33 +170,31 @@ impl Conn {
     ///
     /// [`Shared::abort`]: super::Shared::abort
     pub fn abort_handle(&self) -> io::Result<TcpStream> {
-        match self {
-            Conn::Tcp(s) => s.try_clone(),
-            Conn::Tls(s) => s.sock.try_clone(),
-        }
+        self.sock().try_clone()
     }
 
     /// Bytes in the kernel's send queue not yet acknowledged by the collector.
     pub fn unacknowledged(&self) -> io::Result<u64> {
-        let sock = match self {
-            Conn::Tcp(s) => s,
-            Conn::Tls(s) => &s.sock,
-        };
-        super::send_queue::unacknowledged(sock)
+        super::send_queue::unacknowledged(self.sock())
     }
 
-    /// Whether the collector closed the connection (reads what it sent: syslog
-    /// collectors send nothing, so data or EOF both mean it is going away).
+    /// Whether the collector ended the connection: end of stream, or a reset
+    /// (a collector that closes with unread data in its socket resets it). Looks
+    /// without consuming (a TLS collector may have sent a session ticket).
     pub fn peer_closed(&self) -> bool {
-        let sock = match self {
-            Conn::Tcp(s) => s,
-            Conn::Tls(s) => &s.sock,
-        };
+        let sock = self.sock();
         let mut b = [0u8; 1];
         if sock.set_nonblocking(true).is_err() {
             return false;
         }
-        let closed = matches!(sock.peek(&mut b), Ok(0));
+        let closed = match sock.peek(&mut b) {
+            Ok(0) => true,
+            Ok(_) => false,
+            Err(e) => !matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+            ),
+        };
         let _ = sock.set_nonblocking(false);
         closed
     }

@@ -2,8 +2,10 @@
 //!
 //! The local log stays the record of truth and the queue: a thread of its own reads
 //! records back from the file after they were written ([`source`]), frames them as
-//! RFC 5424 messages ([`frame`]), sends them over TCP or TLS ([`conn`]), and saves a
-//! durable cursor at most every [`cursor::SAVE_EVERY`] ([`cursor`]). The writer is
+//! RFC 5424 messages ([`frame`]), sends them over TCP or TLS ([`conn`]), keeps what
+//! was sent and is not yet known delivered ([`window`]: sent again when a
+//! connection ends), and saves the delivered position as a durable cursor at most
+//! every [`cursor::SAVE_EVERY`] ([`cursor`]). The writer is
 //! never touched: a verdict and its record never wait for a collector. The thread
 //! polls the file, so nothing is shared with the writer: after a batch that took
 //! everything there was, it waits [`POLL`] before looking again, so under load the
@@ -12,8 +14,11 @@
 //! scheduling priority than the verdict path ([`priority`]).
 //!
 //! - [`status`]: what `metalift status` shows of it (`forwarder`).
-//! - [`send_queue`]: the kernel's unacknowledged bytes (what `audit flush` waits on).
+//! - [`send_queue`]: the kernel's unacknowledged bytes (what `audit flush` waits on,
+//!   and what tells the window what the collector's TCP stack has).
+//! - [`backoff`]: when to try a collector again.
 
+pub mod backoff;
 pub mod conn;
 pub mod cursor;
 pub mod frame;
@@ -22,6 +27,7 @@ pub mod priority;
 pub mod send_queue;
 pub mod source;
 pub mod status;
+pub mod window;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -32,10 +38,13 @@ use metalift_policy::forward::Forward;
 
 use crate::audit::{AuditLog, Record};
 use crate::live_policy::store::PolicyStore;
+use backoff::Backoff;
+pub use backoff::MAX_BACKOFF;
 use conn::Conn;
-use cursor::SaveSchedule;
-use source::{Batch, Gap, Source};
+use cursor::{Cursor, SaveSchedule};
+use source::{Batch, Gap, Mark, Source};
 pub use status::ForwarderStatus;
+use window::Window;
 
 /// How often a caught-up forwarder looks for new records: also how long records
 /// wait to be batched together under load.
@@ -44,8 +53,9 @@ pub const POLL: Duration = Duration::from_millis(20);
 pub const BATCH_BYTES: usize = 256 * 1024;
 /// Longest a stop spends sending what is left.
 pub const STOP_DRAIN: Duration = Duration::from_millis(500);
-/// Longest wait between reconnection attempts.
-pub const MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// Longest a change of collector waits for the old one's TCP stack to
+/// acknowledge what was sent (the rest goes to the new one).
+const SWITCH_WAIT: Duration = Duration::from_millis(200);
 
 /// The forwarder, shared with `status`.
 #[derive(Debug, Default)]
@@ -72,8 +82,8 @@ impl Shared {
     /// Shuts the connection down under a write that blocks (a collector that does
     /// not read, a write begun before [`Shared::stop`] and bounded only by
     /// [`conn::IO_TIMEOUT`]): the write fails at once, the thread sees the stop.
-    /// What was not acknowledged is past the saved cursor and is sent again by
-    /// the next start (at least once).
+    /// What was not delivered is past the saved cursor and is sent again by the
+    /// next start (at least once).
     pub fn abort(&self) {
         let handle = self
             .abort
@@ -121,8 +131,11 @@ struct State {
     config: Option<Forward>,
     conn: Option<Conn>,
     source: Option<Source>,
-    backoff: Duration,
-    retry_at: Instant,
+    /// Sent on `conn` and not yet known delivered.
+    window: Window,
+    /// The delivered position last handed to `saves`.
+    delivered: Option<Cursor>,
+    backoff: Backoff,
     header: frame::Header,
     cursor_path: PathBuf,
     saves: SaveSchedule,
@@ -149,8 +162,9 @@ fn run(store: &PolicyStore, audit: &AuditLog, shared: &Shared) {
         config: None,
         conn: None,
         source: None,
-        backoff: Duration::from_millis(100),
-        retry_at: Instant::now(),
+        window: Window::default(),
+        delivered: None,
+        backoff: Backoff::new(Instant::now()),
         header: frame::Header::of_this_host(),
         cursor_path: cursor::path_for(audit.path()),
         saves: SaveSchedule::new(cursor::SAVE_EVERY),
@@ -161,10 +175,8 @@ fn run(store: &PolicyStore, audit: &AuditLog, shared: &Shared) {
     while !shared.stop.load(Ordering::Relaxed) {
         let wanted = store.current().policy.forward().cloned();
         if wanted != st.config {
-            st.conn = None;
-            shared.connected(None);
-            st.backoff = Duration::from_millis(100);
-            st.retry_at = Instant::now();
+            close_ours(&mut st, shared, Instant::now() + SWITCH_WAIT);
+            st.backoff = Backoff::new(Instant::now());
             *shared.lock() = ForwarderStatus::configured(wanted.as_ref());
             st.config = wanted;
         }
@@ -197,30 +209,129 @@ fn run(store: &PolicyStore, audit: &AuditLog, shared: &Shared) {
             std::thread::sleep(POLL);
         }
     }
-    drain(&mut st, audit, shared);
+    let deadline = drain(&mut st, audit, shared);
+    close_ours(&mut st, shared, deadline);
     save_cursor(&mut st, true);
-    shared.connected(None);
 }
 
 /// At a stop, sends what the log holds now (the `daemon_stop` record among it)
 /// while connected, for at most [`STOP_DRAIN`]: the daemon's own wait for this
 /// reads `bytes_behind` from the status, which is as old as the last round. A
 /// collector that does not read cannot hold the stop longer: each write may block
-/// only until the deadline.
-fn drain(st: &mut State, audit: &AuditLog, shared: &Shared) {
+/// only until the deadline. Returns the deadline (what is left of it is for the
+/// collector to acknowledge what was sent, [`close_ours`]).
+fn drain(st: &mut State, audit: &AuditLog, shared: &Shared) -> Instant {
     let deadline = Instant::now() + STOP_DRAIN;
     while let Some(conn) = st.conn.as_ref() {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() || conn.set_write_timeout(left).is_err() {
-            return;
+            break;
         }
         let Some(config) = st.config.clone() else {
-            return;
+            break;
         };
         if matches!(step(st, &config, audit, shared), Round::Idle) {
+            break;
+        }
+    }
+    deadline
+}
+
+/// Closes the connection ourselves (a stop, another collector): what the
+/// collector's TCP stack acknowledged by `deadline` is delivered (waiting for
+/// it until then), the rest is sent again (to the next collector, or by the next
+/// start).
+fn close_ours(st: &mut State, shared: &Shared, deadline: Instant) {
+    shared.connected(None);
+    let Some(conn) = st.conn.take() else { return };
+    loop {
+        let now = Instant::now();
+        match conn.acknowledged() {
+            Ok(n) => st.window.acked_through(n, now),
+            Err(_) => break,
+        }
+        if st.window.unacknowledged_bytes() == 0 || now >= deadline {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let mark = st.window.settled(Instant::now(), Duration::ZERO);
+    deliver(st, mark);
+    end_of_connection(st);
+}
+
+/// The connection is gone: what was sent on it and is not delivered is sent
+/// again from the delivered position.
+fn end_of_connection(st: &mut State) {
+    st.conn = None;
+    st.window.clear();
+    if let Some(source) = st.source.as_mut() {
+        source.rewind();
+    }
+}
+
+/// The connection ended other than by our close (the collector closed or reset
+/// it, a write failed or timed out): nothing more of it counts as delivered.
+fn lost(st: &mut State, shared: &Shared, error: String) {
+    end_of_connection(st);
+    shared.connected(None);
+    st.backoff.failed(Instant::now());
+    note_error(shared, error);
+}
+
+/// Moves the delivered position to `mark` (if any), and to where sending has got
+/// when nothing waits in the window; hands a new position to the save schedule.
+fn deliver(st: &mut State, mark: Option<Mark>) {
+    let Some(source) = st.source.as_mut() else {
+        return;
+    };
+    if let Some(m) = mark {
+        source.delivered(m);
+        st.backoff.delivered();
+    }
+    if st.window.is_empty() {
+        if let Some(m) = source.sent_mark() {
+            source.delivered(m);
+        }
+    }
+    let now = source.cursor();
+    if now != st.delivered {
+        st.delivered = now;
+        if let Some(c) = now {
+            st.saves.delivered(c);
+        }
+    }
+}
+
+/// Asks the connection what the collector has: a collector that went away ends
+/// it ([`lost`]); what its TCP stack acknowledged and the connection then kept
+/// for [`window::TCP_SETTLE`] is delivered.
+fn check(st: &mut State, config: &Forward, shared: &Shared) {
+    let Some(conn) = st.conn.as_ref() else {
+        return;
+    };
+    if conn.peer_closed() {
+        lost(
+            st,
+            shared,
+            format!("{} closed the connection", config.address),
+        );
+        return;
+    }
+    let now = Instant::now();
+    match conn.acknowledged() {
+        Ok(n) => st.window.acked_through(n, now),
+        Err(error) => {
+            lost(
+                st,
+                shared,
+                format!("reading the send queue of {}: {error}", config.address),
+            );
             return;
         }
     }
+    let mark = st.window.settled(now, window::TCP_SETTLE);
+    deliver(st, mark);
 }
 
 /// Saves the delivered position if it is due (or, with `now`, whatever the time).
@@ -243,7 +354,7 @@ fn save_cursor(st: &mut State, now: bool) {
     }
 }
 
-/// One round: pick up rotations, send one batch.
+/// One round: pick up rotations, learn what the collector has, send one batch.
 fn step(st: &mut State, config: &Forward, audit: &AuditLog, shared: &Shared) -> Round {
     let Some(source) = st.source.as_mut() else {
         return Round::Idle;
@@ -253,6 +364,10 @@ fn step(st: &mut State, config: &Forward, audit: &AuditLog, shared: &Shared) -> 
         // The files already held are still sent; the rescan is tried next round.
         Err(error) => note_error(shared, format!("looking for rotated audit files: {error}")),
     }
+    check(st, config, shared);
+    let Some(source) = st.source.as_mut() else {
+        return Round::Idle;
+    };
     let batch = match source.next_batch(BATCH_BYTES, &mut st.batch) {
         Ok(b) => b,
         Err(error) => {
@@ -272,32 +387,25 @@ fn step(st: &mut State, config: &Forward, audit: &AuditLog, shared: &Shared) -> 
         if let Some(r) = records_behind {
             s.records_behind = r;
         }
-        s.position = source.cursor();
+        s.position = source.sent_mark().map(|m| m.cursor);
         s.unacknowledged_bytes = st.conn.as_ref().and_then(|c| c.unacknowledged().ok());
-    }
-    if st.conn.as_ref().is_some_and(Conn::peer_closed) {
-        st.conn = None;
-        shared.connected(None);
-        note_error(shared, format!("{} closed the connection", config.address));
     }
     let Batch::Lines { more } = batch else {
         return Round::Idle;
     };
     if st.conn.is_none() {
-        if Instant::now() < st.retry_at {
+        if !st.backoff.ready(Instant::now()) {
             return Round::Idle;
         }
         match Conn::open(config) {
             Ok(c) => {
                 shared.connected(Some(&c));
                 st.conn = Some(c);
-                st.backoff = Duration::from_millis(100);
                 shared.lock().connected = true;
             }
             Err(error) => {
                 note_error(shared, format!("{error:#}"));
-                st.retry_at = Instant::now() + st.backoff;
-                st.backoff = (st.backoff * 2).min(MAX_BACKOFF);
+                st.backoff.failed(Instant::now());
                 return Round::Idle;
             }
         }
@@ -318,24 +426,30 @@ fn step(st: &mut State, config: &Forward, audit: &AuditLog, shared: &Shared) -> 
         return Round::Idle;
     };
     if let Err(error) = conn.send(&st.out) {
-        st.conn = None;
-        shared.connected(None);
-        note_error(shared, format!("sending to {}: {error}", config.address));
-        st.retry_at = Instant::now() + st.backoff;
+        lost(
+            st,
+            shared,
+            format!("sending to {}: {error}", config.address),
+        );
         return Round::Idle;
     }
-    source.advance(&st.batch);
-    if let Some(c) = source.cursor() {
-        st.saves.delivered(c);
+    let written = conn.written();
+    let unacknowledged = conn.unacknowledged().ok();
+    let Some(source) = st.source.as_mut() else {
+        return Round::Idle;
+    };
+    source.sent(&st.batch);
+    if let Some(mark) = source.sent_mark() {
+        st.window.push(written, mark, st.out.len() as u64);
     }
     let mut s = shared.lock();
     s.delivered_records += records;
     s.delivered_bytes += st.out.len() as u64;
     s.last_delivery_at = Some(crate::audit::rfc3339::format(now));
-    s.position = source.cursor();
+    s.position = source.sent_mark().map(|m| m.cursor);
     s.bytes_behind = source.bytes_behind();
     s.records_behind = s.records_behind.saturating_sub(records);
-    s.unacknowledged_bytes = conn.unacknowledged().ok();
+    s.unacknowledged_bytes = unacknowledged;
     Round::Sent { more }
 }
 
