@@ -2,6 +2,9 @@
 //! loopback port with `examples/collectors/rsyslog*.conf`): every record arrives as
 //! RFC 5424 with its JSON intact, over a `kill -9` and rotations, after a collector
 //! outage, and over TLS; an untrusted collector is refused and `status` says why.
+//! Over RELP (`examples/collectors/rsyslog-relp.conf`, imrelp): rsyslog killed and
+//! restarted mid-stream under check-in load loses nothing, and `audit flush` exits
+//! 0 only once rsyslog answered every record.
 //! (`forward_hangup` has the collectors of the test's own that go away.)
 //! Without `rsyslogd` (scripts/setup.sh installs it) every test fails saying so.
 #![cfg(target_os = "linux")]
@@ -786,4 +789,137 @@ fn metalift_audit_on_what_rsyslog_wrote_from_two_daemons_answers_the_job_questio
     for g in v["groups"].as_array().unwrap() {
         assert_eq!(g["counts"]["processes"], 2, "both jobs per image: {g}");
     }
+}
+
+/// `metalift audit flush --timeout TIMEOUT` for `env`'s daemon: exit code and output.
+fn flush(env: &Env, timeout: &str) -> (Option<i32>, String) {
+    let out = Command::new(metalift_cli())
+        .args(["audit", "flush", "--timeout", timeout, "--socket"])
+        .arg(env.socket())
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
+    )
+}
+
+/// The record ids rsyslog wrote to `out`, with how often each came.
+fn received_ids(out: &Path) -> HashMap<String, usize> {
+    let mut ids: HashMap<String, usize> = HashMap::new();
+    for m in received(out) {
+        let v: Value = serde_json::from_str(&m.json).unwrap();
+        *ids.entry(v["id"].as_str().unwrap().to_owned()).or_default() += 1;
+    }
+    ids
+}
+
+#[test]
+fn over_relp_rsyslog_killed_and_restarted_mid_stream_gets_every_record_and_flush_waits_for_its_answers(
+) {
+    use metalift_policy::wire::{CheckIn, Client};
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+    let _serial = serial();
+    let env = Env::new();
+    let port = free_port();
+    let mut collector = rsyslog(env.dir.path(), "rsyslog-relp.conf", port, &[]);
+    env.policy(&format!(
+        "address = \"127.0.0.1:{port}\"\ntransport = \"relp\""
+    ));
+    let daemon = env.start(1 << 20);
+    let stop = AtomicBool::new(false);
+    let check_ins = AtomicUsize::new(0);
+    let socket = env.socket();
+    let collector = std::thread::scope(|s| {
+        // 64 clients checking in (each check-in writes a decision record).
+        for _ in 0..64 {
+            s.spawn(|| {
+                while !stop.load(Ordering::Relaxed) {
+                    let mut client = Client::connect(&socket, GUARD).expect("connect");
+                    client
+                        .check_in(&CheckIn {
+                            shim_version: "test".into(),
+                            arch: std::env::consts::ARCH.into(),
+                            claimed_executable: None,
+                            job: None,
+                        })
+                        .expect("a verdict");
+                    check_ins.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+        }
+        // rsyslog killed (SIGKILL) and started again, three times, mid-stream:
+        // stopped (SIGSTOP) for 300 ms first, as a collector that hangs before it
+        // crashes, so records are on their way (in its socket, unanswered) when
+        // it dies.
+        for _ in 0..3 {
+            let before = check_ins.load(Ordering::Relaxed);
+            std::thread::sleep(Duration::from_millis(800));
+            assert!(
+                check_ins.load(Ordering::Relaxed) > before,
+                "check-ins go on while rsyslog comes and goes"
+            );
+            let pid = rustix::process::Pid::from_raw(collector.child.id() as i32).unwrap();
+            rustix::process::kill_process(pid, rustix::process::Signal::STOP).unwrap();
+            std::thread::sleep(Duration::from_millis(300));
+            drop(collector);
+            std::thread::sleep(Duration::from_millis(500));
+            collector = rsyslog(env.dir.path(), "rsyslog-relp.conf", port, &[]);
+        }
+        std::thread::sleep(Duration::from_millis(500));
+        stop.store(true, Ordering::Relaxed);
+        collector
+    });
+    // The flush, then at once (no waiting) every record must be in rsyslog's file:
+    // with a direct ruleset queue rsyslog answers only after the write.
+    let (code, said) = flush(&env, "60");
+    assert_eq!(code, Some(0), "{said}");
+    assert!(
+        said.contains("acknowledged by the collector (RELP)"),
+        "a RELP flush says the collector acknowledged: {said}"
+    );
+    let got = received_ids(&collector.out);
+    let local: Vec<String> = env
+        .local_lines()
+        .iter()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).unwrap();
+            v["id"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    let missing: Vec<&String> = local.iter().filter(|id| !got.contains_key(*id)).collect();
+    assert!(
+        missing.is_empty(),
+        "{} of {} records missing at rsyslog after a successful flush: {:?}; status: {:?}",
+        missing.len(),
+        local.len(),
+        &missing[..missing.len().min(10)],
+        env.status().forwarder
+    );
+    // A stopped rsyslog still takes bytes into its socket (its kernel acknowledges
+    // them, all a TCP flush could wait for), but answers nothing: the flush waits.
+    let pid = rustix::process::Pid::from_raw(collector.child.id() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::STOP).unwrap();
+    reloads(&env, &daemon, 3);
+    let (code, stalled) = flush(&env, "2");
+    rustix::process::kill_process(pid, rustix::process::Signal::CONT).unwrap();
+    assert_eq!(
+        code,
+        Some(1),
+        "no flush while rsyslog has not answered: {stalled}"
+    );
+    let (code, said_after) = flush(&env, "60");
+    assert_eq!(code, Some(0), "{said_after}");
+    let twice = got.values().filter(|&&n| n > 1).count();
+    let f = env.status().forwarder.unwrap();
+    assert_eq!(f.transport.as_deref(), Some("relp"));
+    println!(
+        "{} records after {} check-ins and 3 kills of rsyslog: every one at rsyslog when \
+         flush returned, {twice} of them twice; last error: {:?}",
+        local.len(),
+        check_ins.load(Ordering::Relaxed),
+        f.last_error
+    );
+    drop(daemon);
 }

@@ -2,7 +2,8 @@
 //! the syslog collector (`[audit.forward]`) and acknowledged: over TCP and TLS by
 //! the collector's TCP stack (the daemon's socket send queue is empty), which says
 //! the collector's kernel has the bytes, not that the collector wrote them out;
-//! see docs/src/operations/forwarding.md.
+//! over RELP by the collector itself (every message answered). See
+//! docs/src/operations/forwarding.md.
 //!
 //! It asks the daemon's status socket (any user may) and looks at the audit log's
 //! live file (device, inode, size) when it starts: that needs the log directory's
@@ -24,8 +25,9 @@ use metalift_daemon::audit::rotation::rotated_path;
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
 Exit status:
-  0  every record written before the flush was sent and acknowledged (TCP,
-     TLS: by the collector's TCP stack), or no forwarder is configured
+  0  every record written before the flush was sent and acknowledged (RELP:
+     by the collector; TCP, TLS: by the collector's TCP stack), or no
+     forwarder is configured
   1  the timeout passed first (how far behind is printed)
   2  the daemon or the audit log could not be asked")]
 pub struct Args {
@@ -109,11 +111,16 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// Who acknowledged what a flush waited for: over TCP and TLS only the
-/// collector's TCP stack can (the bytes reached its kernel; whether the collector
-/// wrote them out, TCP cannot tell).
-fn acknowledged_by(_: &ForwarderStatus) -> &'static str {
-    "acknowledged by the collector's TCP stack"
+/// Who acknowledged what a flush waited for: over RELP the collector itself
+/// (it answered every message); over TCP and TLS only the collector's TCP stack
+/// can (the bytes reached its kernel; whether the collector wrote them out, TCP
+/// cannot tell).
+fn acknowledged_by(f: &ForwarderStatus) -> &'static str {
+    if f.transport.as_deref() == Some("relp") {
+        "acknowledged by the collector (RELP)"
+    } else {
+        "acknowledged by the collector's TCP stack"
+    }
 }
 
 /// Whether the forwarder's cursor is at or past `target` and nothing waits for

@@ -1,15 +1,18 @@
 //! A connection to the collector: plain TCP, or TLS (RFC 5425) through rustls with
-//! the configured CA and, for mutual TLS, a client certificate.
+//! the configured CA and, for mutual TLS, a client certificate, or a RELP session
+//! over TCP ([`super::relp`]: opened here, answers read here).
 
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use metalift_policy::forward::{Forward, Transport};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+
+use super::relp;
 
 /// How long a connect, a TLS handshake or one write may take.
 pub const IO_TIMEOUT: Duration = Duration::from_secs(5);
@@ -22,6 +25,8 @@ pub struct Conn {
     /// the TLS handshake: TLS records as they go on the wire), so that this
     /// minus the send queue is what the collector's TCP stack acknowledged.
     written: u64,
+    /// The RELP session, with `transport = "relp"`.
+    relp: Option<relp::Session>,
 }
 
 /// The stream under a [`Conn`].
@@ -56,7 +61,7 @@ impl Conn {
         tcp.set_read_timeout(Some(IO_TIMEOUT))?;
         tcp.set_nodelay(true)?;
         let stream = match cfg.transport {
-            Transport::Tcp => Stream::Tcp(tcp),
+            Transport::Tcp | Transport::Relp => Stream::Tcp(tcp),
             Transport::Tls => {
                 let config = tls_config(cfg)?;
                 let name = ServerName::try_from(cfg.server_name.clone())
@@ -88,7 +93,132 @@ impl Conn {
                 Stream::Tls(Box::new(stream))
             }
         };
-        Ok(Conn { stream, written: 0 })
+        let mut conn = Conn {
+            stream,
+            written: 0,
+            relp: None,
+        };
+        if cfg.transport == Transport::Relp {
+            conn.open_relp(cfg)?;
+        }
+        Ok(conn)
+    }
+
+    /// Opens the RELP session: `open` with our offers, and the collector's `rsp
+    /// 200` offering the `syslog` command, within [`IO_TIMEOUT`].
+    fn open_relp(&mut self, cfg: &Forward) -> anyhow::Result<()> {
+        let mut session = relp::Session::default();
+        let mut out = Vec::new();
+        let txnr = session.push(&mut out, "open", relp::Session::offers().as_bytes());
+        self.relp = Some(session);
+        let what = || format!("opening a RELP session with {}", cfg.address);
+        self.send(&out).with_context(what)?;
+        let deadline = Instant::now() + IO_TIMEOUT;
+        loop {
+            // The first frame answers the open (nothing else was sent).
+            if let Some(f) = self.replies(true).with_context(what)?.into_iter().next() {
+                if f.txnr != txnr {
+                    anyhow::bail!(
+                        "{}: the collector answered {} {} before the session was open",
+                        what(),
+                        f.txnr,
+                        f.command
+                    );
+                }
+                return match f.status() {
+                    Some((200, _)) if relp::offers_syslog(&f.data) => Ok(()),
+                    Some((200, _)) => Err(anyhow::anyhow!(
+                        "{}: the collector does not offer the syslog command: {:?}",
+                        what(),
+                        String::from_utf8_lossy(&f.data)
+                    )),
+                    _ => Err(anyhow::anyhow!(
+                        "{}: refused: {:?}",
+                        what(),
+                        String::from_utf8_lossy(&f.data)
+                    )),
+                };
+            }
+            if Instant::now() >= deadline {
+                anyhow::bail!("{}: no answer within {IO_TIMEOUT:?}", what());
+            }
+        }
+    }
+
+    /// Whether this is a RELP session.
+    #[must_use]
+    pub fn is_relp(&self) -> bool {
+        self.relp.is_some()
+    }
+
+    /// Appends one RELP `command` frame to `out` (see [`relp::Session::push`]);
+    /// `None` when this is not a RELP session.
+    pub fn relp_push(&mut self, out: &mut Vec<u8>, command: &str, data: &[u8]) -> Option<u64> {
+        Some(self.relp.as_mut()?.push(out, command, data))
+    }
+
+    /// The RELP frames the collector sent: what has arrived (`wait` false), or
+    /// at least one read's worth, waiting up to [`IO_TIMEOUT`] (`wait` true; it
+    /// may complete no frame). Empty when this is not a RELP session. The end of
+    /// the stream is an error (`UnexpectedEof`), as is a malformed frame.
+    pub fn replies(&mut self, wait: bool) -> io::Result<Vec<relp::Frame>> {
+        let Some(session) = self.relp.as_mut() else {
+            return Ok(Vec::new());
+        };
+        let mut frames = Vec::new();
+        let mut buf = [0u8; 4096];
+        let sock = match &self.stream {
+            Stream::Tcp(s) => s,
+            Stream::Tls(s) => &s.sock,
+        };
+        if !wait {
+            sock.set_nonblocking(true)?;
+        }
+        let result = loop {
+            let got = match &mut self.stream {
+                Stream::Tcp(s) => s.read(&mut buf),
+                Stream::Tls(s) => s.read(&mut buf),
+            };
+            match got {
+                Ok(0) => {
+                    break Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "the collector closed the connection",
+                    ))
+                }
+                Ok(n) => match session.receive(&buf[..n]) {
+                    Ok(f) => {
+                        frames.extend(f);
+                        if wait {
+                            break Ok(());
+                        }
+                    }
+                    Err(e) => break Err(io::Error::new(io::ErrorKind::InvalidData, e)),
+                },
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock && !wait => break Ok(()),
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    break Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!("no RELP answer within {IO_TIMEOUT:?}"),
+                    ))
+                }
+                Err(e) => break Err(e),
+            }
+        };
+        if !wait {
+            let sock = match &self.stream {
+                Stream::Tcp(s) => s,
+                Stream::Tls(s) => &s.sock,
+            };
+            sock.set_nonblocking(false)?;
+        }
+        result.map(|()| frames)
     }
 
     /// The socket under the connection.

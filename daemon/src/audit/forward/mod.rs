@@ -2,7 +2,8 @@
 //!
 //! The local log stays the record of truth and the queue: a thread of its own reads
 //! records back from the file after they were written ([`source`]), frames them as
-//! RFC 5424 messages ([`frame`]), sends them over TCP or TLS ([`conn`]), keeps what
+//! RFC 5424 messages ([`frame`]), sends them over TCP, TLS or RELP ([`conn`],
+//! [`relp`]; a batch's sending and what is learnt of delivery: `deliver.rs`), keeps what
 //! was sent and is not yet known delivered ([`window`]: sent again when a
 //! connection ends), and saves the delivered position as a durable cursor at most
 //! every [`cursor::SAVE_EVERY`] ([`cursor`]). The writer is
@@ -21,9 +22,11 @@
 pub mod backoff;
 pub mod conn;
 pub mod cursor;
+mod deliver;
 pub mod frame;
 pub mod head;
 pub mod priority;
+pub mod relp;
 pub mod send_queue;
 pub mod source;
 pub mod status;
@@ -42,7 +45,8 @@ use backoff::Backoff;
 pub use backoff::MAX_BACKOFF;
 use conn::Conn;
 use cursor::{Cursor, SaveSchedule};
-use source::{Batch, Gap, Mark, Source};
+use deliver::{check, close_ours, lost};
+use source::{Batch, Gap, Source};
 pub use status::ForwarderStatus;
 use window::Window;
 
@@ -143,6 +147,8 @@ struct State {
     batch: Vec<u8>,
     /// The batch framed for the collector, reused.
     out: Vec<u8>,
+    /// One record's RFC 5424 message (RELP frames each), reused.
+    msg: Vec<u8>,
     last_count: Instant,
 }
 
@@ -170,6 +176,7 @@ fn run(store: &PolicyStore, audit: &AuditLog, shared: &Shared) {
         saves: SaveSchedule::new(cursor::SAVE_EVERY),
         batch: Vec::new(),
         out: Vec::new(),
+        msg: Vec::new(),
         last_count: Instant::now() - Duration::from_secs(10),
     };
     while !shared.stop.load(Ordering::Relaxed) {
@@ -237,103 +244,6 @@ fn drain(st: &mut State, audit: &AuditLog, shared: &Shared) -> Instant {
     deadline
 }
 
-/// Closes the connection ourselves (a stop, another collector): what the
-/// collector's TCP stack acknowledged by `deadline` is delivered (waiting for
-/// it until then), the rest is sent again (to the next collector, or by the next
-/// start).
-fn close_ours(st: &mut State, shared: &Shared, deadline: Instant) {
-    shared.connected(None);
-    let Some(conn) = st.conn.take() else { return };
-    loop {
-        let now = Instant::now();
-        match conn.acknowledged() {
-            Ok(n) => st.window.acked_through(n, now),
-            Err(_) => break,
-        }
-        if st.window.unacknowledged_bytes() == 0 || now >= deadline {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    let mark = st.window.settled(Instant::now(), Duration::ZERO);
-    deliver(st, mark);
-    end_of_connection(st);
-}
-
-/// The connection is gone: what was sent on it and is not delivered is sent
-/// again from the delivered position.
-fn end_of_connection(st: &mut State) {
-    st.conn = None;
-    st.window.clear();
-    if let Some(source) = st.source.as_mut() {
-        source.rewind();
-    }
-}
-
-/// The connection ended other than by our close (the collector closed or reset
-/// it, a write failed or timed out): nothing more of it counts as delivered.
-fn lost(st: &mut State, shared: &Shared, error: String) {
-    end_of_connection(st);
-    shared.connected(None);
-    st.backoff.failed(Instant::now());
-    note_error(shared, error);
-}
-
-/// Moves the delivered position to `mark` (if any), and to where sending has got
-/// when nothing waits in the window; hands a new position to the save schedule.
-fn deliver(st: &mut State, mark: Option<Mark>) {
-    let Some(source) = st.source.as_mut() else {
-        return;
-    };
-    if let Some(m) = mark {
-        source.delivered(m);
-        st.backoff.delivered();
-    }
-    if st.window.is_empty() {
-        if let Some(m) = source.sent_mark() {
-            source.delivered(m);
-        }
-    }
-    let now = source.cursor();
-    if now != st.delivered {
-        st.delivered = now;
-        if let Some(c) = now {
-            st.saves.delivered(c);
-        }
-    }
-}
-
-/// Asks the connection what the collector has: a collector that went away ends
-/// it ([`lost`]); what its TCP stack acknowledged and the connection then kept
-/// for [`window::TCP_SETTLE`] is delivered.
-fn check(st: &mut State, config: &Forward, shared: &Shared) {
-    let Some(conn) = st.conn.as_ref() else {
-        return;
-    };
-    if conn.peer_closed() {
-        lost(
-            st,
-            shared,
-            format!("{} closed the connection", config.address),
-        );
-        return;
-    }
-    let now = Instant::now();
-    match conn.acknowledged() {
-        Ok(n) => st.window.acked_through(n, now),
-        Err(error) => {
-            lost(
-                st,
-                shared,
-                format!("reading the send queue of {}: {error}", config.address),
-            );
-            return;
-        }
-    }
-    let mark = st.window.settled(now, window::TCP_SETTLE);
-    deliver(st, mark);
-}
-
 /// Saves the delivered position if it is due (or, with `now`, whatever the time).
 fn save_cursor(st: &mut State, now: bool) {
     let at = Instant::now();
@@ -388,8 +298,9 @@ fn step(st: &mut State, config: &Forward, audit: &AuditLog, shared: &Shared) -> 
             s.records_behind = r;
         }
         s.position = source.sent_mark().map(|m| m.cursor);
-        s.unacknowledged_bytes = st.conn.as_ref().and_then(|c| c.unacknowledged().ok());
     }
+    let unacknowledged = deliver::unacknowledged(st);
+    shared.lock().unacknowledged_bytes = unacknowledged;
     let Batch::Lines { more } = batch else {
         return Round::Idle;
     };
@@ -411,44 +322,24 @@ fn step(st: &mut State, config: &Forward, audit: &AuditLog, shared: &Shared) -> 
         }
     }
     let now = SystemTime::now();
-    st.out.clear();
-    let mut records = 0u64;
-    let mut start = 0;
-    for end in memchr::memchr_iter(b'\n', &st.batch) {
-        let line = &st.batch[start..end];
-        start = end + 1;
-        if !line.is_empty() {
-            frame::push(&mut st.out, &st.header, line);
-            records += 1;
+    let sent = match deliver::send(st, config) {
+        Ok(sent) => sent,
+        Err(error) => {
+            lost(st, shared, error);
+            return Round::Idle;
         }
-    }
-    let Some(conn) = st.conn.as_mut() else {
+    };
+    let unacknowledged = deliver::unacknowledged(st);
+    let Some(source) = st.source.as_ref() else {
         return Round::Idle;
     };
-    if let Err(error) = conn.send(&st.out) {
-        lost(
-            st,
-            shared,
-            format!("sending to {}: {error}", config.address),
-        );
-        return Round::Idle;
-    }
-    let written = conn.written();
-    let unacknowledged = conn.unacknowledged().ok();
-    let Some(source) = st.source.as_mut() else {
-        return Round::Idle;
-    };
-    source.sent(&st.batch);
-    if let Some(mark) = source.sent_mark() {
-        st.window.push(written, mark, st.out.len() as u64);
-    }
     let mut s = shared.lock();
-    s.delivered_records += records;
-    s.delivered_bytes += st.out.len() as u64;
+    s.delivered_records += sent.records;
+    s.delivered_bytes += sent.bytes;
     s.last_delivery_at = Some(crate::audit::rfc3339::format(now));
     s.position = source.sent_mark().map(|m| m.cursor);
     s.bytes_behind = source.bytes_behind();
-    s.records_behind = s.records_behind.saturating_sub(records);
+    s.records_behind = s.records_behind.saturating_sub(sent.records);
     s.unacknowledged_bytes = unacknowledged;
     Round::Sent { more }
 }

@@ -64,6 +64,12 @@ impl Window {
         });
     }
 
+    /// How many sends are not acknowledged yet (RELP: messages not answered).
+    #[must_use]
+    pub fn unanswered(&self) -> usize {
+        self.entries.iter().filter(|e| e.acked_at.is_none()).count()
+    }
+
     /// Bytes of the sends not acknowledged yet.
     #[must_use]
     pub fn unacknowledged_bytes(&self) -> u64 {
@@ -182,7 +188,7 @@ mod tests {
         }
         assert!(w.acked(2, t0));
         assert!(!w.acked(9, t0), "an answer to nothing sent");
-        assert_eq!(w.unacknowledged_bytes(), 20);
+        assert_eq!((w.unanswered(), w.unacknowledged_bytes()), (2, 20));
         assert_eq!(w.settled(t0, Duration::ZERO), None, "1 unanswered");
         assert!(w.acked(1, t0));
         assert_eq!(w.settled(t0, Duration::ZERO), Some(m[1]));
