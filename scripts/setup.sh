@@ -13,6 +13,8 @@
 #                             (hclwrite.Format, npm @cdktf/hcl-tools) on node.
 #   rsyslog, rsyslog-gnutls   the real syslog collector (and its TLS driver) the
 #                             audit forwarding tests start on loopback ports;
+#   rsyslog-relp              rsyslog's RELP input (imrelp, librelp): the collector
+#                             of the `transport = "relp"` tests;
 #   openssl                   the test CA and certificates of the TLS tests.
 #   libclang1-22, libclang-common-22-dev  libclang and its own headers, which bindgen
 #                             loads in shim/build.rs to generate the Rust side of the
@@ -30,7 +32,7 @@
 set -euo pipefail
 
 missing=()
-for pkg in gobjc-12 libobjc-12-dev shellcheck mandoc ruby libplist-utils rsyslog rsyslog-gnutls openssl libclang1-22 libclang-common-22-dev gzip bzip2 zstd jq time chromium; do
+for pkg in gobjc-12 libobjc-12-dev shellcheck mandoc ruby libplist-utils rsyslog rsyslog-gnutls rsyslog-relp openssl libclang1-22 libclang-common-22-dev gzip bzip2 zstd jq time chromium; do
   dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
 done
 # node and npm by command, not by package: a machine's nodejs may come from

@@ -87,12 +87,12 @@ fn forward_schema() -> Value {
     let path = |what: &str| json!({"type": "string", "pattern": "^/", "description": format!("{what}: an absolute path to a PEM file")});
     json!({
         "type": "object",
-        "description": "Forward every audit record, after it is written locally, to a syslog collector: RFC 5424 (APP-NAME metaliftd, MSGID the record kind, MSG the JSON record), RFC 6587 octet-counted over TCP, or TLS (RFC 5425). Applied on reload.",
+        "description": "Forward every audit record, after it is written locally, to a syslog collector: RFC 5424 (APP-NAME metaliftd, MSGID the record kind, MSG the JSON record), RFC 6587 octet-counted over TCP, or TLS (RFC 5425), or one RELP syslog command each (rsyslog imrelp). Applied on reload.",
         "additionalProperties": false,
         "required": ["address"],
         "properties": {
             "address": {"type": "string", "pattern": "^(\\[[^\\]]+\\]|[^:\\[\\]]+):[0-9]{1,5}$", "description": "The collector as host:port ([v6]:port)."},
-            "transport": {"enum": ["tcp", "tls"], "default": "tcp", "description": "tcp (plain) or tls (RFC 5425, needs ca)."},
+            "transport": {"enum": ["tcp", "tls", "relp"], "default": "tcp", "description": "tcp (plain), tls (RFC 5425, needs ca), or relp (rsyslog's RELP over TCP: every message acknowledged by the collector)."},
             "ca": path("The CA(s) the collector's certificate must chain to (tls only)"),
             "client_cert": path("The client certificate chain presented for mutual TLS (with client_key)"),
             "client_key": path("The client certificate's private key (with client_cert)"),

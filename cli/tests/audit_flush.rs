@@ -68,7 +68,10 @@ fn against_a_collector_that_reads_flush_returns_once_everything_is_acknowledged(
     }
     let (code, out) = flush(&dir, "20");
     assert_eq!(code, 0, "{out}");
-    assert!(out.contains("flushed"), "{out}");
+    assert!(
+        out.contains("flushed") && out.contains("acknowledged by the collector's TCP stack"),
+        "over TCP a flush claims no more than the TCP stack's acknowledgement: {out}"
+    );
 }
 
 /// A loopback collector that accepts one connection and never reads it, with a

@@ -2,20 +2,25 @@
 //! loopback port with `examples/collectors/rsyslog*.conf`): every record arrives as
 //! RFC 5424 with its JSON intact, over a `kill -9` and rotations, after a collector
 //! outage, and over TLS; an untrusted collector is refused and `status` says why.
+//! Over RELP (`examples/collectors/rsyslog-relp.conf`, imrelp): rsyslog killed and
+//! restarted mid-stream under check-in load loses nothing, and `audit flush` exits
+//! 0 only once rsyslog answered every record.
+//! (`forward_hangup` has the collectors of the test's own that go away.)
 //! Without `rsyslogd` (scripts/setup.sh installs it) every test fails saying so.
 #![cfg(target_os = "linux")]
 
 use std::collections::HashMap;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
-use metalift_daemon::scratch::{ScratchDaemon, ScratchDir};
+use metalift_daemon::scratch::ScratchDaemon;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-const GUARD: Duration = Duration::from_secs(60);
+#[path = "forward_support/mod.rs"]
+mod support;
+use support::{free_port, reloads, serial, Env, GUARD};
 
 struct Rsyslog {
     child: Child,
@@ -27,24 +32,6 @@ impl Drop for Rsyslog {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-/// One test at a time: each starts an rsyslogd and a metaliftd, and on two busy
-/// cores the tests in parallel starved each other's forwarders (seen in CI-like runs).
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// Starts rsyslogd in the foreground with the example config at `example`,
@@ -139,142 +126,6 @@ fn received(out: &Path) -> Vec<Message> {
         .collect()
 }
 
-/// The one scratch daemon's directory ([`ScratchDir`]).
-struct Env {
-    dir: tempfile::TempDir,
-    scratch: ScratchDir,
-    /// `--audit-keep`.
-    keep: usize,
-}
-
-impl std::ops::Deref for Env {
-    type Target = ScratchDir;
-
-    fn deref(&self) -> &ScratchDir {
-        &self.scratch
-    }
-}
-
-impl Env {
-    fn new() -> Env {
-        let dir = tempfile::Builder::new().prefix("fwd-").tempdir().unwrap();
-        let scratch = ScratchDir::new(dir.path()).expect("layout");
-        Env {
-            dir,
-            scratch,
-            keep: 200,
-        }
-    }
-    fn log(&self) -> PathBuf {
-        self.audit_log()
-    }
-    fn policy(&self, forward: &str) {
-        std::fs::write(
-            self.scratch.policy(),
-            format!("version = 1\n\n[audit.forward]\n{forward}\n"),
-        )
-        .unwrap();
-    }
-    fn start(&self, max_bytes: u64) -> ScratchDaemon {
-        let (max_bytes, keep) = (max_bytes.to_string(), self.keep.to_string());
-        self.scratch
-            .start(
-                Path::new(env!("CARGO_BIN_EXE_metaliftd")),
-                &["--audit-max-bytes", &max_bytes, "--audit-keep", &keep],
-                &[],
-            )
-            .unwrap_or_else(|e| panic!("{e}"))
-    }
-    /// Every record line of the local log, oldest file first.
-    fn local_lines(&self) -> Vec<String> {
-        let mut files: Vec<(usize, PathBuf)> = std::fs::read_dir(self.path("log"))
-            .unwrap()
-            .filter_map(|e| {
-                let p = e.ok()?.path();
-                let name = p.file_name()?.to_str()?.to_owned();
-                let n = match name.strip_prefix("audit.jsonl") {
-                    Some("") => 0,
-                    Some(rest) => rest.strip_prefix('.')?.parse().ok()?,
-                    None => return None,
-                };
-                Some((n, p))
-            })
-            .collect();
-        files.sort_by_key(|f| std::cmp::Reverse(f.0));
-        files
-            .iter()
-            .flat_map(|(_, p)| {
-                // A file rotation removed between the listing and the read holds
-                // nothing local any more (seen once under load on 2 busy cores).
-                match std::fs::read_to_string(p) {
-                    Ok(text) => text,
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
-                    Err(e) => panic!("{}: {e}", p.display()),
-                }
-                .lines()
-                .map(str::to_owned)
-                .collect::<Vec<_>>()
-            })
-            .collect()
-    }
-    /// Record lines after the saved cursor (`dev ino offset`): in its file after
-    /// the offset, and in every newer file. All of them without a cursor.
-    fn lines_past_cursor(&self, cursor: &str) -> usize {
-        use std::os::unix::fs::MetadataExt;
-        let f: Vec<u64> = cursor
-            .split_whitespace()
-            .filter_map(|x| x.parse().ok())
-            .collect();
-        let mut files: Vec<(usize, PathBuf)> = (0..=200)
-            .map(|n| {
-                let p = if n == 0 {
-                    self.log()
-                } else {
-                    PathBuf::from(format!("{}.{n}", self.log().display()))
-                };
-                (n, p)
-            })
-            .filter(|(_, p)| p.exists())
-            .collect();
-        files.sort_by_key(|f| std::cmp::Reverse(f.0));
-        let mut count = 0;
-        let mut counting = f.len() != 3;
-        for (_, p) in files {
-            let text = std::fs::read(&p).unwrap();
-            let meta = std::fs::metadata(&p).unwrap();
-            if !counting && meta.dev() == f[0] && meta.ino() == f[1] {
-                counting = true;
-                count += text[f[2] as usize..]
-                    .iter()
-                    .filter(|&&b| b == b'\n')
-                    .count();
-            } else if counting {
-                count += text.iter().filter(|&&b| b == b'\n').count();
-            }
-        }
-        count
-    }
-    fn status(&self) -> metalift_daemon::service::status::StatusReport {
-        metalift_daemon::service::status::request(&self.socket(), GUARD).unwrap()
-    }
-}
-
-/// Makes the daemon write `n` `policy_loaded` records (one SIGHUP each).
-fn reloads(env: &Env, daemon: &ScratchDaemon, n: usize) {
-    let pid = rustix::process::Pid::from_raw(daemon.pid() as i32).unwrap();
-    for _ in 0..n {
-        // The newest line, not the count: rotation may remove an old file as the
-        // new record lands, and every record's id is unique.
-        let before = env.local_lines().last().cloned();
-        rustix::process::kill_process(pid, rustix::process::Signal::HUP).unwrap();
-        let start = Instant::now();
-        while env.local_lines().last().cloned() == before {
-            assert!(start.elapsed() < GUARD, "no record after SIGHUP");
-            std::thread::sleep(Duration::from_millis(2));
-        }
-    }
-}
-
 /// Waits until every local record line was received at least once; returns how
 /// often each was received.
 fn wait_all_received(env: &Env, out: &Path) -> HashMap<String, usize> {
@@ -324,10 +175,14 @@ fn every_record_arrives_once_over_rotation_and_a_kill_9_with_duplicates_only_pas
         );
         std::thread::sleep(Duration::from_millis(10));
     }
-    // The cursor is saved at most every SAVE_EVERY (100 ms), and a position still
-    // unsaved once that has passed is saved even if nothing more is delivered: what
-    // was delivered well before the kill is behind the saved cursor.
-    std::thread::sleep(metalift_daemon::audit::forward::cursor::SAVE_EVERY * 3);
+    // What was sent counts as delivered once the collector's TCP stack acknowledged
+    // it and the connection stayed up for TCP_SETTLE; the cursor is saved at most
+    // every SAVE_EVERY (100 ms), and a position still unsaved once that has passed
+    // is saved even if nothing more is delivered: what was sent well before the
+    // kill is behind the saved cursor.
+    let settled = metalift_daemon::audit::forward::window::TCP_SETTLE
+        + metalift_daemon::audit::forward::cursor::SAVE_EVERY * 3;
+    std::thread::sleep(settled);
     let delivered_long_before = env.status().forwarder.unwrap().delivered_records as usize;
     reloads(&env, &daemon, 5);
     // kill -9 mid-stream: the cursor saved on disk bounds what may come twice.
@@ -348,7 +203,7 @@ fn every_record_arrives_once_over_rotation_and_a_kill_9_with_duplicates_only_pas
          more than the {} written after the {delivered_long_before} delivered {:?} before \
          the kill",
         local_at_kill.len() - delivered_long_before,
-        metalift_daemon::audit::forward::cursor::SAVE_EVERY * 3,
+        settled,
     );
     drop(daemon);
     let daemon = env.start(2048);
@@ -934,4 +789,137 @@ fn metalift_audit_on_what_rsyslog_wrote_from_two_daemons_answers_the_job_questio
     for g in v["groups"].as_array().unwrap() {
         assert_eq!(g["counts"]["processes"], 2, "both jobs per image: {g}");
     }
+}
+
+/// `metalift audit flush --timeout TIMEOUT` for `env`'s daemon: exit code and output.
+fn flush(env: &Env, timeout: &str) -> (Option<i32>, String) {
+    let out = Command::new(metalift_cli())
+        .args(["audit", "flush", "--timeout", timeout, "--socket"])
+        .arg(env.socket())
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
+    )
+}
+
+/// The record ids rsyslog wrote to `out`, with how often each came.
+fn received_ids(out: &Path) -> HashMap<String, usize> {
+    let mut ids: HashMap<String, usize> = HashMap::new();
+    for m in received(out) {
+        let v: Value = serde_json::from_str(&m.json).unwrap();
+        *ids.entry(v["id"].as_str().unwrap().to_owned()).or_default() += 1;
+    }
+    ids
+}
+
+#[test]
+fn over_relp_rsyslog_killed_and_restarted_mid_stream_gets_every_record_and_flush_waits_for_its_answers(
+) {
+    use metalift_policy::wire::{CheckIn, Client};
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+    let _serial = serial();
+    let env = Env::new();
+    let port = free_port();
+    let mut collector = rsyslog(env.dir.path(), "rsyslog-relp.conf", port, &[]);
+    env.policy(&format!(
+        "address = \"127.0.0.1:{port}\"\ntransport = \"relp\""
+    ));
+    let daemon = env.start(1 << 20);
+    let stop = AtomicBool::new(false);
+    let check_ins = AtomicUsize::new(0);
+    let socket = env.socket();
+    let collector = std::thread::scope(|s| {
+        // 64 clients checking in (each check-in writes a decision record).
+        for _ in 0..64 {
+            s.spawn(|| {
+                while !stop.load(Ordering::Relaxed) {
+                    let mut client = Client::connect(&socket, GUARD).expect("connect");
+                    client
+                        .check_in(&CheckIn {
+                            shim_version: "test".into(),
+                            arch: std::env::consts::ARCH.into(),
+                            claimed_executable: None,
+                            job: None,
+                        })
+                        .expect("a verdict");
+                    check_ins.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+        }
+        // rsyslog killed (SIGKILL) and started again, three times, mid-stream:
+        // stopped (SIGSTOP) for 300 ms first, as a collector that hangs before it
+        // crashes, so records are on their way (in its socket, unanswered) when
+        // it dies.
+        for _ in 0..3 {
+            let before = check_ins.load(Ordering::Relaxed);
+            std::thread::sleep(Duration::from_millis(800));
+            assert!(
+                check_ins.load(Ordering::Relaxed) > before,
+                "check-ins go on while rsyslog comes and goes"
+            );
+            let pid = rustix::process::Pid::from_raw(collector.child.id() as i32).unwrap();
+            rustix::process::kill_process(pid, rustix::process::Signal::STOP).unwrap();
+            std::thread::sleep(Duration::from_millis(300));
+            drop(collector);
+            std::thread::sleep(Duration::from_millis(500));
+            collector = rsyslog(env.dir.path(), "rsyslog-relp.conf", port, &[]);
+        }
+        std::thread::sleep(Duration::from_millis(500));
+        stop.store(true, Ordering::Relaxed);
+        collector
+    });
+    // The flush, then at once (no waiting) every record must be in rsyslog's file:
+    // with a direct ruleset queue rsyslog answers only after the write.
+    let (code, said) = flush(&env, "60");
+    assert_eq!(code, Some(0), "{said}");
+    assert!(
+        said.contains("acknowledged by the collector (RELP)"),
+        "a RELP flush says the collector acknowledged: {said}"
+    );
+    let got = received_ids(&collector.out);
+    let local: Vec<String> = env
+        .local_lines()
+        .iter()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).unwrap();
+            v["id"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    let missing: Vec<&String> = local.iter().filter(|id| !got.contains_key(*id)).collect();
+    assert!(
+        missing.is_empty(),
+        "{} of {} records missing at rsyslog after a successful flush: {:?}; status: {:?}",
+        missing.len(),
+        local.len(),
+        &missing[..missing.len().min(10)],
+        env.status().forwarder
+    );
+    // A stopped rsyslog still takes bytes into its socket (its kernel acknowledges
+    // them, all a TCP flush could wait for), but answers nothing: the flush waits.
+    let pid = rustix::process::Pid::from_raw(collector.child.id() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::STOP).unwrap();
+    reloads(&env, &daemon, 3);
+    let (code, stalled) = flush(&env, "2");
+    rustix::process::kill_process(pid, rustix::process::Signal::CONT).unwrap();
+    assert_eq!(
+        code,
+        Some(1),
+        "no flush while rsyslog has not answered: {stalled}"
+    );
+    let (code, said_after) = flush(&env, "60");
+    assert_eq!(code, Some(0), "{said_after}");
+    let twice = got.values().filter(|&&n| n > 1).count();
+    let f = env.status().forwarder.unwrap();
+    assert_eq!(f.transport.as_deref(), Some("relp"));
+    println!(
+        "{} records after {} check-ins and 3 kills of rsyslog: every one at rsyslog when \
+         flush returned, {twice} of them twice; last error: {:?}",
+        local.len(),
+        check_ins.load(Ordering::Relaxed),
+        f.last_error
+    );
+    drop(daemon);
 }

@@ -1,6 +1,9 @@
-//! `metalift audit flush`: waits until every record written before it was delivered
-//! to the syslog collector (`[audit.forward]`): sent, and acknowledged by the
-//! collector's TCP stack (the daemon's socket send queue is empty).
+//! `metalift audit flush`: waits until every record written before it was sent to
+//! the syslog collector (`[audit.forward]`) and acknowledged: over TCP and TLS by
+//! the collector's TCP stack (the daemon's socket send queue is empty), which says
+//! the collector's kernel has the bytes, not that the collector wrote them out;
+//! over RELP by the collector itself (every message answered). See
+//! docs/src/operations/forwarding.md.
 //!
 //! It asks the daemon's status socket (any user may) and looks at the audit log's
 //! live file (device, inode, size) when it starts: that needs the log directory's
@@ -22,8 +25,9 @@ use metalift_daemon::audit::rotation::rotated_path;
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
 Exit status:
-  0  every record written before the flush was delivered and acknowledged,
-     or no forwarder is configured (nothing to flush)
+  0  every record written before the flush was sent and acknowledged (RELP:
+     by the collector; TCP, TLS: by the collector's TCP stack), or no
+     forwarder is configured
   1  the timeout passed first (how far behind is printed)
   2  the daemon or the audit log could not be asked")]
 pub struct Args {
@@ -76,10 +80,11 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
         if delivered(&last, target, &log) {
             writeln!(
                 out,
-                "flushed: every record up to {} bytes of {} delivered to {} and acknowledged",
+                "flushed: every record up to {} bytes of {} sent to {} and {}",
                 target.size,
                 log.display(),
-                last.address.as_deref().unwrap_or("?")
+                last.address.as_deref().unwrap_or("?"),
+                acknowledged_by(&last),
             )?;
             return Ok(ExitCode::SUCCESS);
         }
@@ -103,6 +108,18 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
             .with_context(|| "metalift audit flush: cannot ask the daemon")?
             .forwarder
             .unwrap_or_default();
+    }
+}
+
+/// Who acknowledged what a flush waited for: over RELP the collector itself
+/// (it answered every message); over TCP and TLS only the collector's TCP stack
+/// can (the bytes reached its kernel; whether the collector wrote them out, TCP
+/// cannot tell).
+fn acknowledged_by(f: &ForwarderStatus) -> &'static str {
+    if f.transport.as_deref() == Some("relp") {
+        "acknowledged by the collector (RELP)"
+    } else {
+        "acknowledged by the collector's TCP stack"
     }
 }
 

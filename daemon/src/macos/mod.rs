@@ -359,6 +359,19 @@
 //!     older daemon refuses the message as `malformed`) and checks in on the
 //!     socket — which of `XPC_ERROR_CONNECTION_INTERRUPTED` (sent again once)
 //!     or `_INVALID` it sees is not documented; both end on the socket.
+//! 33. **The forwarder's delivery window** (issue 42 items 1 and 2;
+//!     `audit/forward/send_queue.rs`, `window.rs`, `deliver.rs`; only the Linux
+//!     side runs here): the first Mac run must confirm (a) `SO_NWRITE` counts
+//!     bytes sent and not yet acknowledged by the peer, as `SIOCOUTQ` does on
+//!     Linux (xnu keeps unacknowledged data in `so_snd`): bytes written minus it
+//!     must rise to the bytes written with a collector that reads, and stay
+//!     below while its acknowledgements are held (`pfctl` dropping its ACKs), so
+//!     a batch is not counted delivered early; (b) a collector that closes with
+//!     unread data resets the connection and `peek` then fails
+//!     (`ECONNRESET`): `Conn::peer_closed` must see it, the same as an end of
+//!     stream; (c) `daemon/tests/forward_hangup.rs` and the RELP test in
+//!     `forward_rsyslog.rs` (rsyslog with imrelp from Homebrew) pass when run
+//!     there with their `cfg(target_os = "linux")` lifted.
 #![allow(unsafe_code)]
 
 pub mod audit_token;

@@ -8,7 +8,7 @@
 //! ```toml
 //! [audit.forward]
 //! address = "logs.example.net:6514"
-//! transport = "tls"            # or "tcp" (the default)
+//! transport = "tls"            # or "tcp" (the default), or "relp"
 //! ca = "/etc/metalift/collector-ca.pem"
 //! client_cert = "/etc/metalift/client.pem"   # both or neither: mutual TLS
 //! client_key = "/etc/metalift/client.key"
@@ -42,6 +42,9 @@ pub enum Transport {
     Tcp,
     /// TLS (RFC 5425), the same framing inside.
     Tls,
+    /// RELP (rsyslog's librelp, `imrelp`) over TCP: the collector answers every
+    /// message, so what was delivered is known.
+    Relp,
 }
 
 /// A validated `[audit.forward]` table.
@@ -155,6 +158,7 @@ fn judge(raw: &RawForward, err: &mut dyn FnMut(Range<usize>, String)) -> Option<
     let transport = match raw.transport.as_ref().map(|t| t.value.as_str()) {
         None | Some("tcp") => Transport::Tcp,
         Some("tls") => Transport::Tls,
+        Some("relp") => Transport::Relp,
         Some(other) => {
             let span = raw
                 .transport
@@ -162,7 +166,7 @@ fn judge(raw: &RawForward, err: &mut dyn FnMut(Range<usize>, String)) -> Option<
                 .map_or(raw.span.clone(), |t| t.span.clone());
             err(
                 span,
-                format!("`transport` must be \"tcp\" or \"tls\", found \"{other}\""),
+                format!("`transport` must be \"tcp\", \"tls\" or \"relp\", found \"{other}\""),
             );
             return None;
         }
@@ -179,7 +183,7 @@ fn judge(raw: &RawForward, err: &mut dyn FnMut(Range<usize>, String)) -> Option<
             ok = false;
         }
     }
-    if transport == Transport::Tcp {
+    if transport != Transport::Tls {
         for (name, v) in [
             ("ca", &raw.ca),
             ("client_cert", &raw.client_cert),
@@ -264,5 +268,39 @@ mod tests {
         assert!(split_address("logs:0").is_err());
         assert!(split_address(":514").is_err());
         assert!(split_address("logs:99999").is_err());
+    }
+
+    #[test]
+    fn relp_is_a_transport_and_takes_no_tls_keys() {
+        let compile = |text: &str| {
+            crate::compile_sources(vec![crate::Source::new(
+                "policy.toml",
+                format!("version = 1\n\n[audit.forward]\naddress = \"logs:2514\"\n{text}"),
+            )])
+        };
+        let loaded = compile("transport = \"relp\"\n").expect("relp is a transport");
+        let forward = loaded.policy.forward().expect("forwarding configured");
+        assert_eq!(forward.transport, Transport::Relp);
+        let Err(crate::LoadError::Invalid { diagnostics, .. }) =
+            compile("transport = \"relp\"\nca = \"/ca.pem\"\n")
+        else {
+            panic!("a CA with relp is refused");
+        };
+        assert!(
+            diagnostics.iter().any(|d| d
+                .message
+                .contains("`ca` applies only with `transport = \"tls\"`")),
+            "{diagnostics:?}"
+        );
+        let Err(crate::LoadError::Invalid { diagnostics, .. }) = compile("transport = \"rlep\"\n")
+        else {
+            panic!("an unknown transport is refused");
+        };
+        assert!(
+            diagnostics.iter().any(|d| d
+                .message
+                .contains("\"tcp\", \"tls\" or \"relp\", found \"rlep\"")),
+            "{diagnostics:?}"
+        );
     }
 }

@@ -35,8 +35,25 @@ impl Header {
     }
 }
 
-/// Appends `line` (one JSON record, without its newline) as one framed message.
+/// Appends `line` (one JSON record, without its newline) as one framed message:
+/// its length in bytes (RFC 6587 MSG-LEN is an octet count), a space, the message.
 pub fn push(out: &mut Vec<u8>, header: &Header, line: &[u8]) {
+    let head = head_of(header, line);
+    let len = head.len() + line.len();
+    out.extend_from_slice(format!("{len} ").as_bytes());
+    out.extend_from_slice(head.as_bytes());
+    out.extend_from_slice(line);
+}
+
+/// Appends `line` as one RFC 5424 message without framing (RELP frames it).
+pub fn message(out: &mut Vec<u8>, header: &Header, line: &[u8]) {
+    out.extend_from_slice(head_of(header, line).as_bytes());
+    out.extend_from_slice(line);
+}
+
+/// The message's header up to the MSG: `<110>1 TIMESTAMP HOSTNAME metaliftd
+/// PROCID MSGID - `.
+fn head_of(header: &Header, line: &[u8]) -> String {
     let head = Head::of(line);
     let kind = head
         .as_ref()
@@ -46,14 +63,10 @@ pub fn push(out: &mut Vec<u8>, header: &Header, line: &[u8]) {
         .and_then(|h| h.time.as_deref())
         .and_then(timestamp)
         .unwrap_or_else(|| "-".to_owned());
-    let msg = format!(
+    format!(
         "<{PRI}>1 {time} {} metaliftd {} {kind} - ",
         header.hostname, header.pid,
-    );
-    let len = msg.len() + line.len();
-    out.extend_from_slice(format!("{len} ").as_bytes());
-    out.extend_from_slice(msg.as_bytes());
-    out.extend_from_slice(line);
+    )
 }
 
 /// A record's `"time"` as an RFC 5424 TIMESTAMP (§6.2.3: RFC 3339 in UTC, at most
@@ -101,6 +114,43 @@ mod tests {
             "the record's own time and kind: {msg}"
         );
         assert!(msg.ends_with(std::str::from_utf8(line).unwrap()));
+    }
+
+    /// Regression (issue 42): a length counted in characters instead of bytes
+    /// passes every ASCII record and mis-frames a path like `/Users/José`: the
+    /// collector then cuts the stream in the wrong place.
+    #[test]
+    fn a_record_with_a_non_ascii_path_is_framed_by_its_length_in_bytes() {
+        let header = Header {
+            hostname: "h".into(),
+            pid: 1,
+        };
+        let lines: [&[u8]; 2] = [
+            r#"{"kind":"decision","time":"2026-01-01T00:00:00Z","path":"/Users/José/bin/ü"}"#
+                .as_bytes(),
+            br#"{"kind":"outcome","time":"2026-01-01T00:00:01Z"}"#,
+        ];
+        let mut out = Vec::new();
+        for line in lines {
+            push(&mut out, &header, line);
+        }
+        // Read the stream back as a collector does: LEN SP, then LEN bytes.
+        let mut rest = &out[..];
+        for line in lines {
+            let sp = rest.iter().position(|&b| b == b' ').unwrap();
+            let len: usize = std::str::from_utf8(&rest[..sp]).unwrap().parse().unwrap();
+            let msg = &rest[sp + 1..sp + 1 + len];
+            assert!(
+                msg.ends_with(line),
+                "the frame holds exactly its record: {:?}",
+                String::from_utf8_lossy(msg)
+            );
+            rest = &rest[sp + 1 + len..];
+        }
+        assert!(rest.is_empty(), "nothing left over");
+        let mut unframed = Vec::new();
+        message(&mut unframed, &header, lines[0]);
+        assert!(out.windows(unframed.len()).any(|w| w == unframed));
     }
 
     fn header_of(line: &[u8]) -> String {

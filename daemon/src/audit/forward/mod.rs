@@ -2,8 +2,11 @@
 //!
 //! The local log stays the record of truth and the queue: a thread of its own reads
 //! records back from the file after they were written ([`source`]), frames them as
-//! RFC 5424 messages ([`frame`]), sends them over TCP or TLS ([`conn`]), and saves a
-//! durable cursor at most every [`cursor::SAVE_EVERY`] ([`cursor`]). The writer is
+//! RFC 5424 messages ([`frame`]), sends them over TCP, TLS or RELP ([`conn`],
+//! [`relp`]; a batch's sending and what is learnt of delivery: `deliver.rs`), keeps what
+//! was sent and is not yet known delivered ([`window`]: sent again when a
+//! connection ends), and saves the delivered position as a durable cursor at most
+//! every [`cursor::SAVE_EVERY`] ([`cursor`]). The writer is
 //! never touched: a verdict and its record never wait for a collector. The thread
 //! polls the file, so nothing is shared with the writer: after a batch that took
 //! everything there was, it waits [`POLL`] before looking again, so under load the
@@ -12,16 +15,22 @@
 //! scheduling priority than the verdict path ([`priority`]).
 //!
 //! - [`status`]: what `metalift status` shows of it (`forwarder`).
-//! - [`send_queue`]: the kernel's unacknowledged bytes (what `audit flush` waits on).
+//! - [`send_queue`]: the kernel's unacknowledged bytes (what `audit flush` waits on,
+//!   and what tells the window what the collector's TCP stack has).
+//! - [`backoff`]: when to try a collector again.
 
+pub mod backoff;
 pub mod conn;
 pub mod cursor;
+mod deliver;
 pub mod frame;
 pub mod head;
 pub mod priority;
+pub mod relp;
 pub mod send_queue;
 pub mod source;
 pub mod status;
+pub mod window;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -32,10 +41,14 @@ use metalift_policy::forward::Forward;
 
 use crate::audit::{AuditLog, Record};
 use crate::live_policy::store::PolicyStore;
+use backoff::Backoff;
+pub use backoff::MAX_BACKOFF;
 use conn::Conn;
-use cursor::SaveSchedule;
+use cursor::{Cursor, SaveSchedule};
+use deliver::{check, close_ours, lost};
 use source::{Batch, Gap, Source};
 pub use status::ForwarderStatus;
+use window::Window;
 
 /// How often a caught-up forwarder looks for new records: also how long records
 /// wait to be batched together under load.
@@ -44,8 +57,9 @@ pub const POLL: Duration = Duration::from_millis(20);
 pub const BATCH_BYTES: usize = 256 * 1024;
 /// Longest a stop spends sending what is left.
 pub const STOP_DRAIN: Duration = Duration::from_millis(500);
-/// Longest wait between reconnection attempts.
-pub const MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// Longest a change of collector waits for the old one's TCP stack to
+/// acknowledge what was sent (the rest goes to the new one).
+const SWITCH_WAIT: Duration = Duration::from_millis(200);
 
 /// The forwarder, shared with `status`.
 #[derive(Debug, Default)]
@@ -72,8 +86,8 @@ impl Shared {
     /// Shuts the connection down under a write that blocks (a collector that does
     /// not read, a write begun before [`Shared::stop`] and bounded only by
     /// [`conn::IO_TIMEOUT`]): the write fails at once, the thread sees the stop.
-    /// What was not acknowledged is past the saved cursor and is sent again by
-    /// the next start (at least once).
+    /// What was not delivered is past the saved cursor and is sent again by the
+    /// next start (at least once).
     pub fn abort(&self) {
         let handle = self
             .abort
@@ -121,8 +135,11 @@ struct State {
     config: Option<Forward>,
     conn: Option<Conn>,
     source: Option<Source>,
-    backoff: Duration,
-    retry_at: Instant,
+    /// Sent on `conn` and not yet known delivered.
+    window: Window,
+    /// The delivered position last handed to `saves`.
+    delivered: Option<Cursor>,
+    backoff: Backoff,
     header: frame::Header,
     cursor_path: PathBuf,
     saves: SaveSchedule,
@@ -130,6 +147,8 @@ struct State {
     batch: Vec<u8>,
     /// The batch framed for the collector, reused.
     out: Vec<u8>,
+    /// One record's RFC 5424 message (RELP frames each), reused.
+    msg: Vec<u8>,
     last_count: Instant,
 }
 
@@ -149,22 +168,22 @@ fn run(store: &PolicyStore, audit: &AuditLog, shared: &Shared) {
         config: None,
         conn: None,
         source: None,
-        backoff: Duration::from_millis(100),
-        retry_at: Instant::now(),
+        window: Window::default(),
+        delivered: None,
+        backoff: Backoff::new(Instant::now()),
         header: frame::Header::of_this_host(),
         cursor_path: cursor::path_for(audit.path()),
         saves: SaveSchedule::new(cursor::SAVE_EVERY),
         batch: Vec::new(),
         out: Vec::new(),
+        msg: Vec::new(),
         last_count: Instant::now() - Duration::from_secs(10),
     };
     while !shared.stop.load(Ordering::Relaxed) {
         let wanted = store.current().policy.forward().cloned();
         if wanted != st.config {
-            st.conn = None;
-            shared.connected(None);
-            st.backoff = Duration::from_millis(100);
-            st.retry_at = Instant::now();
+            close_ours(&mut st, shared, Instant::now() + SWITCH_WAIT);
+            st.backoff = Backoff::new(Instant::now());
             *shared.lock() = ForwarderStatus::configured(wanted.as_ref());
             st.config = wanted;
         }
@@ -197,30 +216,32 @@ fn run(store: &PolicyStore, audit: &AuditLog, shared: &Shared) {
             std::thread::sleep(POLL);
         }
     }
-    drain(&mut st, audit, shared);
+    let deadline = drain(&mut st, audit, shared);
+    close_ours(&mut st, shared, deadline);
     save_cursor(&mut st, true);
-    shared.connected(None);
 }
 
 /// At a stop, sends what the log holds now (the `daemon_stop` record among it)
 /// while connected, for at most [`STOP_DRAIN`]: the daemon's own wait for this
 /// reads `bytes_behind` from the status, which is as old as the last round. A
 /// collector that does not read cannot hold the stop longer: each write may block
-/// only until the deadline.
-fn drain(st: &mut State, audit: &AuditLog, shared: &Shared) {
+/// only until the deadline. Returns the deadline (what is left of it is for the
+/// collector to acknowledge what was sent, [`close_ours`]).
+fn drain(st: &mut State, audit: &AuditLog, shared: &Shared) -> Instant {
     let deadline = Instant::now() + STOP_DRAIN;
     while let Some(conn) = st.conn.as_ref() {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() || conn.set_write_timeout(left).is_err() {
-            return;
+            break;
         }
         let Some(config) = st.config.clone() else {
-            return;
+            break;
         };
         if matches!(step(st, &config, audit, shared), Round::Idle) {
-            return;
+            break;
         }
     }
+    deadline
 }
 
 /// Saves the delivered position if it is due (or, with `now`, whatever the time).
@@ -243,7 +264,7 @@ fn save_cursor(st: &mut State, now: bool) {
     }
 }
 
-/// One round: pick up rotations, send one batch.
+/// One round: pick up rotations, learn what the collector has, send one batch.
 fn step(st: &mut State, config: &Forward, audit: &AuditLog, shared: &Shared) -> Round {
     let Some(source) = st.source.as_mut() else {
         return Round::Idle;
@@ -253,6 +274,10 @@ fn step(st: &mut State, config: &Forward, audit: &AuditLog, shared: &Shared) -> 
         // The files already held are still sent; the rescan is tried next round.
         Err(error) => note_error(shared, format!("looking for rotated audit files: {error}")),
     }
+    check(st, config, shared);
+    let Some(source) = st.source.as_mut() else {
+        return Round::Idle;
+    };
     let batch = match source.next_batch(BATCH_BYTES, &mut st.batch) {
         Ok(b) => b,
         Err(error) => {
@@ -272,70 +297,50 @@ fn step(st: &mut State, config: &Forward, audit: &AuditLog, shared: &Shared) -> 
         if let Some(r) = records_behind {
             s.records_behind = r;
         }
-        s.position = source.cursor();
-        s.unacknowledged_bytes = st.conn.as_ref().and_then(|c| c.unacknowledged().ok());
+        s.position = source.sent_mark().map(|m| m.cursor);
     }
-    if st.conn.as_ref().is_some_and(Conn::peer_closed) {
-        st.conn = None;
-        shared.connected(None);
-        note_error(shared, format!("{} closed the connection", config.address));
-    }
+    let unacknowledged = deliver::unacknowledged(st);
+    shared.lock().unacknowledged_bytes = unacknowledged;
     let Batch::Lines { more } = batch else {
         return Round::Idle;
     };
     if st.conn.is_none() {
-        if Instant::now() < st.retry_at {
+        if !st.backoff.ready(Instant::now()) {
             return Round::Idle;
         }
         match Conn::open(config) {
             Ok(c) => {
                 shared.connected(Some(&c));
                 st.conn = Some(c);
-                st.backoff = Duration::from_millis(100);
                 shared.lock().connected = true;
             }
             Err(error) => {
                 note_error(shared, format!("{error:#}"));
-                st.retry_at = Instant::now() + st.backoff;
-                st.backoff = (st.backoff * 2).min(MAX_BACKOFF);
+                st.backoff.failed(Instant::now());
                 return Round::Idle;
             }
         }
     }
     let now = SystemTime::now();
-    st.out.clear();
-    let mut records = 0u64;
-    let mut start = 0;
-    for end in memchr::memchr_iter(b'\n', &st.batch) {
-        let line = &st.batch[start..end];
-        start = end + 1;
-        if !line.is_empty() {
-            frame::push(&mut st.out, &st.header, line);
-            records += 1;
+    let sent = match deliver::send(st, config) {
+        Ok(sent) => sent,
+        Err(error) => {
+            lost(st, shared, error);
+            return Round::Idle;
         }
-    }
-    let Some(conn) = st.conn.as_mut() else {
+    };
+    let unacknowledged = deliver::unacknowledged(st);
+    let Some(source) = st.source.as_ref() else {
         return Round::Idle;
     };
-    if let Err(error) = conn.send(&st.out) {
-        st.conn = None;
-        shared.connected(None);
-        note_error(shared, format!("sending to {}: {error}", config.address));
-        st.retry_at = Instant::now() + st.backoff;
-        return Round::Idle;
-    }
-    source.advance(&st.batch);
-    if let Some(c) = source.cursor() {
-        st.saves.delivered(c);
-    }
     let mut s = shared.lock();
-    s.delivered_records += records;
-    s.delivered_bytes += st.out.len() as u64;
+    s.delivered_records += sent.records;
+    s.delivered_bytes += sent.bytes;
     s.last_delivery_at = Some(crate::audit::rfc3339::format(now));
-    s.position = source.cursor();
+    s.position = source.sent_mark().map(|m| m.cursor);
     s.bytes_behind = source.bytes_behind();
-    s.records_behind = s.records_behind.saturating_sub(records);
-    s.unacknowledged_bytes = conn.unacknowledged().ok();
+    s.records_behind = s.records_behind.saturating_sub(sent.records);
+    s.unacknowledged_bytes = unacknowledged;
     Round::Sent { more }
 }
 

@@ -47,15 +47,57 @@ pub enum Batch {
     },
 }
 
+/// A position in the held files: the cursor, and the newlines before it in its
+/// file when known (kept so [`Source::records_behind`] need not count them again).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mark {
+    /// The file and offset (the end of a whole line).
+    pub cursor: Cursor,
+    /// Newlines before `cursor.offset` in its file; `None` until counted.
+    lines: Option<u64>,
+}
+
+impl Mark {
+    /// The mark `bytes` further on in the same file (`bytes` whole lines).
+    #[must_use]
+    pub fn after(self, bytes: &[u8]) -> Mark {
+        Mark {
+            cursor: Cursor {
+                offset: self.cursor.offset + bytes.len() as u64,
+                ..self.cursor
+            },
+            lines: self.lines.map(|n| n + newlines(bytes)),
+        }
+    }
+}
+
+/// Where sending has got to: a held file (0 is the front one) and an offset in it.
+#[derive(Debug, Clone, Copy)]
+struct Sent {
+    index: usize,
+    offset: u64,
+    /// Newlines before `offset` in that file; `None` until counted.
+    lines: Option<u64>,
+}
+
 /// The files still to forward, oldest (the cursor's) first.
+///
+/// Two positions: what was *delivered* (the front file and [`Source::cursor`], the
+/// durable cursor: the collector is known to have it, as far as the transport can
+/// tell) and what was *sent* (where the next batch starts). Between them lies what
+/// was written to a connection and not yet known delivered: [`Source::rewind`]
+/// sends it again after a connection ends (see `window.rs`). Files are let go only
+/// once delivered past, so a rewind never needs a file already dropped.
 #[derive(Debug)]
 pub struct Source {
     held: Chain<Counted>,
     /// Offset delivered in the front file.
     offset: u64,
     /// Newlines before `offset` in the front file; `None` until counted (a cursor
-    /// loaded at start-up), then kept up by [`Source::advance`].
+    /// loaded at start-up).
     offset_lines: Option<u64>,
+    /// Where the next batch starts.
+    sent: Sent,
 }
 
 impl Source {
@@ -68,6 +110,11 @@ impl Source {
             held: Chain::open(log, Some(keep))?,
             offset: 0,
             offset_lines: Some(0),
+            sent: Sent {
+                index: 0,
+                offset: 0,
+                lines: Some(0),
+            },
         };
         let mut gaps = Vec::new();
         if let Some(c) = cursor {
@@ -77,6 +124,7 @@ impl Source {
             }) {
                 source.offset = c.offset;
                 source.offset_lines = None;
+                source.rewind();
             } else {
                 gaps.push(Gap {
                     file: format!("{}:{}", c.dev, c.ino),
@@ -88,13 +136,27 @@ impl Source {
     }
 
     /// Picks up files created by rotation since, and turns files deleted before
-    /// they were wholly forwarded into gaps (counting their remaining records).
+    /// they were wholly sent into gaps (counting their records never sent).
+    ///
+    /// A deleted file wholly sent but not yet known delivered is let go without a
+    /// gap: it cannot be sent again (the space must be freed), and what it holds
+    /// did go out; only a connection lost within the same moments loses it.
     pub fn rescan(&mut self) -> io::Result<Vec<Gap>> {
         let mut gaps = Vec::new();
-        for mut gone in self.held.rescan()? {
-            let records = count_lines_from(&mut gone.file, self.offset).ok();
-            self.offset = 0;
-            self.offset_lines = Some(0);
+        let gone = self.held.rescan()?;
+        if gone.is_empty() {
+            return Ok(gaps);
+        }
+        // The gone files were the front ones, oldest first: index `i` here is
+        // their index in the held files before.
+        let dropped = gone.len();
+        for (index, mut gone) in gone.into_iter().enumerate() {
+            let from = match index.cmp(&self.sent.index) {
+                std::cmp::Ordering::Less => continue,
+                std::cmp::Ordering::Equal => self.sent.offset,
+                std::cmp::Ordering::Greater => 0,
+            };
+            let records = count_lines_from(&mut gone.file, from).ok();
             if records != Some(0) {
                 gaps.push(Gap {
                     file: gone.name.display().to_string(),
@@ -102,27 +164,41 @@ impl Source {
                 });
             }
         }
+        // The front file changed: nothing of the new one is delivered or sent yet,
+        // unless sending was already past the files that went.
+        self.offset = 0;
+        self.offset_lines = Some(0);
+        if self.sent.index < dropped {
+            self.sent = Sent {
+                index: 0,
+                offset: 0,
+                lines: Some(0),
+            };
+        } else {
+            self.sent.index -= dropped;
+        }
         Ok(gaps)
     }
 
-    /// Up to `max` bytes of whole lines after the cursor, into `buf` (cleared first,
-    /// its allocation reused across batches). Moves to the next file when the front
-    /// one is finished (a newer one exists).
+    /// Up to `max` bytes of whole lines after the sending position, into `buf`
+    /// (cleared first, its allocation reused across batches). Moves to the next
+    /// file when the one being sent is finished (a newer one exists).
     pub fn next_batch(&mut self, max: usize, buf: &mut Vec<u8>) -> io::Result<Batch> {
         loop {
-            let newer_exists = self.held.len() > 1;
-            let Some(front) = self.held.front_mut() else {
+            let newer_exists = self.held.len() > self.sent.index + 1;
+            let offset = self.sent.offset;
+            let Some(front) = self.held.iter_mut().nth(self.sent.index) else {
                 return Ok(Batch::CaughtUp);
             };
             buf.clear();
-            front.file.seek(SeekFrom::Start(self.offset))?;
+            front.file.seek(SeekFrom::Start(offset))?;
             (&mut front.file).take(max as u64).read_to_end(buf)?;
             let full = buf.len() == max;
             let whole = memchr::memrchr(b'\n', buf).map_or(0, |i| i + 1);
             if whole == 0 && full {
                 // One line longer than a batch: take it whole.
                 buf.clear();
-                front.file.seek(SeekFrom::Start(self.offset))?;
+                front.file.seek(SeekFrom::Start(offset))?;
                 std::io::BufRead::read_until(&mut io::BufReader::new(&front.file), b'\n', buf)?;
                 if buf.ends_with(b"\n") {
                     return Ok(Batch::Lines { more: true });
@@ -139,19 +215,65 @@ impl Source {
                 buf.clear();
                 return Ok(Batch::CaughtUp);
             }
-            self.held.pop_front();
-            self.offset = 0;
-            self.offset_lines = Some(0);
+            self.sent = Sent {
+                index: self.sent.index + 1,
+                offset: 0,
+                lines: Some(0),
+            };
         }
     }
 
-    /// Marks `batch` (the bytes after the cursor that [`Source::next_batch`] gave)
-    /// delivered.
-    pub fn advance(&mut self, batch: &[u8]) {
-        self.offset += batch.len() as u64;
-        if let Some(n) = self.offset_lines.as_mut() {
+    /// Marks `batch` (the bytes after the sending position that
+    /// [`Source::next_batch`] gave) sent.
+    pub fn sent(&mut self, batch: &[u8]) {
+        self.sent.offset += batch.len() as u64;
+        if let Some(n) = self.sent.lines.as_mut() {
             *n += newlines(batch);
         }
+    }
+
+    /// Where sending has got to (where the next batch starts), as a mark that
+    /// [`Source::delivered`] accepts.
+    #[must_use]
+    pub fn sent_mark(&self) -> Option<Mark> {
+        self.held.iter().nth(self.sent.index).map(|h| Mark {
+            cursor: Cursor {
+                dev: h.id.dev,
+                ino: h.id.ino,
+                offset: self.sent.offset,
+            },
+            lines: self.sent.lines,
+        })
+    }
+
+    /// Notes that everything up to `mark` (a [`Source::sent_mark`], or a mark
+    /// after it in the same file) was delivered: the cursor moves there and the
+    /// files before it are let go. A mark in a file no longer held (rotated away)
+    /// is ignored: everything held is after it.
+    pub fn delivered(&mut self, mark: Mark) {
+        let id = FileId {
+            dev: mark.cursor.dev,
+            ino: mark.cursor.ino,
+        };
+        let Some(i) = self.held.iter().position(|h| h.id == id) else {
+            return;
+        };
+        for _ in 0..i {
+            self.held.pop_front();
+        }
+        self.sent.index = self.sent.index.saturating_sub(i);
+        self.offset = mark.cursor.offset;
+        self.offset_lines = mark.lines;
+    }
+
+    /// Sends again from the delivered position: what was sent after it may not
+    /// have reached the collector.
+    pub fn rewind(&mut self) {
+        self.sent = Sent {
+            index: 0,
+            offset: self.offset,
+            lines: self.offset_lines,
+        };
     }
 
     /// The cursor to save: the front file and the delivered offset.
@@ -164,25 +286,26 @@ impl Source {
         })
     }
 
-    /// Bytes not yet delivered, over every held file.
+    /// Bytes not yet sent, over every held file.
     #[must_use]
     pub fn bytes_behind(&self) -> u64 {
         let total: u64 = self
             .held
             .iter()
+            .skip(self.sent.index)
             .filter_map(|h| h.file.metadata().ok())
             .map(|m| m.len())
             .sum();
-        total.saturating_sub(self.offset)
+        total.saturating_sub(self.sent.offset)
     }
 
-    /// Whole records not yet delivered. Reads only what was written since the last
-    /// call (the first call after a start-up also counts the front file up to the
-    /// cursor); a read error leaves the count where it got to.
+    /// Whole records not yet sent. Reads only what was written since the last
+    /// call (the first call after a start-up also counts the sending file up to
+    /// the sending position); a read error leaves the count where it got to.
     #[must_use]
     pub fn records_behind(&mut self) -> u64 {
         let mut total = 0;
-        for h in self.held.iter_mut() {
+        for h in self.held.iter_mut().skip(self.sent.index) {
             let counted = &mut h.state;
             if let Ok((lines, end)) = count_range(&mut h.file, counted.counted_to, None) {
                 counted.lines += lines;
@@ -190,11 +313,11 @@ impl Source {
             }
             total += counted.lines;
         }
-        let before = match (self.offset_lines, self.held.front_mut()) {
+        let before = match (self.sent.lines, self.held.iter_mut().nth(self.sent.index)) {
             (Some(n), _) => n,
-            (None, Some(front)) => match count_range(&mut front.file, 0, Some(self.offset)) {
+            (None, Some(front)) => match count_range(&mut front.file, 0, Some(self.sent.offset)) {
                 Ok((n, _)) => {
-                    self.offset_lines = Some(n);
+                    self.sent.lines = Some(n);
                     n
                 }
                 Err(_) => return 0,
@@ -276,7 +399,8 @@ mod tests {
                 Batch::Lines { .. }
             ));
             assert_eq!(newlines(&buf), expect);
-            source.advance(&buf);
+            source.sent(&buf);
+            source.delivered(source.sent_mark().unwrap());
         }
         assert_eq!(source.records_behind(), 0);
         append(&log, 1);

@@ -12,7 +12,7 @@ pub struct ForwarderStatus {
     pub configured: bool,
     /// The collector's `host:port`.
     pub address: Option<String>,
-    /// `tcp` or `tls`.
+    /// `tcp`, `tls` or `relp`.
     pub transport: Option<String>,
     /// Whether a connection is open now.
     pub connected: bool,
@@ -21,7 +21,8 @@ pub struct ForwarderStatus {
     /// Bytes of the local log not yet sent.
     pub bytes_behind: u64,
     /// Bytes sent that the collector's TCP stack has not acknowledged yet
-    /// (the kernel's send queue); `None` when not connected.
+    /// (the kernel's send queue), over RELP the messages the collector has not
+    /// answered yet; `None` when not connected.
     pub unacknowledged_bytes: Option<u64>,
     /// Records sent since the daemon started.
     pub delivered_records: u64,
@@ -48,6 +49,7 @@ impl ForwarderStatus {
                 match c.transport {
                     Transport::Tcp => "tcp",
                     Transport::Tls => "tls",
+                    Transport::Relp => "relp",
                 }
                 .to_owned()
             }),
