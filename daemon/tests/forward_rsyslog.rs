@@ -13,7 +13,6 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
-use metalift_daemon::scratch::ScratchDaemon;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -655,79 +654,16 @@ fn records_rotated_away_while_the_collector_is_down_are_counted_in_a_forward_gap
     drop(daemon);
 }
 
-/// `metalift` (the CLI), built beside `metaliftd` by `cargo build --workspace`
-/// (scripts/test.sh builds every binary before the tests).
-fn metalift_cli() -> PathBuf {
-    let cli = Path::new(env!("CARGO_BIN_EXE_metaliftd")).with_file_name("metalift");
-    assert!(
-        cli.exists(),
-        "{} is missing: run `cargo build --workspace` first (scripts/test.sh does)",
-        cli.display()
-    );
-    cli
-}
+use support::fleet::{self, metalift_cli};
 
 #[test]
 fn metalift_audit_on_what_rsyslog_wrote_from_two_daemons_answers_the_job_question_per_guest() {
-    use metalift_policy::wire::{Answers, CheckIn, Client, Outcome, OutcomeResult, WireAction};
-
     let _serial = serial();
     let port = free_port();
     let collector_dir = tempfile::tempdir().unwrap();
     let collector = rsyslog(collector_dir.path(), "rsyslog.conf", port, &[]);
-    let me = std::env::current_exe().unwrap();
-    // Two daemons forwarding to one rsyslog at once, as two guests of two images
-    // would (on one machine they share a host name and a boot id: only the daemon
-    // run in each record's id tells their decisions apart).
-    let guests: Vec<(Env, ScratchDaemon)> = ["img-a", "img-b"]
-        .iter()
-        .map(|image| {
-            let env = Env::new();
-            std::fs::write(
-                env.scratch.policy(),
-                format!(
-                    "version = 1\n[profile.apple7]\napple_family_max = 7\n\n\
-                     [[rule]]\nid = \"me\"\npath = \"{}\"\nunlock = \"apple7\"\n\n\
-                     [audit.labels]\nimage = \"{image}\"\n\n\
-                     [audit.forward]\naddress = \"127.0.0.1:{port}\"\n",
-                    me.display()
-                ),
-            )
-            .unwrap();
-            let daemon = env.start(1024 * 1024);
-            (env, daemon)
-        })
-        .collect();
-    let results = [OutcomeResult::Applied, OutcomeResult::Failed];
-    for ((env, _), result) in guests.iter().zip(results) {
-        for job in ["GITHUB_RUN_ID=42", "GITHUB_RUN_ID=41"] {
-            let mut client = Client::connect(&env.socket(), GUARD).unwrap();
-            let verdict = client
-                .check_in(&CheckIn {
-                    shim_version: "0.1.0".into(),
-                    arch: "x86_64".into(),
-                    claimed_executable: None,
-                    job: Some(job.into()),
-                })
-                .unwrap();
-            assert_eq!(verdict.action, WireAction::Unlock);
-            client
-                .outcome(&Outcome {
-                    decision_id: verdict.decision_id,
-                    result,
-                    reason: if result == OutcomeResult::Failed {
-                        "supportsFamily: not found".into()
-                    } else {
-                        String::new()
-                    },
-                    device_class: "SimulatedParavirtDevice".into(),
-                    stock: Answers::default(),
-                    effective: Answers::default(),
-                    ..Default::default()
-                })
-                .unwrap();
-        }
-    }
+    let guests = fleet::two_guests(&format!("127.0.0.1:{port}"), "");
+    fleet::run_jobs(&guests);
     // Every record of both guests at the collector (`wait_all_received` expects
     // one guest's records only).
     let start = Instant::now();
@@ -736,10 +672,7 @@ fn metalift_audit_on_what_rsyslog_wrote_from_two_daemons_answers_the_job_questio
             .into_iter()
             .map(|m| m.json)
             .collect();
-        let local: Vec<String> = guests
-            .iter()
-            .flat_map(|(env, _)| env.local_lines())
-            .collect();
+        let local = fleet::local_lines(&guests);
         if local.iter().all(|l| seen.contains(l)) {
             assert_eq!(seen.len(), local.len(), "nothing but the guests' records");
             break;
@@ -747,48 +680,7 @@ fn metalift_audit_on_what_rsyslog_wrote_from_two_daemons_answers_the_job_questio
         assert!(start.elapsed() < GUARD, "not every record arrived");
         std::thread::sleep(Duration::from_millis(50));
     }
-    let out = Command::new(metalift_cli())
-        .args(["audit", "--log"])
-        .arg(&collector.out)
-        .args(["--job", "42", "--json"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let mut answers: Vec<(String, String, String)> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| {
-            let p: Value = serde_json::from_str(l).unwrap();
-            (
-                p["host"]["labels"]["image"].as_str().unwrap().to_owned(),
-                p["rule"].as_str().unwrap().to_owned(),
-                p["result"].as_str().unwrap().to_owned(),
-            )
-        })
-        .collect();
-    answers.sort();
-    assert_eq!(
-        answers,
-        [
-            ("img-a".into(), "me".into(), "applied".into()),
-            ("img-b".into(), "me".into(), "failed".into()),
-        ],
-        "the job's processes, each with its own guest's outcome"
-    );
-    let summary = Command::new(metalift_cli())
-        .args(["audit", "--log"])
-        .arg(&collector.out)
-        .args(["--summary", "--by", "label:image,result", "--json"])
-        .output()
-        .unwrap();
-    let v: Value = serde_json::from_slice(&summary.stdout).unwrap();
-    assert_eq!(v["groups"].as_array().unwrap().len(), 2, "{v}");
-    for g in v["groups"].as_array().unwrap() {
-        assert_eq!(g["counts"]["processes"], 2, "both jobs per image: {g}");
-    }
+    fleet::assert_the_job_question(&collector.out);
 }
 
 /// `metalift audit flush --timeout TIMEOUT` for `env`'s daemon: exit code and output.

@@ -9,17 +9,16 @@
 #![cfg(target_os = "linux")]
 
 use std::collections::HashMap;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use metalift_daemon::scratch::ScratchDir;
 
-#[path = "common/fleet.rs"]
-mod fleet;
+#[path = "forward_support/mod.rs"]
+mod support;
 
-const GUARD: Duration = Duration::from_secs(60);
+use support::{fleet, free_port, GUARD};
 
 struct Killed(Child);
 
@@ -35,14 +34,6 @@ fn root() -> PathBuf {
         || PathBuf::from("/opt/metalift-test/syslog-ng"),
         PathBuf::from,
     )
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// syslog-ng in the foreground with the example config (address, port and output

@@ -3,6 +3,8 @@
 //! test at a time ([`serial`]).
 #![allow(dead_code)] // each test binary uses its part
 
+pub mod fleet;
+
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

@@ -6,7 +6,6 @@
 //! did it apply?". Each real collector's test (rsyslog, syslog-ng) runs it on
 //! its own output. On one machine the two daemons share a host name and a boot
 //! id: only the daemon run in each record's id tells their decisions apart.
-#![allow(dead_code)] // each test crate uses what its collector needs
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
