@@ -13,11 +13,14 @@
 //!
 //! - [`status`]: what `metalift status` shows of it (`forwarder`).
 //! - [`send_queue`]: the kernel's unacknowledged bytes (what `audit flush` waits on).
+//! - [`lag`]: how long the oldest record not yet sent has waited (the health
+//!   cause `forward_behind`).
 
 pub mod conn;
 pub mod cursor;
 pub mod frame;
 pub mod head;
+pub mod lag;
 pub mod priority;
 pub mod send_queue;
 pub mod source;
@@ -131,6 +134,8 @@ struct State {
     /// The batch framed for the collector, reused.
     out: Vec<u8>,
     last_count: Instant,
+    /// When the oldest byte not yet sent was first seen (the status's `behind_since`).
+    lag: lag::Lag,
 }
 
 /// What one round did.
@@ -157,6 +162,7 @@ fn run(store: &PolicyStore, audit: &AuditLog, shared: &Shared) {
         batch: Vec::new(),
         out: Vec::new(),
         last_count: Instant::now() - Duration::from_secs(10),
+        lag: lag::Lag::default(),
     };
     while !shared.stop.load(Ordering::Relaxed) {
         let wanted = store.current().policy.forward().cloned();
@@ -166,6 +172,7 @@ fn run(store: &PolicyStore, audit: &AuditLog, shared: &Shared) {
             st.backoff = Duration::from_millis(100);
             st.retry_at = Instant::now();
             *shared.lock() = ForwarderStatus::configured(wanted.as_ref());
+            st.lag = lag::Lag::default();
             st.config = wanted;
         }
         let Some(config) = st.config.clone() else {
@@ -261,6 +268,7 @@ fn step(st: &mut State, config: &Forward, audit: &AuditLog, shared: &Shared) -> 
         }
     };
     let behind = source.bytes_behind();
+    st.lag.seen(behind, SystemTime::now());
     let count_now = behind == 0 || st.last_count.elapsed() > Duration::from_secs(1);
     let records_behind = count_now.then(|| {
         st.last_count = Instant::now();
@@ -268,7 +276,7 @@ fn step(st: &mut State, config: &Forward, audit: &AuditLog, shared: &Shared) -> 
     });
     {
         let mut s = shared.lock();
-        s.bytes_behind = behind;
+        s.set_behind(behind, st.lag.since());
         if let Some(r) = records_behind {
             s.records_behind = r;
         }
@@ -325,6 +333,9 @@ fn step(st: &mut State, config: &Forward, audit: &AuditLog, shared: &Shared) -> 
         return Round::Idle;
     }
     source.advance(&st.batch);
+    st.lag.sent(st.batch.len() as u64);
+    let behind = source.bytes_behind();
+    st.lag.seen(behind, now);
     if let Some(c) = source.cursor() {
         st.saves.delivered(c);
     }
@@ -333,7 +344,7 @@ fn step(st: &mut State, config: &Forward, audit: &AuditLog, shared: &Shared) -> 
     s.delivered_bytes += st.out.len() as u64;
     s.last_delivery_at = Some(crate::audit::rfc3339::format(now));
     s.position = source.cursor();
-    s.bytes_behind = source.bytes_behind();
+    s.set_behind(behind, st.lag.since());
     s.records_behind = s.records_behind.saturating_sub(records);
     s.unacknowledged_bytes = conn.unacknowledged().ok();
     Round::Sent { more }
