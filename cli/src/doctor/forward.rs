@@ -6,9 +6,12 @@ use metalift_daemon::service::health::code;
 use metalift_daemon::service::status::StatusReport;
 
 use super::check::{Check, Status};
+use crate::judgement::Judgement;
 
 /// The forwarder as the daemon reports it.
-pub fn forwarder(report: Option<&StatusReport>) -> Check {
+/// `judged` is the judgement doctor reports (its `forward_behind` finding, unless
+/// doctor was told to accept it).
+pub fn forwarder(report: Option<&StatusReport>, judged: &Judgement) -> Check {
     let Some(report) = report else {
         return Check::new(
             "forwarder",
@@ -27,9 +30,8 @@ pub fn forwarder(report: Option<&StatusReport>) -> Check {
     let error = f.last_error.as_deref().unwrap_or("");
     // The daemon's own judgement that records wait too long: the health check
     // fails with it; here it is a failure too, never an `ok` beside it.
-    if let Some(behind) = report
-        .health
-        .causes
+    if let Some(behind) = judged
+        .findings
         .iter()
         .find(|c| c.code == code::FORWARD_BEHIND)
     {
