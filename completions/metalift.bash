@@ -399,7 +399,7 @@ _metalift() {
             return 0
             ;;
         metalift__subcmd__doctor)
-            opts="-h --daemon-timeout --policy --audit-log --log --shim --root --allow-insecure-owner --json --strict --bake --socket --help"
+            opts="-h --daemon-timeout --policy --audit-log --log --shim --root --allow-insecure-owner --json --strict --bake --require-label --require-forward --forward-unreachable-ok --socket --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -426,6 +426,10 @@ _metalift() {
                     return 0
                     ;;
                 --root)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --require-label)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -154,11 +154,14 @@ complete -c metalift -n "__fish_metalift_using_subcommand doctor" -l policy -d '
 complete -c metalift -n "__fish_metalift_using_subcommand doctor" -l log -l audit-log -d 'The audit log [default: /var/log/metalift/audit.jsonl under --root]' -r -F
 complete -c metalift -n "__fish_metalift_using_subcommand doctor" -l shim -d 'The shim [default: $METALIFT_SHIM, as `metalift exec` finds it; else /usr/local/metalift/lib/libmetalift.dylib (.so) under --root]' -r -F
 complete -c metalift -n "__fish_metalift_using_subcommand doctor" -l root -d 'Look at an installation under DIR instead of / (tests, mounted images)' -r -F
+complete -c metalift -n "__fish_metalift_using_subcommand doctor" -l require-label -d 'Fail unless the policy\'s [audit.labels] has KEY (repeatable), for fleet images' -r
 complete -c metalift -n "__fish_metalift_using_subcommand doctor" -l socket -d 'The daemon\'s socket [default: as `metalift status`; under --root, the system socket there]' -r -F
 complete -c metalift -n "__fish_metalift_using_subcommand doctor" -l allow-insecure-owner -d 'Accept a policy not owned by root (development, as metaliftd\'s flag)'
 complete -c metalift -n "__fish_metalift_using_subcommand doctor" -l json -d 'Print one JSON object'
 complete -c metalift -n "__fish_metalift_using_subcommand doctor" -l strict -d 'Warnings fail too (exit 1 when some check warns and none fails)'
 complete -c metalift -n "__fish_metalift_using_subcommand doctor" -l bake -d 'For image bakes (Packer, CI): one line per check, `ok|warn|FAIL <check>: <message>`; exit 0 only when no line says FAIL'
+complete -c metalift -n "__fish_metalift_using_subcommand doctor" -l require-forward -d 'Fail unless [audit.forward] is live and the forwarder is connected to its collector'
+complete -c metalift -n "__fish_metalift_using_subcommand doctor" -l forward-unreachable-ok -d 'With --require-forward: the collector cannot be reached from the build network; configured is enough, and records waiting for it (forward_behind) do not fail'
 complete -c metalift -n "__fish_metalift_using_subcommand doctor" -s h -l help -d 'Print help'
 complete -c metalift -n "__fish_metalift_using_subcommand verify" -l profile -d 'The profile to verify (`[profile.NAME]` in the policy)' -r
 complete -c metalift -n "__fish_metalift_using_subcommand verify" -l policy -d 'The policy file the profile is read from; the verification file (`verifications.jsonl`) is written beside it' -r -F

@@ -2,9 +2,12 @@
 //! one line, `ok` / `warn` / `fail` (or `n/a`), with the fix: the daemon and its
 //! socket, the policy (readable, secure, valid, live), the audit log, the shim and
 //! its architectures, SIP, the daemon's Full Disk Access, a macOS 14 guest's mmap
-//! problem, where `DYLD_INSERT_LIBRARIES` is configured, and the executables
-//! exact-path rules name (with `metalift exec`'s checks).
+//! problem, where `DYLD_INSERT_LIBRARIES` is configured, whether any rule unlocks
+//! (a failure under `--bake`), the labels and forwarder a fleet image requires
+//! (`--require-label`, `--require-forward`), and the executables exact-path rules
+//! name (with `metalift exec`'s checks).
 
+mod bake;
 pub mod check;
 mod daemon;
 mod files;
@@ -81,6 +84,16 @@ pub struct Args {
     /// exit 0 only when no line says FAIL.
     #[arg(long)]
     pub bake: bool,
+    /// Fail unless the policy's [audit.labels] has KEY (repeatable), for fleet images.
+    #[arg(long = "require-label", value_name = "KEY")]
+    pub require_labels: Vec<String>,
+    /// Fail unless [audit.forward] is live and the forwarder is connected to its collector.
+    #[arg(long)]
+    pub require_forward: bool,
+    /// With --require-forward: the collector cannot be reached from the build network;
+    /// configured is enough, and records waiting for it (forward_behind) do not fail.
+    #[arg(long, requires = "require_forward")]
+    pub forward_unreachable_ok: bool,
 }
 
 fn install(args: &Args) -> Install {
@@ -133,6 +146,12 @@ pub fn checks(args: &Args) -> Vec<Check> {
 pub fn checks_judged(args: &Args) -> (Vec<Check>, Judgement) {
     let install = install(args);
     let (daemon, judged) = daemon::reachable(&args.daemon, &install.socket);
+    // Told the collector is out of reach from here: its backlog is expected.
+    let judged = if args.forward_unreachable_ok {
+        judged.without(metalift_daemon::service::health::code::FORWARD_BEHIND)
+    } else {
+        judged
+    };
     let report = judged.report.clone();
     // The limit and the host chip as the daemon has them (its status), not as
     // this CLI was compiled.
@@ -158,7 +177,7 @@ pub fn checks_judged(args: &Args) -> (Vec<Check>, Judgement) {
         policy,
         live,
         audit_log(&install.audit_log, report.as_ref()),
-        forward::forwarder(report.as_ref()),
+        forward::forwarder(report.as_ref(), &judged),
         shim,
     ];
     all.extend(verified);
@@ -167,6 +186,11 @@ pub fn checks_judged(args: &Args) -> (Vec<Check>, Judgement) {
     all.push(guest::metal_mmap(&install.root));
     all.extend(launchd::injection(&install));
     all.push(launchd::session(&install));
+    all.push(bake::unlocking_rule(loaded.as_ref(), args.bake));
+    all.extend(bake::labels(loaded.as_ref(), &args.require_labels));
+    if args.require_forward {
+        all.push(bake::forward(report.as_ref(), args.forward_unreachable_ok));
+    }
     all.extend(rules::executables(loaded.as_ref(), &install.shim, shim_ok));
     (all, judged)
 }

@@ -172,6 +172,21 @@ impl Judgement {
         self.level.exit_code()
     }
 
+    /// This judgement without the findings of `code`: for a tool told by name to
+    /// accept that cause (`doctor --forward-unreachable-ok`, `forward_behind`), the
+    /// level from the findings left.
+    #[must_use]
+    pub fn without(mut self, code: &str) -> Judgement {
+        self.findings.retain(|f| f.code != code);
+        self.level = self
+            .findings
+            .iter()
+            .map(|f| f.level)
+            .max()
+            .unwrap_or(Level::Healthy);
+        self
+    }
+
     /// The first finding (the one to fix first).
     #[must_use]
     pub fn cause(&self) -> Option<&Finding> {

@@ -97,7 +97,7 @@ pub const METALIFT_EXIT: &[ExitStatus] = &[
     ExitStatus {
         code: status::EXIT_DEGRADED,
         command: "status",
-        meaning: "degraded: it unlocks, but not all its policy says (policy.toml is missing, a require_verified profile is unverified or the verification file refused, or the daemon reports no health: unknown, never healthy), the cause printed first",
+        meaning: "degraded: it unlocks, but not all its policy says (policy.toml is missing, a require_verified profile is unverified or the verification file refused, audit records have waited for the collector longer than max_delay_seconds, or the daemon reports no health: unknown, never healthy), the cause printed first",
     },
     ExitStatus {
         code: crate::judgement::EXIT_DEGRADED,
@@ -367,11 +367,22 @@ fn default(arg: &clap::Arg) -> String {
     }
 }
 
-/// Text made safe for one Markdown table cell (no pipe, no HTML tag).
+/// Text made safe for one Markdown table cell (no pipe, no HTML tag). Inside a
+/// code span (between backticks) an entity is shown as written, so `<` and `>`
+/// stay as they are there: a code span is never read as HTML.
 fn cell(text: &str) -> String {
-    text.replace('|', "\\|")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
+    text.split('`')
+        .enumerate()
+        .map(|(i, part)| {
+            let part = part.replace('|', "\\|");
+            if i % 2 == 1 {
+                part
+            } else {
+                part.replace('<', "&lt;").replace('>', "&gt;")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("`")
 }
 
 #[cfg(test)]
@@ -394,5 +405,10 @@ mod tests {
     #[test]
     fn a_table_cell_cannot_break_the_table() {
         assert_eq!(cell("a|b <PATH>"), "a\\|b &lt;PATH&gt;");
+        // In a code span an entity would show literally (issue 43: `&lt;log&gt;.lock`).
+        assert_eq!(
+            cell("its lock, `<log>.lock` <x>"),
+            "its lock, `<log>.lock` &lt;x&gt;"
+        );
     }
 }

@@ -96,7 +96,8 @@ fn forward_schema() -> Value {
             "ca": path("The CA(s) the collector's certificate must chain to (tls only)"),
             "client_cert": path("The client certificate chain presented for mutual TLS (with client_key)"),
             "client_key": path("The client certificate's private key (with client_cert)"),
-            "server_name": {"type": "string", "pattern": "\\S", "description": "The name the collector's certificate must carry (tls only); default: the address's host."}
+            "server_name": {"type": "string", "pattern": "\\S", "description": "The name the collector's certificate must carry (tls only); default: the address's host."},
+            "max_delay_seconds": {"type": "integer", "minimum": 1, "maximum": metalift_policy::forward::MAX_MAX_DELAY_SECONDS, "default": metalift_policy::forward::DEFAULT_MAX_DELAY_SECONDS, "description": "How long a record may wait undelivered before metaliftd's health is degraded (cause forward_behind: `metalift status` exits 4)."}
         },
         "dependencies": {"client_cert": ["client_key"], "client_key": ["client_cert"]},
         "if": {"properties": {"transport": {"const": "tls"}}, "required": ["transport"]},

@@ -169,6 +169,7 @@ fn against_a_collector_that_never_reads_flush_times_out_saying_how_far_behind_an
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("timed out after 1.5s"), "{out}");
     assert!(out.contains("not acknowledged"), "{out}");
+    assert!(out.contains("metalift audit export"), "{out}");
     // The numbers are the daemon's: something is behind or unacknowledged.
     let numbers: Vec<u64> = out
         .split(|c: char| !c.is_ascii_digit())
@@ -182,4 +183,40 @@ fn against_a_collector_that_never_reads_flush_times_out_saying_how_far_behind_an
     assert!(start.elapsed() < HANG_GUARD);
     drop(daemon);
     drop(held);
+}
+
+/// Issue 43: with the collector down, the timeout says in words that nothing is
+/// in flight (not a `?` for an unknown figure) and what to do next.
+#[test]
+fn against_a_collector_that_is_down_flush_times_out_saying_nothing_is_in_flight_and_what_to_do() {
+    let dir = DaemonDir::new("flush-down-");
+    // A port nothing listens on: bound, then released.
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    forward_to(&dir, port);
+    let daemon = dir.start(&[], &[]);
+    for _ in 0..5 {
+        check_in(&daemon.socket);
+    }
+    let (code, out) = flush(&dir, "1");
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains(&format!(
+            "not connected to 127.0.0.1:{port}: nothing in flight; "
+        )),
+        "{out}"
+    );
+    assert!(
+        out.contains("records (") && out.contains("bytes) not yet sent"),
+        "{out}"
+    );
+    assert!(out.contains("Connection refused"), "{out}");
+    assert!(out.contains("`metalift audit export --to DIR`"), "{out}");
+    assert!(
+        !out.contains('?'),
+        "an unknown figure is said in words: {out}"
+    );
 }

@@ -438,3 +438,128 @@ fn a_collector_with_an_untrusted_certificate_fails_the_forwarder_check() {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// Issue 43 item 2: a bake of the installed default policy (no rules) fails on
+/// the `unlocks` line with the drop-in as its fix; a required label the policy
+/// lacks fails, and one it has passes.
+#[test]
+fn bake_fails_an_image_whose_policy_unlocks_nothing_and_one_without_a_required_label() {
+    let root = healthy();
+    let default = fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/default-policy.toml"),
+    )
+    .unwrap();
+    root.policy(&default, 0o644);
+    let daemon = start_daemon(&root);
+    let (code, lines) = root.bake(&[]);
+    assert_bake_lines(&lines);
+    let unlocks = lines
+        .iter()
+        .find(|l| l.starts_with("FAIL unlocks: "))
+        .unwrap_or_else(|| panic!("no FAIL unlocks line: {lines:#?}"));
+    assert!(
+        unlocks.contains("the policy has no rules")
+            && unlocks.contains(" -- fix: install a drop-in")
+            && unlocks.contains("policy.d/50-bake.toml"),
+        "{unlocks}"
+    );
+    assert_eq!(
+        code,
+        Some(2),
+        "a failing check, the daemon healthy: {lines:#?}"
+    );
+    drop(daemon);
+
+    // A policy that unlocks, labelled `image` only.
+    let probe = bin_dir().join("metalift-probe").canonicalize().unwrap();
+    root.policy(
+        &format!(
+            "version = 1\n[audit.labels]\nimage = \"macos-15-ci\"\n[profile.apple7]\napple_family_max = 7\n\n[[rule]]\nid = \"probe\"\npath = \"{}\"\nunlock = \"apple7\"\n",
+            probe.display()
+        ),
+        0o644,
+    );
+    let daemon = start_daemon(&root);
+    let (code, lines) = root.bake(&["--require-label", "image"]);
+    assert!(
+        lines
+            .iter()
+            .any(|l| l == "ok label: image = \"macos-15-ci\""),
+        "{lines:#?}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("ok unlocks: 1 rule(s) unlock: probe")),
+        "{lines:#?}"
+    );
+    assert_eq!(code, Some(0), "{lines:#?}");
+    let (code, lines) = root.bake(&["--require-label", "image", "--require-label", "pool"]);
+    assert!(
+        lines.iter().any(
+            |l| l.starts_with("FAIL label: `pool` is required") && l.contains("[audit.labels]")
+        ),
+        "{lines:#?}"
+    );
+    assert_eq!(code, Some(2), "{lines:#?}");
+    // No [audit.forward]: --require-forward fails, with or without the network excuse.
+    for extra in [
+        &["--require-forward"][..],
+        &["--require-forward", "--forward-unreachable-ok"],
+    ] {
+        let (code, lines) = root.bake(extra);
+        assert!(
+            lines.iter().any(|l| l.starts_with("FAIL forward: required (--require-forward), and the live policy has no [audit.forward]")),
+            "{extra:?}: {lines:#?}"
+        );
+        assert_eq!(code, Some(2), "{lines:#?}");
+    }
+    drop(daemon);
+}
+
+/// `--require-forward` wants the forwarder connected; `--forward-unreachable-ok`
+/// accepts a collector out of the build network's reach, its backlog included.
+#[test]
+fn require_forward_fails_an_unreachable_collector_unless_told_it_is_out_of_reach() {
+    let root = healthy();
+    let probe = bin_dir().join("metalift-probe").canonicalize().unwrap();
+    // A port nothing listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    root.policy(
+        &format!(
+            "version = 1\n[audit.forward]\naddress = \"127.0.0.1:{port}\"\nmax_delay_seconds = 1\n[profile.apple7]\napple_family_max = 7\n\n[[rule]]\nid = \"probe\"\npath = \"{}\"\nunlock = \"apple7\"\n",
+            probe.display()
+        ),
+        0o644,
+    );
+    let _daemon = start_daemon(&root);
+    // Past max_delay_seconds: the start's records wait, forward_behind is live.
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    let (code, lines) = root.bake(&["--require-forward"]);
+    assert!(
+        lines.iter().any(|l| l.starts_with(
+            "FAIL forward: required (--require-forward), and not connected to 127.0.0.1:"
+        )),
+        "{lines:#?}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("FAIL health: degraded: ") && l.contains("(forward_behind)")),
+        "{lines:#?}"
+    );
+    assert_eq!(code, Some(4), "degraded, as status exits: {lines:#?}");
+    let (code, lines) = root.bake(&["--require-forward", "--forward-unreachable-ok"]);
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("ok forward: configured for 127.0.0.1:")),
+        "{lines:#?}"
+    );
+    assert!(!lines.iter().any(|l| l.starts_with("FAIL")), "{lines:#?}");
+    assert_eq!(code, Some(0), "{lines:#?}");
+}

@@ -401,3 +401,201 @@ fn given_the_archive_write_failed_then_explain_live_says_never_archived_and_the_
     );
     assert_eq!(json(&status(&dir, true))["policy_archived"], true);
 }
+
+/// A loopback syslog collector of the test's own: takes every connection on its
+/// port and reads everything; [`Collector::kill`] closes the listener and every
+/// connection, as a collector that dies does.
+struct Collector {
+    port: u16,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Collector {
+    /// Listens on `port` (0: any free one).
+    fn listen(port: u16) -> Collector {
+        use std::io::Read;
+        use std::sync::atomic::Ordering;
+        let listener = std::net::TcpListener::bind(("127.0.0.1", port)).expect("bind collector");
+        listener.set_nonblocking(true).expect("nonblocking");
+        let port = listener.local_addr().expect("address").port();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = std::sync::Arc::clone(&stop);
+        let thread = std::thread::spawn(move || {
+            let mut conns: Vec<std::net::TcpStream> = Vec::new();
+            let mut buf = [0u8; 64 * 1024];
+            while !stopped.load(Ordering::Relaxed) {
+                if let Ok((conn, _)) = listener.accept() {
+                    conn.set_nonblocking(true).expect("nonblocking");
+                    conns.push(conn);
+                }
+                conns.retain_mut(|c| loop {
+                    match c.read(&mut buf) {
+                        Ok(0) => return false,
+                        Ok(_) => {}
+                        Err(e) => return e.kind() == std::io::ErrorKind::WouldBlock,
+                    }
+                });
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        });
+        Collector {
+            port,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Closes the listener and every connection, and waits until they are closed.
+    fn kill(mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            t.join().expect("collector thread");
+        }
+    }
+}
+
+impl Drop for Collector {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// The daemon's `forwarder` object, from its status.
+fn forwarder(dir: &DaemonDir) -> Value {
+    let report =
+        metalift_daemon::service::status::request_raw(&dir.socket(), HANG_GUARD).expect("status");
+    serde_json::from_str::<Value>(&report).expect("status JSON")["forwarder"].clone()
+}
+
+/// Issue 43: a collector killed mid-job is a health cause every tool reports
+/// (`forward_behind`: degraded, exit 4) within `max_delay_seconds` and a second of
+/// the first record it did not take, never before; once it is back and has taken
+/// the records, status is healthy again.
+#[test]
+fn given_the_collector_killed_then_status_is_forward_behind_within_the_threshold_and_clears_when_it_returns(
+) {
+    const MAX_DELAY: Duration = Duration::from_secs(2);
+    let dir = DaemonDir::new("health-forward-");
+    let collector = Collector::listen(0);
+    let port = collector.port;
+    std::fs::write(
+        dir.policy(),
+        format!(
+            "version = 1\n\n[audit.forward]\naddress = \"127.0.0.1:{port}\"\nmax_delay_seconds = {}\n",
+            MAX_DELAY.as_secs()
+        ),
+    )
+    .expect("policy");
+    let daemon = dir.start(&[], &[]);
+    support::check_in(&daemon.socket);
+    // Everything the log holds sent (the cursor at the file's end), so that the
+    // first record the collector does not take is the one written after `t0`.
+    wait_until("the forwarder to deliver everything", &dir, || {
+        let f = forwarder(&dir);
+        let end = std::fs::metadata(dir.audit_log()).map_or(0, |m| m.len());
+        f["connected"] == true && f["position"]["offset"].as_u64() == Some(end)
+    });
+    assert_eq!(status(&dir, false).status.code(), Some(0));
+
+    collector.kill();
+    wait_until("the forwarder to see the collector gone", &dir, || {
+        forwarder(&dir)["connected"] == false
+    });
+    let t0 = Instant::now();
+    support::check_in(&daemon.socket);
+    let (degraded_after, report) = loop {
+        let out = status(&dir, true);
+        if out.status.code() != Some(0) {
+            break (t0.elapsed(), json(&out));
+        }
+        assert!(
+            t0.elapsed() < MAX_DELAY + Duration::from_secs(5),
+            "still healthy {:?} after a record the collector never took: {}",
+            t0.elapsed(),
+            json(&out)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(
+        degraded_after > MAX_DELAY,
+        "degraded after {degraded_after:?}, before max_delay_seconds: {report}"
+    );
+    assert!(
+        degraded_after <= MAX_DELAY + Duration::from_secs(1),
+        "degraded only after {degraded_after:?} (max_delay_seconds + 1 s allowed): {report}"
+    );
+    assert_eq!(report["state"], "degraded", "{report}");
+    assert_eq!(report["ok"], false, "{report}");
+    assert_eq!(report["cause"]["code"], "forward_behind", "{report}");
+    let message = report["cause"]["message"].as_str().expect("message");
+    assert!(
+        message.contains(&format!(
+            "not delivered to 127.0.0.1:{port} (not connected)"
+        )) && message.contains("the oldest waiting since")
+            && message.contains("last error"),
+        "{message}"
+    );
+    assert!(report["forwarder"]["behind_since"].is_string(), "{report}");
+    let text = status(&dir, false);
+    assert_eq!(text.status.code(), Some(4), "degraded is exit 4");
+    assert!(
+        String::from_utf8_lossy(&text.stdout).starts_with("DEGRADED: "),
+        "{}",
+        String::from_utf8_lossy(&text.stdout)
+    );
+
+    // doctor and exec --require-unlock say it through the same judgement.
+    let checks = doctor(&dir);
+    let health = check(&checks, "health");
+    assert_eq!(health["status"], "fail", "{checks:?}");
+    assert!(
+        health["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("degraded: ") && m.contains("(forward_behind)")),
+        "{health}"
+    );
+    assert_eq!(check(&checks, "forwarder")["status"], "fail", "{checks:?}");
+    let exec = metalift(&[
+        "exec",
+        "--require-unlock",
+        "--socket",
+        s(&dir.socket()),
+        "--log",
+        s(&dir.audit_log()),
+        "--shim",
+        s(&support::workspace_binary("libmetalift.so")),
+        "--",
+        "true",
+    ]);
+    let err = String::from_utf8_lossy(&exec.stderr);
+    assert_eq!(exec.status.code(), Some(4), "{err}");
+    assert!(
+        err.contains("the daemon reports (degraded): forward_behind: "),
+        "{err}"
+    );
+
+    // The collector returns on its port: delivered, and healthy again.
+    let _back = Collector::listen(port);
+    let t1 = Instant::now();
+    loop {
+        let out = status(&dir, true);
+        if out.status.code() == Some(0) {
+            break;
+        }
+        assert!(
+            t1.elapsed() < HANG_GUARD,
+            "not healthy again {:?} after the collector returned: {}",
+            t1.elapsed(),
+            json(&out)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let f = forwarder(&dir);
+    assert_eq!(f["bytes_behind"], 0, "{f}");
+    assert!(f.get("behind_since").is_none(), "{f}");
+    eprintln!(
+        "degraded {degraded_after:?} after the first undelivered record; healthy {:?} after the collector returned",
+        t1.elapsed()
+    );
+}

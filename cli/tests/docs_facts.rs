@@ -385,3 +385,212 @@ fn the_guides_policy_reference_names_every_key_the_schema_has() {
         }
     }
 }
+
+/// The words after `marker` in `text` up to the first character in `stops`
+/// (one stated fact), or a failure naming the page.
+fn stated<'a>(text: &'a str, page: &str, marker: &str, stops: &[char]) -> &'a str {
+    let at = text
+        .find(marker)
+        .unwrap_or_else(|| panic!("{page} no longer says {marker:?}: update this test"));
+    let rest = &text[at + marker.len()..];
+    let end = rest.find(stops).unwrap_or(rest.len());
+    rest[..end].trim()
+}
+
+/// Issue 43 item 5: the exit codes and the levels the guide's pages state (the
+/// ones scripts branch on), each checked against the program: the judgement's
+/// ladder, the daemon's effect of a cause, and doctor run for real.
+#[test]
+fn the_exit_codes_and_levels_the_guide_states_are_the_programs() {
+    use metalift_cli::judgement::Level;
+    use metalift_daemon::service::health::{code, Effect};
+    let status_page = "docs/src/operations/reload-and-status.md";
+    let status = read(status_page);
+    // "no daemon answers": stated with its code, and run.
+    let unreachable = metalift(&["status", "--socket", "/nonexistent/metalift.sock"]);
+    let said: i32 = {
+        let sentence = stated(
+            &status,
+            status_page,
+            "which includes no daemon answering",
+            &[')'],
+        );
+        sentence
+            .rsplit('(')
+            .next()
+            .and_then(|s| s.split(':').next())
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or_else(|| {
+                panic!("{status_page}: no code for 'no daemon answers' in {sentence:?}")
+            })
+    };
+    assert_eq!(
+        Some(said),
+        unreachable.status.code(),
+        "{status_page}: status with no daemon answering"
+    );
+    // The health example: its heading word and exit code for its cause.
+    let example = stated(
+        &status,
+        status_page,
+        "$ metalift status; echo \"exit $?\"\n",
+        &['`'],
+    );
+    let (heading, cause) = example
+        .split_once(": ")
+        .unwrap_or_else(|| panic!("{status_page}: example {example:?}"));
+    let code_in = cause
+        .rsplit('(')
+        .next()
+        .and_then(|c| c.split(')').next())
+        .expect("the example's cause code");
+    let level = Level::from(Effect::of(code_in));
+    let want_heading = match level {
+        Level::UnlocksNothing => "UNLOCKS NOTHING",
+        Level::Degraded => "DEGRADED",
+        Level::DiskNotLive => "DISK NOT LIVE",
+        Level::Healthy => "healthy",
+    };
+    assert_eq!(
+        heading, want_heading,
+        "{status_page}: the example's first line for {code_in}"
+    );
+    let exit: u8 = stated(example, status_page, "\nexit ", &['\n'])
+        .parse()
+        .expect("the example's exit");
+    assert_eq!(
+        exit,
+        level.exit_code(),
+        "{status_page}: the example's exit for {code_in}"
+    );
+    // The causes table: "nothing" unlocked exactly for the causes whose effect is
+    // unlocks_nothing; "this one alone is exit N".
+    let table = section(
+        &status,
+        "## Health: running is not the same as able to unlock",
+    );
+    let mut causes = 0;
+    for row in rows(table) {
+        let [cause, _, unlocked, what] = &row[..] else {
+            continue;
+        };
+        let Some(c) = cause.strip_prefix('`').and_then(|c| c.strip_suffix('`')) else {
+            continue;
+        };
+        causes += 1;
+        let effect = Effect::of(c);
+        assert_eq!(
+            unlocked.starts_with("nothing"),
+            effect == Effect::UnlocksNothing,
+            "{status_page}: `{c}` is said to unlock {unlocked:?}, its effect is {effect:?}"
+        );
+        if let Some(n) = what.split("alone is exit ").nth(1) {
+            let n: u8 = n
+                .trim_end_matches(|ch: char| !ch.is_ascii_digit())
+                .parse()
+                .expect("code");
+            assert_eq!(
+                n,
+                Level::from(effect).exit_code(),
+                "{status_page}: `{c}`'s exit"
+            );
+        }
+    }
+    assert!(
+        causes >= 5,
+        "{status_page}: the causes table was not read ({causes} rows)"
+    );
+    assert_eq!(Effect::of(code::FORWARD_BEHIND), Effect::Degraded);
+
+    // doctor and baking: the level of an unverified require_verified profile, and
+    // of a policy that unlocks nothing (plain and under --bake), run for real.
+    let root = tempfile::tempdir().unwrap();
+    let policy = root.path().join("etc/metalift/policy.toml");
+    std::fs::create_dir_all(policy.parent().unwrap()).unwrap();
+    std::fs::write(
+        &policy,
+        "version = 1\n[profile.v]\napple_family_max = 7\nrequire_verified = true\n",
+    )
+    .unwrap();
+    let doctor = |extra: &[&str]| -> Value {
+        let mut args = vec!["doctor", "--json", "--allow-insecure-owner", "--root"];
+        let r = root.path().to_str().unwrap();
+        args.push(r);
+        args.extend_from_slice(extra);
+        serde_json::from_slice(&metalift(&args).stdout).expect("doctor --json")
+    };
+    let check = |report: &Value, name: &str| -> String {
+        report["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == name)
+            .unwrap_or_else(|| panic!("no {name} check: {report}"))["status"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let plain = doctor(&[]);
+    let doctor_page = "docs/src/operations/doctor.md";
+    let text = read(doctor_page);
+    assert_eq!(
+        stated(&text, doctor_page, "`require_verified = true` (`", &['`']),
+        check(&plain, "verified unlock"),
+        "{doctor_page}: an unverified require_verified profile"
+    );
+    assert_eq!(
+        stated(
+            &text,
+            doctor_page,
+            "whether any rule unlocks at all (`unlocks`:\n`",
+            &['`']
+        ),
+        check(&plain, "unlocks"),
+        "{doctor_page}: a policy that unlocks nothing"
+    );
+    let baking_page = "docs/src/operations/baking.md";
+    let baking = read(baking_page);
+    let word = stated(
+        &baking,
+        baking_page,
+        "on that chip and build too, and `metalift doctor` ",
+        &[' ', '.'],
+    );
+    let want = match check(&plain, "verified unlock").as_str() {
+        "fail" => "fails",
+        "warn" => "warns",
+        other => panic!("verified unlock is {other}"),
+    };
+    assert_eq!(word, want, "{baking_page}: doctor on an unverified chip");
+    // --bake: "a policy with no rule that unlocks" is among the FAIL causes.
+    assert!(
+        stated(
+            &baking,
+            baking_page,
+            "every check that means\n   \"cannot unlock\" (",
+            &[')']
+        )
+        .contains("a policy with no rule that unlocks"),
+        "{baking_page}"
+    );
+    let bake = metalift(&[
+        "doctor",
+        "--bake",
+        "--allow-insecure-owner",
+        "--root",
+        root.path().to_str().unwrap(),
+    ]);
+    let out = String::from_utf8_lossy(&bake.stdout);
+    assert!(
+        out.lines().any(|l| l.starts_with("FAIL unlocks: ")),
+        "{out}"
+    );
+    // exit-codes.md: no entity shown literally inside a code span.
+    let codes = read("docs/src/reference/exit-codes.md");
+    for (i, span) in codes.split('`').enumerate() {
+        assert!(
+            i % 2 == 0 || !span.contains("&lt;") && !span.contains("&gt;"),
+            "exit-codes.md shows an entity literally in `{span}`"
+        );
+    }
+}

@@ -335,3 +335,22 @@ fn a_package_signed_by_another_team_is_never_installed() {
         "installed anyway"
     );
 }
+
+/// Issue 43 item 2: the template's `require_labels` reaches doctor: a label the
+/// drop-in does not set fails the build on its `label` line.
+#[test]
+fn a_required_label_the_policy_lacks_fails_the_build() {
+    let guest = Guest::new(false);
+    let out = guest.provision(&[
+        ("METALIFT_BAKE_REQUIRE_LABELS", "image".into()),
+        ("METALIFT_BAKE_WAIT", "3".into()),
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        bake_lines(&out)
+            .iter()
+            .any(|l| l.starts_with("FAIL label: `image` is required")),
+        "{}",
+        text(&out)
+    );
+}

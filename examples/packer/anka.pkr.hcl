@@ -49,6 +49,21 @@ variable "verify_profiles" {
   default = ""
 }
 
+variable "require_labels" {
+  type    = string
+  default = ""
+}
+
+variable "require_forward" {
+  type    = bool
+  default = false
+}
+
+variable "forward_unreachable_ok" {
+  type    = bool
+  default = false
+}
+
 source "veertu-anka-vm-clone" "metalift" {
   source_vm_name = var.source_vm_name
   vm_name        = var.vm_name
@@ -77,6 +92,9 @@ build {
       "METALIFT_BAKE_TEAM_ID=${var.team_id}",
       "METALIFT_BAKE_POLICY=/tmp/50-bake.toml",
       "METALIFT_BAKE_VERIFY_PROFILES=${var.verify_profiles}",
+      "METALIFT_BAKE_REQUIRE_LABELS=${var.require_labels}",
+      "METALIFT_BAKE_REQUIRE_FORWARD=${var.require_forward ? "1" : "0"}",
+      "METALIFT_BAKE_FORWARD_UNREACHABLE_OK=${var.forward_unreachable_ok ? "1" : "0"}",
     ]
     # The anka user has passwordless sudo in Veertu's templates.
     execute_command = "chmod +x {{ .Path }}; sudo env {{ .Vars }} {{ .Path }}"

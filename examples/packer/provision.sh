@@ -14,6 +14,13 @@
 #   METALIFT_BAKE_STRICT           optional: 1 = doctor's warnings fail the bake too
 #   METALIFT_BAKE_WAIT             optional: seconds to wait for the daemon to start and
 #                             load the policy (default 60)
+#   METALIFT_BAKE_REQUIRE_LABELS   optional: space-separated [audit.labels] keys the
+#                             policy must set (doctor --require-label KEY each)
+#   METALIFT_BAKE_REQUIRE_FORWARD  optional: 1 = [audit.forward] must be live and
+#                             connected (doctor --require-forward)
+#   METALIFT_BAKE_FORWARD_UNREACHABLE_OK  optional: 1 = with REQUIRE_FORWARD, the
+#                             collector cannot be reached from the build network:
+#                             configured is enough (doctor --forward-unreachable-ok)
 #
 # Steps, each fatal: the checksum; `pkgutil --check-signature` (signed by a
 # Developer ID Installer certificate of METALIFT_BAKE_TEAM_ID, notarized); `installer
@@ -106,6 +113,11 @@ doctor=("$metalift" doctor --bake)
 [ "$root" = "" ] || doctor+=(--root "$root")
 doctor+=(${owner_flag[@]+"${owner_flag[@]}"})
 if [ "${METALIFT_BAKE_STRICT:-0}" = 1 ]; then doctor+=(--strict); fi
+for label in ${METALIFT_BAKE_REQUIRE_LABELS:-}; do doctor+=(--require-label "$label"); done
+if [ "${METALIFT_BAKE_REQUIRE_FORWARD:-0}" = 1 ]; then
+  doctor+=(--require-forward)
+  if [ "${METALIFT_BAKE_FORWARD_UNREACHABLE_OK:-0}" = 1 ]; then doctor+=(--forward-unreachable-ok); fi
+fi
 # The daemon starts (launchd) and reloads the drop-in (its watcher) on its own
 # time: a FAIL is retried until METALIFT_BAKE_WAIT runs out; the last attempt's
 # lines are the build log's.

@@ -52,6 +52,24 @@ variable "verify_profiles" {
   description = "Space-separated require_verified profiles that must pass metalift verify"
 }
 
+variable "require_labels" {
+  type        = string
+  default     = ""
+  description = "Space-separated [audit.labels] keys the policy must set (doctor --require-label)"
+}
+
+variable "require_forward" {
+  type        = bool
+  default     = false
+  description = "[audit.forward] must be live and connected (doctor --require-forward)"
+}
+
+variable "forward_unreachable_ok" {
+  type        = bool
+  default     = false
+  description = "With require_forward: the collector is unreachable from the build network"
+}
+
 source "tart-cli" "metalift" {
   vm_base_name = var.vm_base_name
   vm_name      = var.vm_name
@@ -84,6 +102,9 @@ build {
       "METALIFT_BAKE_TEAM_ID=${var.team_id}",
       "METALIFT_BAKE_POLICY=/tmp/50-bake.toml",
       "METALIFT_BAKE_VERIFY_PROFILES=${var.verify_profiles}",
+      "METALIFT_BAKE_REQUIRE_LABELS=${var.require_labels}",
+      "METALIFT_BAKE_REQUIRE_FORWARD=${var.require_forward ? "1" : "0"}",
+      "METALIFT_BAKE_FORWARD_UNREACHABLE_OK=${var.forward_unreachable_ok ? "1" : "0"}",
     ]
     execute_command = "chmod +x {{ .Path }}; echo admin | sudo -S env {{ .Vars }} {{ .Path }}"
   }

@@ -325,6 +325,17 @@ impl Policy {
         self.rules.len()
     }
 
+    /// The ids of the rules that unlock (a profile, not `stock`), in file order:
+    /// none means the policy can unlock nothing, whatever runs.
+    #[must_use]
+    pub fn unlocking_rules(&self) -> Vec<&str> {
+        self.rules
+            .iter()
+            .filter(|r| matches!(r.effect, Effect::Unlock { .. }))
+            .map(|r| r.id.as_str())
+            .collect()
+    }
+
     /// The admin's `[audit.labels]` for this machine (descriptive: no rule reads them).
     #[must_use]
     pub fn labels(&self) -> &BTreeMap<String, String> {

@@ -91,15 +91,9 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
         if Instant::now() >= deadline {
             writeln!(
                 out,
-                "audit flush: timed out after {}s: {} records ({} bytes) not yet sent, {} bytes sent but not acknowledged by {}{}",
+                "audit flush: timed out after {}s: {}",
                 args.timeout,
-                last.records_behind,
-                last.bytes_behind,
-                last.unacknowledged_bytes.map_or_else(|| "?".to_owned(), |n| n.to_string()),
-                last.address.as_deref().unwrap_or("?"),
-                last.last_error
-                    .as_deref()
-                    .map_or_else(String::new, |e| format!(" (last error: {e})")),
+                undelivered(&last)
             )?;
             return Ok(ExitCode::from(1));
         }
@@ -121,6 +115,45 @@ fn acknowledged_by(f: &ForwarderStatus) -> &'static str {
     } else {
         "acknowledged by the collector's TCP stack"
     }
+}
+
+/// What is not delivered, in words, and what to do: the timeout's message.
+/// Nothing is guessed: a figure the daemon could not measure is said to be unknown.
+fn undelivered(f: &ForwarderStatus) -> String {
+    let address = f.address.as_deref().unwrap_or("the collector");
+    let unsent = if f.bytes_behind == 0 {
+        "nothing left to send".to_owned()
+    } else {
+        format!(
+            "{} records ({} bytes) not yet sent",
+            f.records_behind, f.bytes_behind
+        )
+    };
+    let state = if !f.connected {
+        format!("not connected to {address}: nothing in flight; {unsent}")
+    } else {
+        match f.unacknowledged_bytes {
+            Some(0) => {
+                format!("connected to {address}: everything sent was acknowledged; {unsent}")
+            }
+            Some(n) => format!(
+                "connected to {address}: {n} bytes sent and not yet {}; {unsent}",
+                acknowledged_by(f)
+            ),
+            None => format!(
+                "connected to {address}: whether what was sent was acknowledged is not known \
+                 (the daemon could not read its socket's send queue); {unsent}"
+            ),
+        }
+    };
+    let error = f
+        .last_error
+        .as_deref()
+        .map_or_else(String::new, |e| format!(" (last error: {e})"));
+    format!(
+        "{state}{error}. The records are safe in the local log and are sent once the \
+         collector takes them; to hand them over another way now, `metalift audit export --to DIR`"
+    )
 }
 
 /// Whether the forwarder's cursor is at or past `target` and nothing waits for

@@ -1,12 +1,17 @@
 //! `metalift doctor`'s `forwarder` check: is the audit forwarder delivering to its
-//! collector? Fails when the collector's certificate is untrusted or it refuses ours.
+//! collector? Fails when the collector's certificate is untrusted or it refuses ours,
+//! and when the daemon's health says records wait too long (`forward_behind`).
 
+use metalift_daemon::service::health::code;
 use metalift_daemon::service::status::StatusReport;
 
 use super::check::{Check, Status};
+use crate::judgement::Judgement;
 
 /// The forwarder as the daemon reports it.
-pub fn forwarder(report: Option<&StatusReport>) -> Check {
+/// `judged` is the judgement doctor reports (its `forward_behind` finding, unless
+/// doctor was told to accept it).
+pub fn forwarder(report: Option<&StatusReport>, judged: &Judgement) -> Check {
     let Some(report) = report else {
         return Check::new(
             "forwarder",
@@ -23,6 +28,17 @@ pub fn forwarder(report: Option<&StatusReport>) -> Check {
     };
     let address = f.address.as_deref().unwrap_or("?");
     let error = f.last_error.as_deref().unwrap_or("");
+    // The daemon's own judgement that records wait too long: the health check
+    // fails with it; here it is a failure too, never an `ok` beside it.
+    if let Some(behind) = judged
+        .findings
+        .iter()
+        .find(|c| c.code == code::FORWARD_BEHIND)
+    {
+        return Check::new("forwarder", Status::Fail, behind.message.clone()).fix(
+            "start the collector or fix [audit.forward] address; records wait in the local log",
+        );
+    }
     if f.connected {
         return Check::new(
             "forwarder",

@@ -57,6 +57,11 @@ pub fn daemon_health(judged: &Judgement) -> Check {
         }
         code::UNVERIFIED => "sudo metalift verify --profile <the profile named>",
         code::HEALTH_UNKNOWN => "upgrade metaliftd to this metalift's version",
+        code::FORWARD_BEHIND => {
+            "start the collector, or fix [audit.forward] address or the network to it; the \
+             records wait in the local log (`metalift audit flush` waits for their delivery; \
+             `metalift audit export` takes them off the guest another way)"
+        }
         _ => "metalift status shows every cause",
     };
     Check::new("health", Status::Fail, message).fix(fix)

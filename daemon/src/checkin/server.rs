@@ -346,9 +346,14 @@ impl Core {
         let refusal = published.refusal.as_ref();
         let count = |c: &AtomicU64| c.load(Ordering::Relaxed);
         let audit = crate::service::health::AuditFacts::of(&self.audit);
+        let forwarder = self.forwarder.get().map(|f| f.status());
         StatusReport {
             health: crate::service::health::assess(&published, &audit)
-                .and(self.verification.health_causes(&live.policy)),
+                .and(self.verification.health_causes(&live.policy))
+                .and(crate::service::health::forward_behind(
+                    forwarder.as_ref(),
+                    SystemTime::now(),
+                )),
             audit_free_bytes: audit.free_bytes,
             audit_log: Some(audit.path),
             max_policy_bytes: Some(self.policy.max_bytes()),
@@ -380,7 +385,7 @@ impl Core {
             verified_unlock: self.verification.status_lines(&live.policy),
             host_chip_brand: crate::live_policy::host_chip::daemon_host().brand.clone(),
             host_os_build: crate::live_policy::host_os::daemon_os_build().map(str::to_owned),
-            forwarder: self.forwarder.get().map(|f| f.status()),
+            forwarder,
         }
     }
 

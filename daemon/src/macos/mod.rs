@@ -372,6 +372,15 @@
 //!     stream; (c) `daemon/tests/forward_hangup.rs` and the RELP test in
 //!     `forward_rsyslog.rs` (rsyslog with imrelp from Homebrew) pass when run
 //!     there with their `cfg(target_os = "linux")` lifted.
+//! 34. **A collector outage is health** (issue 43 item 1; `audit/forward/lag.rs`,
+//!     `service::health::forward_behind`; on Linux `cli/tests/cli_health.rs` runs it
+//!     end to end): by hand, `[audit.forward]` with `max_delay_seconds = 2` to a
+//!     collector on the runner, stopped after a delivery: `metalift status` exits 4
+//!     with `forward_behind` within 3 s of the next check-in (the forwarder thread at
+//!     the `utility` QoS class still runs its rounds on an idle runner), and 0 again
+//!     within a few seconds of the collector's return; `metalift audit flush
+//!     --timeout 1` meanwhile says `not connected to …: nothing in flight` and names
+//!     `metalift audit export`.
 #![allow(unsafe_code)]
 
 pub mod audit_token;

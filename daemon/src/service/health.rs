@@ -28,6 +28,7 @@
 //! | `policy_rejected`    | the last load was refused                             | last good only |
 //! | `verification_refused` | the verification file is refused (owner, size, unreadable) | not the `require_verified` profiles |
 //! | `unverified`         | a `require_verified` profile has no pass for this host | not that profile |
+//! | `forward_behind`     | with `[audit.forward]`: a record has waited unsent longer than `max_delay_seconds` | all, unseen by the collector |
 //!
 //! `nothing_live` comes before the policy cause it explains: the daemon runs on
 //! the empty fallback and every check-in is answered stock.
@@ -35,12 +36,20 @@
 //! A report without `health` (a daemon older than this field) reads as
 //! [`State::Unknown`] with the `health_unknown` cause: never as healthy.
 //!
+//! `forward_behind` says how many records (counted at most once a second while
+//! behind) and bytes wait (the bytes are exact: the forwarder's cursor against the
+//! files), since when the oldest waits, and the forwarder's last error; it clears
+//! at the first status after the forwarder has caught up.
+//!
 //! `audit_write_failed` clears with the next record written (space came back);
 //! free space is measured when asked, on the open log file (`fstatvfs`), so it
 //! describes the file records actually go to.
 
 use serde::{Deserialize, Serialize};
 
+use std::time::SystemTime;
+
+use crate::audit::forward::ForwarderStatus;
 use crate::audit::AuditLog;
 use crate::audit::LoadReason;
 use crate::live_policy::store::Published;
@@ -71,6 +80,8 @@ pub mod code {
     pub const VERIFICATION_REFUSED: &str = "verification_refused";
     /// A `require_verified` profile has no passing verification for this host.
     pub const UNVERIFIED: &str = "unverified";
+    /// `[audit.forward]`: a record has waited unsent longer than `max_delay_seconds`.
+    pub const FORWARD_BEHIND: &str = "forward_behind";
     /// The report has no health (an older daemon): whether it unlocks is unknown.
     pub const HEALTH_UNKNOWN: &str = "health_unknown";
 }
@@ -113,7 +124,7 @@ impl Effect {
             | code::NOTHING_LIVE => Effect::UnlocksNothing,
             code::POLICY_REJECTED => Effect::DiskNotLive,
             // policy_missing, audit_log_removed, verification_refused, unverified,
-            // health_unknown, and any code added later.
+            // forward_behind, health_unknown, and any code added later.
             _ => Effect::Degraded,
         }
     }
@@ -357,6 +368,49 @@ pub fn assess(published: &Published, audit: &AuditFacts) -> Health {
     Health::from_causes(causes)
 }
 
+/// `forward_behind` when `forwarder` (configured) has had a record waiting unsent
+/// longer than its `max_delay_seconds` at `now`; none otherwise.
+#[must_use]
+pub fn forward_behind(forwarder: Option<&ForwarderStatus>, now: SystemTime) -> Vec<Cause> {
+    let Some(f) = forwarder.filter(|f| f.configured) else {
+        return Vec::new();
+    };
+    let (Some(since), Some(max)) = (f.behind_since_at, f.max_delay_seconds) else {
+        return Vec::new();
+    };
+    let waited = now.duration_since(since).unwrap_or_default();
+    if waited <= std::time::Duration::from_secs(max) {
+        return Vec::new();
+    }
+    let address = f.address.as_deref().unwrap_or("the collector");
+    let connection = if f.connected {
+        "connected, not taking them".to_owned()
+    } else {
+        "not connected".to_owned()
+    };
+    let error = f.last_error.as_deref().map_or_else(
+        || "no error seen".to_owned(),
+        |e| {
+            format!(
+                "last error {}: {e}",
+                f.last_error_at.as_deref().unwrap_or("(time unknown)")
+            )
+        },
+    );
+    vec![Cause::new(
+        code::FORWARD_BEHIND,
+        format!(
+            "{} records ({} bytes) not delivered to {address} ({connection}), the oldest \
+             waiting since {} ({}s, over max_delay_seconds = {max}); {error}; they wait in \
+             the local log and go out once the collector takes them",
+            f.records_behind,
+            f.bytes_behind,
+            f.behind_since.as_deref().unwrap_or("?"),
+            waited.as_secs(),
+        ),
+    )]
+}
+
 impl Health {
     /// This health with `more` causes after its own (they are less severe).
     #[must_use]
@@ -505,6 +559,45 @@ mod tests {
             !health.causes[0].message.contains("x = 1"),
             "no source lines"
         );
+    }
+
+    #[test]
+    fn records_waiting_past_the_threshold_are_forward_behind_and_clear_when_sent() {
+        use std::time::Duration;
+        let config: metalift_policy::forward::Forward =
+            metalift_policy::compile_sources(vec![metalift_policy::Source {
+                name: "p.toml".into(),
+                text:
+                    "version = 1\n[audit.forward]\naddress = \"logs:514\"\nmax_delay_seconds = 2\n"
+                        .into(),
+            }])
+            .expect("policy")
+            .policy
+            .forward()
+            .cloned()
+            .expect("forward");
+        let mut f = ForwarderStatus::configured(Some(&config));
+        let t0 = SystemTime::now();
+        f.records_behind = 8;
+        f.set_behind(900, Some(t0));
+        f.last_error = Some("connecting to logs:514: Connection refused".into());
+        assert!(forward_behind(Some(&f), t0 + Duration::from_secs(2)).is_empty());
+        let causes = forward_behind(Some(&f), t0 + Duration::from_secs(3));
+        assert_eq!(causes.len(), 1);
+        assert_eq!(causes[0].code, code::FORWARD_BEHIND);
+        assert_eq!(causes[0].effect, Some(Effect::Degraded));
+        let m = &causes[0].message;
+        assert!(
+            m.starts_with("8 records (900 bytes) not delivered to logs:514 (not connected)"),
+            "{m}"
+        );
+        assert!(
+            m.contains("Connection refused") && m.contains("max_delay_seconds = 2"),
+            "{m}"
+        );
+        f.set_behind(0, None);
+        assert!(forward_behind(Some(&f), t0 + Duration::from_secs(60)).is_empty());
+        assert!(forward_behind(None, t0).is_empty());
     }
 
     #[test]

@@ -13,6 +13,7 @@
 //! client_cert = "/etc/metalift/client.pem"   # both or neither: mutual TLS
 //! client_key = "/etc/metalift/client.key"
 //! server_name = "logs.example.net"           # default: the address's host
+//! max_delay_seconds = 30       # records undelivered longer: metaliftd is degraded
 //! ```
 //!
 //! Pure: the paths are checked for form (absolute) only; the daemon reads them.
@@ -33,7 +34,15 @@ pub const FORWARD_KEYS: &[&str] = &[
     "client_cert",
     "client_key",
     "server_name",
+    "max_delay_seconds",
 ];
+
+/// `max_delay_seconds` when not set: records undelivered for longer make the
+/// daemon's health `forward_behind` (degraded).
+pub const DEFAULT_MAX_DELAY_SECONDS: u64 = 30;
+/// The largest `max_delay_seconds` accepted (an hour: a longer silence is not
+/// something a health probe should wait for).
+pub const MAX_MAX_DELAY_SECONDS: u64 = 3600;
 
 /// How records travel to the collector.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,6 +75,10 @@ pub struct Forward {
     pub client_key: Option<String>,
     /// The name the collector's certificate must carry; default: [`Forward::host`].
     pub server_name: String,
+    /// How long a record may wait undelivered before the daemon's health says
+    /// `forward_behind` (1 to [`MAX_MAX_DELAY_SECONDS`]; default
+    /// [`DEFAULT_MAX_DELAY_SECONDS`]).
+    pub max_delay_seconds: u64,
 }
 
 /// `[audit.forward]` as written, every value located.
@@ -79,6 +92,7 @@ pub(crate) struct RawForward {
     pub client_cert: Option<At<String>>,
     pub client_key: Option<At<String>>,
     pub server_name: Option<At<String>>,
+    pub max_delay_seconds: Option<At<i64>>,
 }
 
 /// Reads the `forward` table of `[audit]` (stage 1: types and unknown keys only).
@@ -90,6 +104,10 @@ pub(crate) fn parse(sink: &mut Sink<'_>, value: &Spanned<DeValue<'_>>) -> Option
     };
     for (key, v) in table.iter() {
         let k = key.get_ref().as_ref();
+        if k == "max_delay_seconds" {
+            raw.max_delay_seconds = sink.int(v, k);
+            continue;
+        }
         let slot = match k {
             "address" => &mut raw.address,
             "transport" => &mut raw.transport,
@@ -216,6 +234,23 @@ fn judge(raw: &RawForward, err: &mut dyn FnMut(Range<usize>, String)) -> Option<
         }
         _ => {}
     }
+    let max_delay_seconds = match &raw.max_delay_seconds {
+        None => DEFAULT_MAX_DELAY_SECONDS,
+        Some(n) => match u64::try_from(n.value) {
+            Ok(s) if (1..=MAX_MAX_DELAY_SECONDS).contains(&s) => s,
+            _ => {
+                err(
+                    n.span.clone(),
+                    format!(
+                        "`max_delay_seconds` must be 1 to {MAX_MAX_DELAY_SECONDS}, found {}",
+                        n.value
+                    ),
+                );
+                ok = false;
+                DEFAULT_MAX_DELAY_SECONDS
+            }
+        },
+    };
     let (host, port) = parsed.ok()?;
     if !ok {
         return None;
@@ -230,6 +265,7 @@ fn judge(raw: &RawForward, err: &mut dyn FnMut(Range<usize>, String)) -> Option<
         ca: value(&raw.ca),
         client_cert: value(&raw.client_cert),
         client_key: value(&raw.client_key),
+        max_delay_seconds,
     })
 }
 

@@ -368,3 +368,31 @@ fn a_file_with_a_syntax_error_does_not_cause_follow_on_unknown_profile_errors() 
     assert_eq!(p.len(), 1, "{p:?}");
     assert!(p[0].starts_with("policy.d/fleet.toml:1:"), "{p:?}");
 }
+
+#[test]
+fn forward_max_delay_defaults_to_30_seconds_and_out_of_range_values_are_located() {
+    let forward = |extra: &str| {
+        let text = format!("version = 1\n[audit.forward]\naddress = \"logs:514\"\n{extra}");
+        compile_sources(vec![Source {
+            name: "policy.toml".into(),
+            text,
+        }])
+    };
+    let default = forward("").expect("valid");
+    assert_eq!(
+        default.policy.forward().map(|f| f.max_delay_seconds),
+        Some(30)
+    );
+    let set = forward("max_delay_seconds = 5\n").expect("valid");
+    assert_eq!(set.policy.forward().map(|f| f.max_delay_seconds), Some(5));
+    assert_eq!(
+        problems("version = 1\n[audit.forward]\naddress = \"logs:514\"\nmax_delay_seconds = 0\n"),
+        ["4:21: error: `max_delay_seconds` must be 1 to 3600, found 0"]
+    );
+    assert_eq!(
+        problems(
+            "version = 1\n[audit.forward]\naddress = \"logs:514\"\nmax_delay_seconds = \"30s\"\n"
+        ),
+        ["4:21: error: `max_delay_seconds` must be an integer, found string"]
+    );
+}

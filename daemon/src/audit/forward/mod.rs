@@ -18,6 +18,8 @@
 //! - [`send_queue`]: the kernel's unacknowledged bytes (what `audit flush` waits on,
 //!   and what tells the window what the collector's TCP stack has).
 //! - [`backoff`]: when to try a collector again.
+//! - [`lag`]: how long the oldest record not yet sent has waited (the health
+//!   cause `forward_behind`).
 
 pub mod backoff;
 pub mod conn;
@@ -25,6 +27,7 @@ pub mod cursor;
 mod deliver;
 pub mod frame;
 pub mod head;
+pub mod lag;
 pub mod priority;
 pub mod relp;
 pub mod send_queue;
@@ -150,6 +153,8 @@ struct State {
     /// One record's RFC 5424 message (RELP frames each), reused.
     msg: Vec<u8>,
     last_count: Instant,
+    /// When the oldest byte not yet sent was first seen (the status's `behind_since`).
+    lag: lag::Lag,
 }
 
 /// What one round did.
@@ -178,6 +183,7 @@ fn run(store: &PolicyStore, audit: &AuditLog, shared: &Shared) {
         out: Vec::new(),
         msg: Vec::new(),
         last_count: Instant::now() - Duration::from_secs(10),
+        lag: lag::Lag::default(),
     };
     while !shared.stop.load(Ordering::Relaxed) {
         let wanted = store.current().policy.forward().cloned();
@@ -185,6 +191,7 @@ fn run(store: &PolicyStore, audit: &AuditLog, shared: &Shared) {
             close_ours(&mut st, shared, Instant::now() + SWITCH_WAIT);
             st.backoff = Backoff::new(Instant::now());
             *shared.lock() = ForwarderStatus::configured(wanted.as_ref());
+            st.lag = lag::Lag::default();
             st.config = wanted;
         }
         let Some(config) = st.config.clone() else {
@@ -286,6 +293,7 @@ fn step(st: &mut State, config: &Forward, audit: &AuditLog, shared: &Shared) -> 
         }
     };
     let behind = source.bytes_behind();
+    st.lag.seen(behind, SystemTime::now());
     let count_now = behind == 0 || st.last_count.elapsed() > Duration::from_secs(1);
     let records_behind = count_now.then(|| {
         st.last_count = Instant::now();
@@ -293,7 +301,7 @@ fn step(st: &mut State, config: &Forward, audit: &AuditLog, shared: &Shared) -> 
     });
     {
         let mut s = shared.lock();
-        s.bytes_behind = behind;
+        s.set_behind(behind, st.lag.since());
         if let Some(r) = records_behind {
             s.records_behind = r;
         }
@@ -333,12 +341,15 @@ fn step(st: &mut State, config: &Forward, audit: &AuditLog, shared: &Shared) -> 
     let Some(source) = st.source.as_ref() else {
         return Round::Idle;
     };
+    st.lag.sent(st.batch.len() as u64);
+    let behind = source.bytes_behind();
+    st.lag.seen(behind, now);
     let mut s = shared.lock();
     s.delivered_records += sent.records;
     s.delivered_bytes += sent.bytes;
     s.last_delivery_at = Some(crate::audit::rfc3339::format(now));
     s.position = source.sent_mark().map(|m| m.cursor);
-    s.bytes_behind = source.bytes_behind();
+    s.set_behind(behind, st.lag.since());
     s.records_behind = s.records_behind.saturating_sub(sent.records);
     s.unacknowledged_bytes = unacknowledged;
     Round::Sent { more }

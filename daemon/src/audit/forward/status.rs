@@ -36,6 +36,17 @@ pub struct ForwarderStatus {
     pub last_delivery_at: Option<String>,
     /// The cursor: the file (device, inode) and offset sent up to.
     pub position: Option<Cursor>,
+    /// When the oldest record not yet sent was first seen waiting (RFC 3339; to
+    /// within a round of the forwarder, [`super::lag`]); `None` when none waits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub behind_since: Option<String>,
+    /// The same time, for the daemon's own health (not sent: `behind_since` is).
+    #[serde(skip)]
+    pub behind_since_at: Option<std::time::SystemTime>,
+    /// `[audit.forward] max_delay_seconds`: waiting longer is the health cause
+    /// `forward_behind`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_delay_seconds: Option<u64>,
 }
 
 impl ForwarderStatus {
@@ -45,6 +56,7 @@ impl ForwarderStatus {
         ForwarderStatus {
             configured: config.is_some(),
             address: config.map(|c| c.address.clone()),
+            max_delay_seconds: config.map(|c| c.max_delay_seconds),
             transport: config.map(|c| {
                 match c.transport {
                     Transport::Tcp => "tcp",
@@ -55,6 +67,13 @@ impl ForwarderStatus {
             }),
             ..ForwarderStatus::default()
         }
+    }
+
+    /// Notes that `behind` bytes wait, the oldest first seen at `since` (`None`: none waits).
+    pub fn set_behind(&mut self, behind: u64, since: Option<std::time::SystemTime>) {
+        self.bytes_behind = behind;
+        self.behind_since_at = since;
+        self.behind_since = since.map(crate::audit::rfc3339::format);
     }
 
     /// One line per fact, as `metalift status` prints them.
@@ -80,6 +99,9 @@ impl ForwarderStatus {
             self.unacknowledged_bytes
                 .map_or_else(|| "-".to_owned(), |n| format!("{n} bytes")),
         );
+        if let Some(since) = &self.behind_since {
+            s += &format!("  waiting since:  {since}\n");
+        }
         s += &format!(
             "  last delivery:  {}\n",
             self.last_delivery_at.as_deref().unwrap_or("never")
