@@ -137,7 +137,7 @@ fn undelivered(f: &ForwarderStatus) -> String {
                 format!("connected to {address}: everything sent was acknowledged; {unsent}")
             }
             Some(n) => format!(
-                "connected to {address}: {n} bytes sent and not yet {}; {unsent}",
+                "connected to {address}: {n} bytes sent and not {} yet; {unsent}",
                 acknowledged_by(f)
             ),
             None => format!(
