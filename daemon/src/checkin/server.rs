@@ -231,14 +231,18 @@ impl Core {
         let received = Instant::now();
         let live = self.policy.current();
         let subject = self.subject(peer, live.policy.needs()).await;
+        // The time of the decision: rules outside their window (`from`/`until`)
+        // do not match, so a window's edge needs no reload. The record carries it.
+        let decided_at = SystemTime::now();
         // Verified unlock: stock, with the reason, unless a passing verification
         // covers this host (only for profiles with `require_verified = true`).
         let verdict = self
             .verification
-            .gate(live.policy.evaluate(&subject), &live.policy);
+            .gate(live.policy.evaluate(&subject, decided_at), &live.policy);
         let decision_id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let latency_us = u64::try_from(received.elapsed().as_micros()).unwrap_or(u64::MAX);
         let record = decision_record(
+            decided_at,
             decision_id,
             peer,
             &subject,
@@ -381,6 +385,11 @@ impl Core {
             host_chip_brand: crate::live_policy::host_chip::daemon_host().brand.clone(),
             host_os_build: crate::live_policy::host_os::daemon_os_build().map(str::to_owned),
             forwarder: self.forwarder.get().map(|f| f.status()),
+            next_change: live
+                .policy
+                .next_change(SystemTime::now())
+                .as_ref()
+                .map(crate::service::status::NextChange::from),
         }
     }
 
