@@ -237,3 +237,36 @@ fn given_a_rule_whose_window_ends_during_the_test_then_unlock_before_and_stock_a
         metalift_daemon::service::status::request(&daemon.socket(), PATIENCE).expect("status");
     assert_eq!(status.next_change, None);
 }
+
+#[test]
+fn given_a_generic_job_claim_then_the_decision_and_its_outcome_carry_it_and_the_verdict_is_unchanged(
+) {
+    let daemon = Daemon::start();
+    let mut cmd = injected(probe(), &daemon.socket());
+    cmd.env("METALIFT_JOB_ID", "tart-nightly-17")
+        .env("METALIFT_JOB_URL", "https://ci.example/jobs/17")
+        .env("METALIFT_JOB_SECRET", "not allow-listed");
+    assert_apple7(&probe_json(cmd));
+    let records = daemon.records();
+    let (decision, outcome) = (&records[0], &records[1]);
+    assert_eq!(decision["action"], "unlock", "{decision}");
+    let job = serde_json::json!({
+        "METALIFT_JOB_ID": "tart-nightly-17",
+        "METALIFT_JOB_URL": "https://ci.example/jobs/17",
+    });
+    assert_eq!(decision["advisory"]["job"], job, "{decision}");
+    assert_eq!(outcome["kind"], "outcome", "{records:?}");
+    assert_eq!(
+        outcome["decision_id"], decision["decision_id"],
+        "{records:?}"
+    );
+    assert_eq!(
+        outcome["job"], job,
+        "the outcome carries its decision's job: {outcome}"
+    );
+
+    // Without a claim, the outcome has no `job` key at all.
+    assert_apple7(&probe_json(injected(probe(), &daemon.socket())));
+    let records = daemon.records();
+    assert!(records[3].get("job").is_none(), "{:?}", records[3]);
+}

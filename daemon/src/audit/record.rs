@@ -346,6 +346,12 @@ pub struct OutcomeRecord {
     /// older shim, which did not look).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub other_shim: Option<OtherShimRecord>,
+    /// The job claims of the check-in this outcome reports on (its decision's
+    /// `advisory.job`), so an outcome read alone still says which job it was.
+    /// Advisory, never matched. Absent when the check-in claimed none (and from
+    /// records of older daemons).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub job: BTreeMap<String, String>,
 }
 
 /// Another shim the reporting shim found on the capability methods.
@@ -387,6 +393,7 @@ impl OutcomeRecord {
                 methods: o.methods.clone(),
                 patched: o.patched.as_str().to_owned(),
             }),
+            job: BTreeMap::new(),
         }
     }
 

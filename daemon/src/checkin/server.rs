@@ -279,14 +279,18 @@ impl Core {
     }
 
     /// Records what the shim in `peer` reports it did. The transport has checked
-    /// that `outcome.decision_id` is the decision it gave this peer (or 0).
-    pub async fn outcome(&self, peer: &PeerFacts, outcome: Outcome) {
-        let record = OutcomeRecord::new(
-            SystemTime::now(),
-            pid_i32(peer.pid),
-            peer.exe.display().to_string(),
-            &outcome,
-        );
+    /// that `outcome.decision_id` is the decision it gave this peer (or 0);
+    /// `job` is that check-in's job claim text, recorded as its decision's was.
+    pub async fn outcome(&self, peer: &PeerFacts, job: Option<&str>, outcome: Outcome) {
+        let record = OutcomeRecord {
+            job: job.map(metalift_policy::job::parse).unwrap_or_default(),
+            ..OutcomeRecord::new(
+                SystemTime::now(),
+                pid_i32(peer.pid),
+                peer.exe.display().to_string(),
+                &outcome,
+            )
+        };
         self.counters.outcomes.fetch_add(1, Ordering::Relaxed);
         if let Err(error) = self.append(&Record::Outcome(record)) {
             tracing::error!(
