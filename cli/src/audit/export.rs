@@ -8,8 +8,9 @@
 //!   down: then `"state": "unreachable"` and the error);
 //! - `policy/`: the live policy's files (from the daemon's policy archive) and
 //!   `policy/sha256` (its hash);
-//! - `manifest.json`: what was selected, how many records, the daemon's state, the
-//!   policy hash and where its text came from;
+//! - `manifest.json`: the machine (with the labels its last record carries), what
+//!   was selected, how many records, the daemon's state, the policy hash and where
+//!   its text came from;
 //! - `SHA256SUMS`: every other file's SHA-256, in the format `sha256sum -c` reads.
 //!
 //! Never half-written: everything goes into a hidden temporary directory inside
@@ -136,6 +137,11 @@ pub fn export(args: &Args) -> anyhow::Result<PathBuf> {
         Some(sha) => write_policy(dir, &args.log, sha)?,
         None => "unknown: the daemon is down and no policy_loaded record was exported".to_owned(),
     };
+    // The machine as this process sees it, with the labels its records carry.
+    let host = Host {
+        labels: records.labels.clone().unwrap_or_default(),
+        ..host
+    };
     let manifest = json!({
         "schema": SCHEMA_VERSION,
         "created": humantime::format_rfc3339_micros(SystemTime::now()).to_string(),
@@ -185,6 +191,10 @@ struct Selected {
     count: u64,
     other_boots: u64,
     corrupt: u64,
+    /// The `[audit.labels]` on the last record kept: the labels of the policy
+    /// live when the daemon last wrote (the manifest's `host.labels`; this
+    /// process reads no policy of its own).
+    labels: Option<std::collections::BTreeMap<String, String>>,
 }
 
 /// Reads the log (rotated files first) and keeps the selected records; also
@@ -214,6 +224,9 @@ fn read_records(log: &Path, selection: &Selection) -> anyhow::Result<(Selected, 
             }
             if let Some(Record::PolicyLoaded { sha256, .. }) = &entry.record {
                 last_policy = Some(sha256.clone());
+            }
+            if let Some(host) = &entry.stamp.host {
+                out.labels = Some(host.labels.clone());
             }
             out.text.push_str(&entry.raw);
             out.text.push('\n');
