@@ -148,9 +148,9 @@ pub struct Args {
     /// JSON Lines: one object per process (with --records: each record as written).
     #[arg(long)]
     pub json: bool,
-    /// Only processes of this CI job: any value of the job claims the shim read from
-    /// the process's environment (GITHUB_RUN_ID, CI_JOB_ID, BUILDKITE_JOB_ID,
-    /// BUILD_TAG, ...). Advisory: a process can claim any job. With --records: the
+    /// Only processes of this job: any value of the job claims the shim read from
+    /// the process's environment (METALIFT_JOB_ID, GITHUB_RUN_ID, CI_JOB_ID,
+    /// BUILDKITE_JOB_ID, BUILD_TAG, ...). Advisory: a process can claim any job. With --records: the
     /// decisions carrying it.
     #[arg(long, value_name = "ID")]
     pub job: Option<String>,

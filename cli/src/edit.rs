@@ -385,6 +385,7 @@ fn check(
         host: HostFamily {
             brand: limits.host_chip_brand.clone(),
         },
+        now: Some(std::time::SystemTime::now()),
     };
     let max = limits.max_policy_bytes;
     let read = |path: &Path| match load_within(path, &opts, &options, max) {

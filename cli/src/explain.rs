@@ -202,7 +202,15 @@ pub fn run(mut args: Args) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(2));
         }
     };
-    let mut verdict = chosen.policy.explain(&subject);
+    // A decision is explained at the time it was decided (a rule's window may have
+    // closed since); anything else at this moment, as metaliftd would decide now.
+    let at = decision
+        .as_ref()
+        .and_then(|r| r.raw.get("time"))
+        .and_then(Value::as_str)
+        .and_then(|t| metalift_policy::window::parse_rfc3339(t).ok())
+        .unwrap_or_else(std::time::SystemTime::now);
+    let mut verdict = chosen.policy.explain(&subject, at);
     if let Some(record) = &decision {
         // Verified unlock as it was judged then (against the verifications of
         // that moment, which today's file no longer shows).
@@ -282,6 +290,7 @@ fn host_for(args: &Args, daemons: Option<String>) -> CompileOptions {
                 .or(daemons)
                 .or_else(metalift_daemon::live_policy::host_chip::machine_brand),
         },
+        now: Some(std::time::SystemTime::now()),
     }
 }
 

@@ -229,6 +229,16 @@ pub fn policy_schema() -> Value {
                     "stock": {
                         "const": true,
                         "description": "Stay stock explicitly (beats unlock at equal specificity)."
+                    },
+                    "from": {
+                        "type": "string",
+                        "format": "date-time",
+                        "description": "The first instant the rule matches: an RFC 3339 time with a UTC offset (a TOML date-time or a string). Before it the rule does not match."
+                    },
+                    "until": {
+                        "type": "string",
+                        "format": "date-time",
+                        "description": "The first instant the rule no longer matches: an RFC 3339 time with a UTC offset (a TOML date-time or a string), after `from`. From then on the rule does not match."
                     }
                 },
                 "anyOf": identities.iter().map(|k| json!({"required": [k]})).collect::<Vec<_>>(),

@@ -41,6 +41,7 @@ fn decision(id: u64, secs_ago: u64, exe: &str, rule: Option<&str>, action: &str)
         apple_family_requested: None,
         apple_family_capped: None,
         unverified: None,
+        window: None,
         would_unlock: false,
         host_chip: None,
         policy_sha256: "ab".repeat(32),

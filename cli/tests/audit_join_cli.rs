@@ -41,6 +41,7 @@ fn decision_at(id: u64, time: SystemTime, exe: &str, rule: Option<&str>, action:
         apple_family_requested: None,
         apple_family_capped: None,
         unverified: None,
+        window: None,
         would_unlock: false,
         host_chip: None,
         policy_sha256: format!("{:02x}", id % 256).repeat(32),

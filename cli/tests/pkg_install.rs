@@ -1000,7 +1000,9 @@ fn default_policy_is_valid_and_unlocks_nothing() {
             path: exe.into(),
             ..Subject::default()
         };
-        let verdict = loaded.policy.evaluate(&subject);
+        let verdict = loaded
+            .policy
+            .evaluate(&subject, std::time::SystemTime::now());
         assert!(
             matches!(verdict.action, Action::Stock),
             "{exe}: {verdict:?}"

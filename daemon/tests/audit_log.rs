@@ -33,6 +33,7 @@ fn decision(id: u64, exe: &str) -> Record {
         apple_family_requested: None,
         apple_family_capped: None,
         unverified: None,
+        window: None,
         would_unlock: false,
         host_chip: None,
         policy_sha256: "ab".repeat(32),

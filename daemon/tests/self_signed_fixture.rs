@@ -105,8 +105,8 @@ fn given_the_impostors_ids_as_untrusted_then_its_policy_does_not_match_it() {
             ..Subject::default()
         }
     };
-    let impostor = policy.evaluate(&subject(Anchor::Untrusted));
+    let impostor = policy.evaluate(&subject(Anchor::Untrusted), std::time::SystemTime::now());
     assert_eq!((impostor.action, impostor.rule), (Action::Stock, None));
-    let genuine = policy.evaluate(&subject(Anchor::DeveloperId));
+    let genuine = policy.evaluate(&subject(Anchor::DeveloperId), std::time::SystemTime::now());
     assert_eq!(genuine.rule.as_deref(), Some("signed-by-us"));
 }

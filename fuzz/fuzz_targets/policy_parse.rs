@@ -41,8 +41,8 @@ fuzz_target!(|data: &[u8]| {
                 anchor: Some(metalift_policy::Anchor::Apple),
                 unreadable: None,
             };
-            let fast = loaded.policy.evaluate(&subject);
-            let slow = loaded.policy.explain(&subject);
+            let fast = loaded.policy.evaluate(&subject, std::time::SystemTime::now());
+            let slow = loaded.policy.explain(&subject, std::time::SystemTime::now());
             assert_eq!(fast.rule, slow.rule);
             assert_eq!(fast.action, slow.action);
             assert_eq!(slow.trace.len(), loaded.policy.rule_count());

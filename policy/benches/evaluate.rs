@@ -86,14 +86,16 @@ fn evaluate(c: &mut Criterion) {
     let mut group = c.benchmark_group("evaluate");
     group.warm_up_time(Duration::from_millis(300));
     group.measurement_time(Duration::from_secs(1));
+    // The daemon reads the clock once per decision, outside the evaluation.
+    let now = std::time::SystemTime::now();
     for &n in sizes() {
         let policy = compile(&policy_text(n));
         for (label, subject) in subjects(n) {
             // Guard against benchmarking a miss by accident.
-            let verdict = policy.evaluate(&subject);
+            let verdict = policy.evaluate(&subject, now);
             assert_eq!(verdict.rule.is_some(), label != "miss", "{label} at {n}");
             group.bench_with_input(BenchmarkId::new(label, n), &subject, |b, s| {
-                b.iter(|| black_box(policy.evaluate(black_box(s))));
+                b.iter(|| black_box(policy.evaluate(black_box(s), now)));
             });
         }
     }
@@ -156,18 +158,19 @@ fn glob_spread(c: &mut Criterion) {
             subject("/opt/fleet1027/bin/server"),
         ),
     ];
+    let now = std::time::SystemTime::now();
     for (label, text, hit) in spreads {
         let policy = compile(&text);
         let miss = subject("/usr/local/bin/nothing-matches");
         assert_eq!(
-            policy.evaluate(&hit).rule.as_deref(),
+            policy.evaluate(&hit, now).rule.as_deref(),
             Some("g1027"),
             "{label}"
         );
-        assert_eq!(policy.evaluate(&miss).rule, None, "{label}");
+        assert_eq!(policy.evaluate(&miss, now).rule, None, "{label}");
         for (kind, s) in [("hit-glob", &hit), ("miss", &miss)] {
             group.bench_with_input(BenchmarkId::new(kind, label), s, |b, s| {
-                b.iter(|| black_box(policy.evaluate(black_box(s))));
+                b.iter(|| black_box(policy.evaluate(black_box(s), now)));
             });
         }
     }

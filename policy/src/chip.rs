@@ -123,6 +123,10 @@ impl HostFamily {
 pub struct CompileOptions {
     /// What `apple_family_max = "host"` resolves to.
     pub host: HostFamily,
+    /// When the policy is compiled, for the warning on a rule whose window has
+    /// already closed (`until` in the past). `None`: no such warning (the policy
+    /// crate reads no clock; its caller says what time it is).
+    pub now: Option<std::time::SystemTime>,
 }
 
 #[cfg(test)]

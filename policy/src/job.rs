@@ -1,4 +1,4 @@
-//! CI job claims: which CI job a process says it runs in, read by the shim from
+//! Job claims: which CI job a process says it runs in, read by the shim from
 //! its own environment at check-in (`shim/c/job.c`) and sent in the check-in as
 //! one text field of `NAME=value` lines (`wire`'s `job` field, XPC's `"job"`).
 //!
@@ -13,8 +13,12 @@
 use std::collections::BTreeMap;
 
 /// The environment variables a job claim may name, in the order the shim reads them:
-/// GitHub Actions, GitLab CI, Buildkite, Jenkins.
-pub const JOB_VARIABLES: [&str; 11] = [
+/// metalift's own, which any orchestrator sets (a Tart or Anka runner of the
+/// admin's own, a script: `METALIFT_JOB_ID`, and `METALIFT_JOB_URL` for a link to
+/// the job), then GitHub Actions, GitLab CI, Buildkite, Jenkins.
+pub const JOB_VARIABLES: [&str; 13] = [
+    "METALIFT_JOB_ID",
+    "METALIFT_JOB_URL",
     "GITHUB_RUN_ID",
     "GITHUB_RUN_ATTEMPT",
     "GITHUB_JOB",
@@ -83,5 +87,15 @@ mod tests {
     fn text_past_the_bound_is_ignored() {
         let filler = format!("X={}\n", "y".repeat(MAX_JOB_LEN));
         assert!(parse(&format!("{filler}CI_JOB_ID=7")).is_empty());
+    }
+
+    #[test]
+    fn the_generic_claims_are_kept_like_the_ci_ones() {
+        let claims = parse(
+            "METALIFT_JOB_ID=nightly-17\nMETALIFT_JOB_URL=https://ci.example/jobs/17\nMETALIFT_JOB=x",
+        );
+        assert_eq!(claims.len(), 2, "{claims:?}");
+        assert_eq!(claims["METALIFT_JOB_ID"], "nightly-17");
+        assert_eq!(claims["METALIFT_JOB_URL"], "https://ci.example/jobs/17");
     }
 }

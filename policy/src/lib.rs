@@ -53,7 +53,9 @@
 //! `signing_id`, `team_id`, `path` (absolute; a glob when it has `*?[]{}`, where `*`
 //! stays inside one path component and `**` crosses them), `name` (the file name) —
 //! and optionally **qualifiers**: `uid`, `user`, `parent` (path or glob of the
-//! parent's executable), `platform = true` (Apple's own code, see [`Anchor`]).
+//! parent's executable), `platform = true` (Apple's own code, see [`Anchor`]), and a
+//! **window**, `from`/`until` (RFC 3339 times: outside it the rule does not match,
+//! see [`window`]).
 //! Every matcher of a rule must hold. A `team_id` or `signing_id` matches only a
 //! signature that chains to Apple ([`Anchor::chains_to_apple`]); a `signing_id`
 //! needs its `team_id`, or `platform = true` for Apple's code (which has no team). A rule may also carry
@@ -101,6 +103,7 @@
 //! stock = true
 //! "#;
 //! let policy = compile_sources(vec![Source::new("policy.toml", text)]).unwrap().policy;
+//! let now = std::time::SystemTime::now(); // every decision is given its time
 //! let run = |path: &str, user: &str| Subject {
 //!     path: path.into(),
 //!     user: Some(user.into()),
@@ -108,20 +111,20 @@
 //! };
 //!
 //! // Only A matches: unlock.
-//! let v = policy.evaluate(&run("/opt/llama.cpp/bin/llama-server", "alice"));
+//! let v = policy.evaluate(&run("/opt/llama.cpp/bin/llama-server", "alice"), now);
 //! assert!(matches!(v.action, Action::Unlock { .. }));
 //! assert_eq!(v.rule.as_deref(), Some("llama-tools"));
 //!
 //! // A and B match: the exact path wins.
-//! let v = policy.evaluate(&run("/opt/llama.cpp/bin/llama-quantize", "alice"));
+//! let v = policy.evaluate(&run("/opt/llama.cpp/bin/llama-quantize", "alice"), now);
 //! assert_eq!((v.action, v.rule.as_deref()), (Action::Stock, Some("no-quantize")));
 //!
 //! // A and C match at equal specificity (C's `user` does not count): stock wins.
-//! let v = policy.evaluate(&run("/opt/llama.cpp/bin/llama-server", "ci"));
+//! let v = policy.evaluate(&run("/opt/llama.cpp/bin/llama-server", "ci"), now);
 //! assert_eq!((v.action, v.rule.as_deref()), (Action::Stock, Some("ci-stays-stock")));
 //!
 //! // `explain` reaches the same decision and says why for every rule.
-//! let e = policy.explain(&run("/opt/llama.cpp/bin/llama-server", "ci"));
+//! let e = policy.explain(&run("/opt/llama.cpp/bin/llama-server", "ci"), now);
 //! assert_eq!(e.rule.as_deref(), Some("ci-stays-stock"));
 //! assert!(e.trace[0].why.contains("stock beats unlock"));
 //! ```
@@ -165,6 +168,7 @@ pub mod socket_path;
 pub mod subject;
 mod validate;
 pub mod verdict;
+pub mod window;
 pub mod wire;
 
 pub use anchor::Anchor;
@@ -183,10 +187,12 @@ pub use load::{
 #[doc(hidden)]
 pub use model::fast_parse_agrees;
 pub use policy::{
-    compile_sources, compile_sources_with, file_name, sources_sha256, Loaded, Needs, Policy,
+    compile_sources, compile_sources_with, file_name, sources_sha256, Loaded, Needs, NextChange,
+    Policy,
 };
 pub use profile::Capabilities;
 pub use rule::Specificity;
 pub use subject::Subject;
 pub use validate::{DEFAULT_THREADGROUP_MEMORY, MAX_THREADGROUP_MEMORY, POLICY_VERSION};
 pub use verdict::{Action, Considered, Mode, Verdict};
+pub use window::Window;

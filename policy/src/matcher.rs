@@ -13,6 +13,7 @@ use std::collections::HashMap;
 use std::ffi::OsString;
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError, Weak};
+use std::time::SystemTime;
 
 use globset::{GlobSet, GlobSetBuilder};
 
@@ -167,8 +168,8 @@ fn shared_set(patterns: &[&str]) -> Result<Arc<GlobSet>, globset::Error> {
 }
 
 impl GlobBuckets {
-    /// The best glob rule that holds for `s`.
-    fn best(&self, rules: &[Rule], s: &Subject) -> Option<usize> {
+    /// The best glob rule that holds for `s` at `at`.
+    fn best(&self, rules: &[Rule], s: &Subject, at: SystemTime) -> Option<usize> {
         if self.buckets.is_empty() {
             return None;
         }
@@ -176,7 +177,7 @@ impl GlobBuckets {
         // The bucket has matched the path glob; the rest of the rule is checked here.
         let mut consider = |i: usize| {
             let Some(rule) = rules.get(i) else { return };
-            if rule.holds_besides_path(s) {
+            if rule.holds_besides_path(s, at) {
                 best = better(best, Some((rule.precedence_key(), i)));
             }
         };
@@ -254,26 +255,33 @@ impl Matcher {
         Ok(m)
     }
 
-    /// The index of the winning rule for `s`, or `None` when no rule matches.
-    pub(crate) fn best(&self, rules: &[Rule], s: &Subject) -> Option<usize> {
-        let exact = |c: Option<&Vec<usize>>| c.and_then(|c| pick(rules, s, c)).map(|(_, i)| i);
+    /// The index of the winning rule for `s` at `at`, or `None` when no rule
+    /// matches. A rule outside its window does not match, so a level whose only
+    /// match has ended lets the search go on to the levels below.
+    pub(crate) fn best(&self, rules: &[Rule], s: &Subject, at: SystemTime) -> Option<usize> {
+        let exact = |c: Option<&Vec<usize>>| c.and_then(|c| pick(rules, s, at, c)).map(|(_, i)| i);
         // From the most specific level down; a level with a match ends the search.
         exact(s.cdhash.as_ref().and_then(|k| self.cdhash.get(k)))
             .or_else(|| exact(s.sha256.as_ref().and_then(|k| self.sha256.get(k))))
             .or_else(|| exact(s.signing_id.as_ref().and_then(|k| self.signing_id.get(k))))
             .or_else(|| exact(s.team_id.as_ref().and_then(|k| self.team_id.get(k))))
             .or_else(|| exact(self.exact_path.get(path_bytes(&s.path).as_ref())))
-            .or_else(|| self.globs.best(rules, s))
+            .or_else(|| self.globs.best(rules, s, at))
             .or_else(|| exact(s.path.file_name().and_then(|n| self.name.get(n))))
     }
 }
 
-/// The best of `candidates` that holds for `s`, by precedence, with its key.
-fn pick(rules: &[Rule], s: &Subject, candidates: &[usize]) -> Option<(PrecedenceKey, usize)> {
+/// The best of `candidates` that holds for `s` at `at`, by precedence, with its key.
+fn pick(
+    rules: &[Rule],
+    s: &Subject,
+    at: SystemTime,
+    candidates: &[usize],
+) -> Option<(PrecedenceKey, usize)> {
     let mut best = None;
     for &i in candidates {
         let Some(rule) = rules.get(i) else { continue };
-        if rule.holds(s) {
+        if rule.holds(s, at) {
             best = better(best, Some((rule.precedence_key(), i)));
         }
     }

@@ -70,6 +70,10 @@ pub(crate) struct RawRule {
     pub parent: Option<At<String>>,
     pub unlock: Option<At<String>>,
     pub stock: Option<At<bool>>,
+    /// `from`/`until` (see [`crate::window`]) as written: a TOML offset date-time
+    /// in its RFC 3339 text, or a string holding one; judged by validation.
+    pub from: Option<At<String>>,
+    pub until: Option<At<String>>,
     /// Keys present with a value of the wrong type (already reported).
     pub mistyped: Vec<String>,
 }
@@ -115,6 +119,8 @@ pub(crate) const RULE_KEYS: &[&str] = &[
     "parent",
     "unlock",
     "stock",
+    "from",
+    "until",
 ];
 const TOP_KEYS: &[&str] = &["version", "mode", "profile", "rule", "audit"];
 /// The sub-tables of `[audit]`.
@@ -266,6 +272,8 @@ fn parse_rules(sink: &mut Sink<'_>, value: &Spanned<DeValue<'_>>, out: &mut Vec<
                 "parent" => rule.parent = sink.string(v, k),
                 "unlock" => rule.unlock = sink.string(v, k),
                 "stock" => rule.stock = sink.bool(v, k),
+                "from" => rule.from = sink.datetime(v, k),
+                "until" => rule.until = sink.datetime(v, k),
                 other => sink.unknown_key(key.span(), other, "a rule", RULE_KEYS),
             }
         }
@@ -360,6 +368,27 @@ impl Sink<'_> {
                 None
             }
         }
+    }
+
+    /// A date-time as RFC 3339 text: a TOML date-time (written back by its
+    /// `Display`, which is RFC 3339) or a string; validation parses and judges it.
+    fn datetime(&mut self, value: &Spanned<DeValue<'_>>, key: &str) -> Option<At<String>> {
+        let text = match value.get_ref() {
+            DeValue::Datetime(d) => d.to_string(),
+            DeValue::String(s) => s.to_string(),
+            _ => {
+                self.wrong_type(
+                    value,
+                    key,
+                    "an RFC 3339 date-time such as 2026-12-31T00:00:00Z",
+                );
+                return None;
+            }
+        };
+        Some(At {
+            value: text,
+            span: value.span(),
+        })
     }
 
     fn int(&mut self, value: &Spanned<DeValue<'_>>, key: &str) -> Option<At<i64>> {

@@ -2,6 +2,7 @@
 //! subject fields its rules need.
 
 use std::collections::BTreeMap;
+use std::time::SystemTime;
 
 use sha2::{Digest, Sha256};
 
@@ -15,6 +16,7 @@ use crate::rule::{Effect, Rule};
 use crate::subject::Subject;
 use crate::validate::validate;
 use crate::verdict::{Action, Considered, Mode, Verdict};
+use crate::window::Edge;
 use crate::LoadError;
 
 /// Which [`Subject`] fields some rule reads, so the daemon computes the costly ones
@@ -55,6 +57,17 @@ pub struct Policy {
     labels: BTreeMap<String, String>,
     /// `[audit.forward]`: where the daemon forwards audit records, if anywhere.
     forward: Option<crate::forward::Forward>,
+}
+
+/// The next time a rule's window opens or closes ([`Policy::next_change`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NextChange {
+    /// When.
+    pub at: SystemTime,
+    /// The rule whose window it is.
+    pub rule: String,
+    /// Whether the rule starts (`from`) or stops (`until`) matching then.
+    pub edge: Edge,
 }
 
 /// A successfully loaded policy, the warnings it drew, and the text it came from.
@@ -212,20 +225,23 @@ impl Policy {
         self.forward.as_ref()
     }
 
-    /// Decides for `s` through the compiled indexes. The verdict's trace is empty;
-    /// use [`Policy::explain`] for the reasons.
-    pub fn evaluate(&self, s: &Subject) -> Verdict {
-        match self.matcher.best(&self.rules, s) {
+    /// Decides for `s` at `at` (the time of the decision: a rule outside its
+    /// window does not match; the policy reads no clock) through the compiled
+    /// indexes. The verdict's trace is empty; use [`Policy::explain`] for the reasons.
+    pub fn evaluate(&self, s: &Subject, at: SystemTime) -> Verdict {
+        match self.matcher.best(&self.rules, s, at) {
             Some(i) => self.verdict_for(i, Vec::new()),
             None => Verdict::stock(self.mode),
         }
     }
 
     /// The same decision as [`Policy::evaluate`], with a trace of every rule in file
-    /// order: whether it matched, what held or failed, and why a matching rule lost.
-    /// Walks every rule: meant for `metalift explain`, not the hot path.
-    pub fn explain(&self, s: &Subject) -> Verdict {
-        let checks: Vec<Result<String, String>> = self.rules.iter().map(|r| r.check(s)).collect();
+    /// order: whether it matched, what held or failed (its window included), and
+    /// why a matching rule lost. Walks every rule: meant for `metalift explain`,
+    /// not the hot path.
+    pub fn explain(&self, s: &Subject, at: SystemTime) -> Verdict {
+        let checks: Vec<Result<String, String>> =
+            self.rules.iter().map(|r| r.check(s, at)).collect();
         let winner = self
             .rules
             .iter()
@@ -303,8 +319,29 @@ impl Policy {
             would_unlock,
             family_cap,
             unverified: None,
+            window: (!rule.window.is_always()).then_some(rule.window),
             trace,
         }
+    }
+
+    /// The nearest rule window edge strictly after `at`: when some rule starts or
+    /// stops matching without a reload (`metalift status` shows it). Ties go to the
+    /// rule first in file order.
+    #[must_use]
+    pub fn next_change(&self, at: SystemTime) -> Option<NextChange> {
+        self.rules
+            .iter()
+            .filter_map(|r| {
+                r.window
+                    .next_edge_after(at)
+                    .map(|(when, edge)| (when, r.order, r.id.as_str(), edge))
+            })
+            .min_by_key(|(when, order, ..)| (*when, *order))
+            .map(|(at, _, rule, edge)| NextChange {
+                at,
+                rule: rule.to_owned(),
+                edge,
+            })
     }
 
     /// Which subject fields some rule needs.

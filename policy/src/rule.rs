@@ -12,12 +12,14 @@ use std::ffi::OsString;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::SystemTime;
 
 use globset::{Glob, GlobBuilder, GlobMatcher};
 
 use crate::anchor::Anchor;
 use crate::profile::Capabilities;
 use crate::subject::Subject;
+use crate::window::{format_rfc3339, Window, WindowState};
 
 /// How precisely a rule names its executable; a more specific rule wins.
 /// Ordered from least to most specific.
@@ -165,6 +167,8 @@ pub(crate) struct Rule {
     pub user: Option<String>,
     pub parent: Option<PathPattern>,
     pub effect: Effect,
+    /// `from`/`until`: outside it the rule does not match ([`crate::window`]).
+    pub window: Window,
 }
 
 /// Sort key of a matching rule: the smallest key wins (most specific, then stock
@@ -208,18 +212,21 @@ impl Rule {
         )
     }
 
-    /// Whether every matcher holds for `s`. The fast path: no allocation (for a rule
-    /// indexed by its path glob, see [`Rule::holds_besides_path`]).
-    pub(crate) fn holds(&self, s: &Subject) -> bool {
-        self.path.as_ref().is_none_or(|p| p.matches(&s.path)) && self.holds_besides_path(s)
+    /// Whether every matcher holds for `s` at `at` (the rule's window included).
+    /// The fast path: no allocation (for a rule indexed by its path glob, see
+    /// [`Rule::holds_besides_path`]).
+    pub(crate) fn holds(&self, s: &Subject, at: SystemTime) -> bool {
+        self.path.as_ref().is_none_or(|p| p.matches(&s.path)) && self.holds_besides_path(s, at)
     }
 
-    /// Whether every matcher but `path` holds for `s`: for a rule whose path glob
-    /// the caller has already matched (a bucket's `GlobSet` said so).
-    pub(crate) fn holds_besides_path(&self, s: &Subject) -> bool {
-        self.cdhash
-            .as_ref()
-            .is_none_or(|want| s.cdhash.as_deref() == Some(want.as_slice()))
+    /// Whether every matcher but `path` holds for `s` at `at`: for a rule whose path
+    /// glob the caller has already matched (a bucket's `GlobSet` said so).
+    pub(crate) fn holds_besides_path(&self, s: &Subject, at: SystemTime) -> bool {
+        self.window.contains(at)
+            && self
+                .cdhash
+                .as_ref()
+                .is_none_or(|want| s.cdhash.as_deref() == Some(want.as_slice()))
             && self.sha256.is_none_or(|want| s.sha256 == Some(want))
             && self
                 .signing_id
@@ -246,10 +253,23 @@ impl Rule {
             })
     }
 
-    /// Checks every matcher and says why: `Ok(what held)` or `Err(what failed)`.
-    pub(crate) fn check(&self, s: &Subject) -> Result<String, String> {
+    /// Checks every matcher, and the window at `at`, and says why: `Ok(what held)`
+    /// or `Err(what failed)`.
+    pub(crate) fn check(&self, s: &Subject, at: SystemTime) -> Result<String, String> {
         let mut held = Vec::new();
         let mut failed = Vec::new();
+        match self.window.state(at) {
+            _ if self.window.is_always() => {}
+            WindowState::Open => held.push(format!("window open ({})", self.window.describe())),
+            WindowState::NotYetOpen { opens } => failed.push(format!(
+                "window not yet open: opens at {} (`from`)",
+                format_rfc3339(opens)
+            )),
+            WindowState::Closed { closed } => failed.push(format!(
+                "window closed at {} (`until`)",
+                format_rfc3339(closed)
+            )),
+        }
         let mut note = |ok: bool, yes: String, no: String| {
             if ok {
                 held.push(yes);

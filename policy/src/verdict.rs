@@ -83,6 +83,9 @@ pub struct Verdict {
     /// `require_verified = true` and no passing verification covers this host chip
     /// and macOS build (decided by the daemon, which knows the verifications).
     pub unverified: Option<String>,
+    /// The winning rule's window (`from`/`until`), when it has one: the record
+    /// names it, so a reader sees the grant was limited in time.
+    pub window: Option<crate::window::Window>,
     /// Every rule of the policy, in file order, with why it matched, failed or lost.
     /// Filled by `Policy::explain`; empty from the fast `Policy::evaluate`.
     pub trace: Vec<Considered>,
@@ -98,6 +101,7 @@ impl Verdict {
             would_unlock: None,
             family_cap: None,
             unverified: None,
+            window: None,
             trace: Vec::new(),
         }
     }

@@ -240,6 +240,14 @@ fn the_github_hook_summarises_this_jobs_unlocks_only_and_exports_a_bundle_sha256
         );
     }
     assert_eq!(decisions[0]["advisory"]["job"]["GITHUB_RUN_ID"], "4242");
+    // The manifest names the labels the records carry (it showed `{}`: issue 43).
+    let manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(bundle.join("manifest.json")).unwrap())
+            .unwrap();
+    assert_eq!(
+        manifest["host"]["labels"]["image"], "macos-26-xcode-17",
+        "{manifest}"
+    );
     let status: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(bundle.join("status.json")).unwrap())
             .unwrap();

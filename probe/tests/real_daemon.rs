@@ -175,3 +175,98 @@ fn given_the_policy_denies_the_probe_then_metals_own_methods_and_a_stock_outcome
     assert_eq!(outcome["stock"]["working_set"], 11453251584u64, "{outcome}");
     assert_eq!(outcome["stock"], outcome["effective"], "{outcome}");
 }
+
+#[test]
+fn given_a_rule_whose_window_ends_during_the_test_then_unlock_before_and_stock_after_without_a_reload(
+) {
+    use metalift_policy::window::{format_rfc3339, parse_rfc3339};
+    // Far enough ahead for a loaded machine to start the daemon and run the probe
+    // once; the test then waits past it. `until` is written to the second.
+    let until = format_rfc3339(std::time::SystemTime::now() + Duration::from_secs(12));
+    let until_at = parse_rfc3339(&until).expect("our own time");
+    let daemon = Daemon::start_full(7, None, &format!("unlock = \"apple7\"\nuntil = {until}"));
+
+    let status =
+        metalift_daemon::service::status::request(&daemon.socket(), PATIENCE).expect("status");
+    let next = status
+        .next_change
+        .clone()
+        .expect("status shows the next change");
+    assert_eq!(
+        (next.at.as_str(), next.rule.as_str(), next.edge.as_str()),
+        (until.as_str(), "probe", "closes")
+    );
+    assert!(
+        status
+            .to_text()
+            .contains(&format!("next change     {until} rule `probe` closes")),
+        "{}",
+        status.to_text()
+    );
+
+    assert_apple7(&probe_json(injected(probe(), &daemon.socket())));
+    let before = daemon.records();
+    assert_eq!(before[0]["action"], "unlock", "{before:?}");
+    assert_eq!(before[0]["window"]["until"], until.as_str(), "{before:?}");
+    assert!(
+        parse_rfc3339(before[0]["time"].as_str().unwrap_or_default()).expect("time") < until_at,
+        "the first decision must fall inside the window: {before:?}"
+    );
+
+    while std::time::SystemTime::now() < until_at + Duration::from_millis(200) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_stock(&probe_json(injected(probe(), &daemon.socket())));
+    let after = daemon.records();
+    let decision = &after[2];
+    assert_eq!(decision["kind"], "decision", "{after:?}");
+    assert_eq!(decision["action"], "stock", "{decision}");
+    assert!(
+        decision["rule"].is_null() && decision["window"].is_null(),
+        "{decision}"
+    );
+    assert_eq!(
+        decision["policy_sha256"], before[0]["policy_sha256"],
+        "{decision}"
+    );
+    // No reload in between: the policy loaded once, at start.
+    let loads = daemon.records_of(&["policy_loaded", "policy_rejected"]);
+    assert_eq!(loads.len(), 1, "{loads:?}");
+    assert_eq!(loads[0]["reason"], "start", "{loads:?}");
+    let status =
+        metalift_daemon::service::status::request(&daemon.socket(), PATIENCE).expect("status");
+    assert_eq!(status.next_change, None);
+}
+
+#[test]
+fn given_a_generic_job_claim_then_the_decision_and_its_outcome_carry_it_and_the_verdict_is_unchanged(
+) {
+    let daemon = Daemon::start();
+    let mut cmd = injected(probe(), &daemon.socket());
+    cmd.env("METALIFT_JOB_ID", "tart-nightly-17")
+        .env("METALIFT_JOB_URL", "https://ci.example/jobs/17")
+        .env("METALIFT_JOB_SECRET", "not allow-listed");
+    assert_apple7(&probe_json(cmd));
+    let records = daemon.records();
+    let (decision, outcome) = (&records[0], &records[1]);
+    assert_eq!(decision["action"], "unlock", "{decision}");
+    let job = serde_json::json!({
+        "METALIFT_JOB_ID": "tart-nightly-17",
+        "METALIFT_JOB_URL": "https://ci.example/jobs/17",
+    });
+    assert_eq!(decision["advisory"]["job"], job, "{decision}");
+    assert_eq!(outcome["kind"], "outcome", "{records:?}");
+    assert_eq!(
+        outcome["decision_id"], decision["decision_id"],
+        "{records:?}"
+    );
+    assert_eq!(
+        outcome["job"], job,
+        "the outcome carries its decision's job: {outcome}"
+    );
+
+    // Without a claim, the outcome has no `job` key at all.
+    assert_apple7(&probe_json(injected(probe(), &daemon.socket())));
+    let records = daemon.records();
+    assert!(records[3].get("job").is_none(), "{:?}", records[3]);
+}

@@ -1,5 +1,5 @@
 /*
- * job.c — the CI job this process says it runs in: the allow-listed
+ * job.c — the job this process says it runs in: the allow-listed
  * environment variables of policy/src/job.rs (JOB_VARIABLES), read at check-in
  * (never in the constructor) and sent as one advisory `job` field of
  * NAME=value lines. The daemon records them under the decision's advisory and
@@ -13,6 +13,7 @@
 
 
 static const char *const job_variables[] = {
+    "METALIFT_JOB_ID", "METALIFT_JOB_URL",
     "GITHUB_RUN_ID",   "GITHUB_RUN_ATTEMPT", "GITHUB_JOB",        "GITHUB_REPOSITORY",
     "RUNNER_NAME",     "CI_JOB_ID",          "CI_PIPELINE_ID",    "CI_PROJECT_PATH",
     "BUILDKITE_JOB_ID", "BUILDKITE_BUILD_ID", "BUILD_TAG",

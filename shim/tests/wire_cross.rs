@@ -471,7 +471,8 @@ mod job_claims {
     #[test]
     fn the_c_sends_allow_listed_variables_only_and_rust_keeps_every_one() {
         let long = vec![b'9'; MAX_VALUE_LEN + 1];
-        let env: [(&str, &[u8]); 6] = [
+        let env: [(&str, &[u8]); 7] = [
+            ("METALIFT_JOB_ID", b"tart-17"),
             ("GITHUB_RUN_ID", b"1234567"),
             ("GITHUB_JOB", b"build"),
             ("PATH", b"/usr/bin"),
@@ -482,10 +483,10 @@ mod job_claims {
         let text = String::from_utf8(c::job_format(&env, JOB_CAP)).unwrap();
         assert_eq!(
             text,
-            "GITHUB_RUN_ID=1234567\nGITHUB_JOB=build\nBUILD_TAG=jenkins-x-7"
+            "METALIFT_JOB_ID=tart-17\nGITHUB_RUN_ID=1234567\nGITHUB_JOB=build\nBUILD_TAG=jenkins-x-7"
         );
         let claims = job::parse(&text);
-        assert_eq!(claims.len(), 3);
+        assert_eq!(claims.len(), 4);
         let frame =
             c::encode_check_in_job("0.1.0", "x86_64", Some(&text), MAX_FRAME + LENGTH_PREFIX);
         let decoded = wire::decode_frame(&frame).unwrap().unwrap().0;

@@ -12,9 +12,9 @@
 //!   records) name that the daemon's policy archive still holds, in the archive's
 //!   own layout (`<sha256>.json`), so `metalift explain --decision ID --log
 //!   BUNDLE` explains each decision with the policy that made it, on any machine;
-//! - `manifest.json`: what was selected, how many records, the daemon's state, the
-//!   policy hash and where its text came from, the policies included and those
-//!   the archive no longer had;
+//! - `manifest.json`: the machine (with the labels its last record carries), what
+//!   was selected, how many records, the daemon's state, the policy hash and where
+//!   its text came from, the policies included and those the archive no longer had;
 //! - `SHA256SUMS`: every other file's SHA-256, in the format `sha256sum -c` reads.
 //!
 //! Never half-written: everything goes into a hidden temporary directory inside
@@ -146,6 +146,11 @@ pub fn export(args: &Args) -> anyhow::Result<PathBuf> {
     let mut named = records.policies.clone();
     named.extend(sha256.iter().cloned());
     let (policies, policies_missing) = copy_policies(dir, &args.log, &named)?;
+    // The machine as this process sees it, with the labels its records carry.
+    let host = Host {
+        labels: records.labels.clone().unwrap_or_default(),
+        ..host
+    };
     let manifest = json!({
         "schema": SCHEMA_VERSION,
         "created": humantime::format_rfc3339_micros(SystemTime::now()).to_string(),
@@ -199,6 +204,10 @@ struct Selected {
     corrupt: u64,
     /// Every policy hash a kept decision or `policy_loaded` record names.
     policies: std::collections::BTreeSet<String>,
+    /// The `[audit.labels]` on the last record kept: the labels of the policy
+    /// live when the daemon last wrote (the manifest's `host.labels`; this
+    /// process reads no policy of its own).
+    labels: Option<std::collections::BTreeMap<String, String>>,
 }
 
 /// Reads the log (rotated files first) and keeps the selected records; also
@@ -235,6 +244,9 @@ fn read_records(log: &Path, selection: &Selection) -> anyhow::Result<(Selected, 
                     out.policies.insert(d.policy_sha256.clone());
                 }
                 _ => {}
+            }
+            if let Some(host) = &entry.stamp.host {
+                out.labels = Some(host.labels.clone());
             }
             out.text.push_str(&entry.raw);
             out.text.push('\n');

@@ -73,6 +73,7 @@ pub fn policy(
         host: HostFamily {
             brand: chip.or_else(metalift_daemon::live_policy::host_chip::machine_brand),
         },
+        now: Some(std::time::SystemTime::now()),
     };
     let shown = path.display();
     let loaded = load_within(path, &opts, &compile, max_bytes);

@@ -365,6 +365,7 @@ mod tests {
             apple_family_requested: None,
             apple_family_capped: None,
             unverified: None,
+            window: None,
             would_unlock,
             host_chip: None,
             policy_sha256: String::new(),

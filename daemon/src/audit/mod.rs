@@ -44,6 +44,7 @@ use std::path::PathBuf;
 pub use host::Host;
 pub use record::{
     Advisory, AnswersRecord, DecisionRecord, LoadReason, OtherShimRecord, OutcomeRecord, Record,
+    WindowRecord,
 };
 pub use refused::RefusedRecord;
 pub use rotation::Rotation;

@@ -248,6 +248,11 @@ pub struct DecisionRecord {
     /// macOS build. `None` otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unverified: Option<String>,
+    /// The winning rule's window (`from`/`until`), when it has one: this verdict
+    /// holds only within it, and the same check-in after `until` is decided
+    /// without that rule. Absent when the rule has none (or no rule matched).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<WindowRecord>,
     /// In monitor mode: the winning rule would have unlocked.
     #[serde(default)]
     pub would_unlock: bool,
@@ -268,6 +273,27 @@ pub struct DecisionRecord {
     /// What the client said about itself: logged, never matched.
     #[serde(default)]
     pub advisory: Advisory,
+}
+
+/// A rule's window as a decision records it: RFC 3339, UTC, to the second.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct WindowRecord {
+    /// The rule's `from`: the first instant it matches; absent: no start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+    /// The rule's `until`: the first instant it no longer matches; absent: no end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until: Option<String>,
+}
+
+impl From<&metalift_policy::Window> for WindowRecord {
+    fn from(w: &metalift_policy::Window) -> Self {
+        use metalift_policy::window::format_rfc3339;
+        WindowRecord {
+            from: w.from.map(format_rfc3339),
+            until: w.until.map(format_rfc3339),
+        }
+    }
 }
 
 /// The client's own claims in a check-in. Advisory only: never used to decide.
@@ -320,6 +346,12 @@ pub struct OutcomeRecord {
     /// older shim, which did not look).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub other_shim: Option<OtherShimRecord>,
+    /// The job claims of the check-in this outcome reports on (its decision's
+    /// `advisory.job`), so an outcome read alone still says which job it was.
+    /// Advisory, never matched. Absent when the check-in claimed none (and from
+    /// records of older daemons).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub job: BTreeMap<String, String>,
 }
 
 /// Another shim the reporting shim found on the capability methods.
@@ -361,6 +393,7 @@ impl OutcomeRecord {
                 methods: o.methods.clone(),
                 patched: o.patched.as_str().to_owned(),
             }),
+            job: BTreeMap::new(),
         }
     }
 
@@ -502,6 +535,7 @@ mod tests {
             apple_family_requested: None,
             apple_family_capped: None,
             unverified: None,
+            window: None,
             would_unlock: false,
             host_chip: None,
             policy_sha256: "ab".repeat(32),

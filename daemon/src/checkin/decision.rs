@@ -7,7 +7,7 @@ use std::time::SystemTime;
 use metalift_policy::wire::{CheckIn, VerdictMsg, WireAction};
 use metalift_policy::{Action, Subject, Verdict};
 
-use crate::audit::{Advisory, DecisionRecord};
+use crate::audit::{Advisory, DecisionRecord, WindowRecord};
 use crate::checkin::peer::PeerFacts;
 
 /// A pid as the audit records write it.
@@ -17,6 +17,7 @@ pub(super) fn pid_i32(pid: u32) -> i32 {
 
 #[allow(clippy::too_many_arguments)] // one call site; each argument is one record field's source
 pub(super) fn decision_record(
+    decided_at: SystemTime,
     decision_id: u64,
     peer: &PeerFacts,
     subject: &Subject,
@@ -39,7 +40,7 @@ pub(super) fn decision_record(
         Action::Stock => (None, None),
     };
     DecisionRecord {
-        time: SystemTime::now(),
+        time: decided_at,
         decision_id,
         pid: pid_i32(peer.pid),
         uid: peer.uid,
@@ -71,6 +72,7 @@ pub(super) fn decision_record(
         apple_family_requested,
         apple_family_capped,
         unverified: verdict.unverified.clone(),
+        window: verdict.window.as_ref().map(WindowRecord::from),
         would_unlock: verdict.would_unlock.is_some(),
         host_chip: crate::live_policy::host_chip::daemon_host().brand.clone(),
         policy_sha256: policy_sha256.to_owned(),
@@ -123,6 +125,7 @@ mod tests {
             would_unlock: Some("apple7".into()),
             family_cap: None,
             unverified: None,
+            window: None,
             trace: Vec::new(),
         };
         let msg = verdict_msg(9, verdict);

@@ -231,14 +231,18 @@ impl Core {
         let received = Instant::now();
         let live = self.policy.current();
         let subject = self.subject(peer, live.policy.needs()).await;
+        // The time of the decision: rules outside their window (`from`/`until`)
+        // do not match, so a window's edge needs no reload. The record carries it.
+        let decided_at = SystemTime::now();
         // Verified unlock: stock, with the reason, unless a passing verification
         // covers this host (only for profiles with `require_verified = true`).
         let verdict = self
             .verification
-            .gate(live.policy.evaluate(&subject), &live.policy);
+            .gate(live.policy.evaluate(&subject, decided_at), &live.policy);
         let decision_id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let latency_us = u64::try_from(received.elapsed().as_micros()).unwrap_or(u64::MAX);
         let record = decision_record(
+            decided_at,
             decision_id,
             peer,
             &subject,
@@ -275,14 +279,18 @@ impl Core {
     }
 
     /// Records what the shim in `peer` reports it did. The transport has checked
-    /// that `outcome.decision_id` is the decision it gave this peer (or 0).
-    pub async fn outcome(&self, peer: &PeerFacts, outcome: Outcome) {
-        let record = OutcomeRecord::new(
-            SystemTime::now(),
-            pid_i32(peer.pid),
-            peer.exe.display().to_string(),
-            &outcome,
-        );
+    /// that `outcome.decision_id` is the decision it gave this peer (or 0);
+    /// `job` is that check-in's job claim text, recorded as its decision's was.
+    pub async fn outcome(&self, peer: &PeerFacts, job: Option<&str>, outcome: Outcome) {
+        let record = OutcomeRecord {
+            job: job.map(metalift_policy::job::parse).unwrap_or_default(),
+            ..OutcomeRecord::new(
+                SystemTime::now(),
+                pid_i32(peer.pid),
+                peer.exe.display().to_string(),
+                &outcome,
+            )
+        };
         self.counters.outcomes.fetch_add(1, Ordering::Relaxed);
         if let Err(error) = self.append(&Record::Outcome(record)) {
             tracing::error!(
@@ -386,6 +394,11 @@ impl Core {
             host_chip_brand: crate::live_policy::host_chip::daemon_host().brand.clone(),
             host_os_build: crate::live_policy::host_os::daemon_os_build().map(str::to_owned),
             forwarder,
+            next_change: live
+                .policy
+                .next_change(SystemTime::now())
+                .as_ref()
+                .map(crate::service::status::NextChange::from),
         }
     }
 

@@ -167,6 +167,8 @@ pub struct Awaiting {
     facts: PeerFacts,
     /// How the kernel named the asker.
     asker: Origin,
+    /// The check-in's job claim text, for the outcome's record.
+    job: Option<String>,
     _place: WaitingPlace,
     _waiting: Option<Counted>,
 }
@@ -313,6 +315,7 @@ impl Session {
         active: Active,
     ) -> (VerdictMsg, Answered) {
         let Admitted { req, place } = admitted;
+        let job = req.job.clone();
         // Not raced against shutdown by any transport: a check-in that arrived
         // is decided, recorded and answered.
         let verdict = self.core.check_in(&facts, req, self.transport).await;
@@ -324,6 +327,7 @@ impl Session {
                 ..facts
             },
             asker,
+            job,
             _place: place,
             _waiting: None,
         };
@@ -350,7 +354,9 @@ impl Session {
         };
         match checked {
             Ok(outcome) => {
-                self.core.outcome(&awaiting.facts, outcome).await;
+                self.core
+                    .outcome(&awaiting.facts, awaiting.job.as_deref(), outcome)
+                    .await;
                 Ok(())
             }
             Err(refusal) => {

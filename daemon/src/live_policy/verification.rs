@@ -483,7 +483,12 @@ mod tests {
             path: format!("/bin/{name}").into(),
             ..Default::default()
         };
-        gate(policy.evaluate(&subject), &policy, recorded, &host(build))
+        gate(
+            policy.evaluate(&subject, std::time::SystemTime::now()),
+            &policy,
+            recorded,
+            &host(build),
+        )
     }
 
     #[test]

@@ -107,6 +107,32 @@ pub struct StatusReport {
     /// The audit forwarder (`[audit.forward]`); `None` from an older daemon.
     #[serde(default)]
     pub forwarder: Option<crate::audit::forward::ForwarderStatus>,
+    /// The nearest rule window edge still to come (`from`/`until` in the live
+    /// policy): when the decisions change by themselves, without a reload. `None`
+    /// when no window edge lies ahead (or an older daemon).
+    #[serde(default)]
+    pub next_change: Option<NextChange>,
+}
+
+/// When a rule of the live policy next starts or stops matching.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NextChange {
+    /// When (RFC 3339, UTC, to the second).
+    pub at: String,
+    /// The rule.
+    pub rule: String,
+    /// `opens` (its `from`) or `closes` (its `until`).
+    pub edge: String,
+}
+
+impl From<&metalift_policy::NextChange> for NextChange {
+    fn from(c: &metalift_policy::NextChange) -> Self {
+        NextChange {
+            at: metalift_policy::window::format_rfc3339(c.at),
+            rule: c.rule.clone(),
+            edge: c.edge.as_str().to_owned(),
+        }
+    }
 }
 
 impl StatusReport {
@@ -144,6 +170,7 @@ impl StatusReport {
              \x20 sha256          {sha}\n\
              \x20 loaded at       {loaded}\n\
              \x20 rules           {rules}\n\
+             {next}\
              \x20 mode            {mode}\n\
              \x20 last error      {error}\n\
              check-ins         {check_ins}\n\
@@ -161,6 +188,10 @@ impl StatusReport {
             sha = self.policy_sha256,
             loaded = self.policy_loaded_at,
             rules = self.rule_count,
+            next = match &self.next_change {
+                Some(c) => format!("  next change     {} rule `{}` {}\n", c.at, c.rule, c.edge),
+                None => String::new(),
+            },
             mode = self.mode,
             check_ins = self.check_ins,
             unlocks = self.unlocks,
@@ -259,6 +290,7 @@ mod tests {
             host_chip_brand: None,
             host_os_build: None,
             forwarder: None,
+            next_change: None,
         }
     }
 

@@ -104,9 +104,13 @@ fn path_text(p: &PathPattern) -> String {
     }
 }
 
-/// Whether `a` holds for every subject `b` holds for: each matcher of `a` is also a
-/// matcher of `b` with the same value (a `P/**` path glob covers globs under `P/`).
+/// Whether `a` holds for every subject `b` holds for, whenever `b` does: each
+/// matcher of `a` is also a matcher of `b` with the same value (a `P/**` path glob
+/// covers globs under `P/`), and `a`'s window covers `b`'s.
 fn covers(a: &Rule, b: &Rule) -> bool {
+    if !a.window.covers(&b.window) {
+        return false;
+    }
     fn same<T: PartialEq>(a: &Option<T>, b: &Option<T>) -> bool {
         a.is_none() || a == b
     }
@@ -146,8 +150,12 @@ fn covers(a: &Rule, b: &Rule) -> bool {
 }
 
 /// Whether some subject could match both: false only when a matcher both rules set
-/// has two different exact values (uid 0 and uid 501, two users, two parents...).
+/// has two different exact values (uid 0 and uid 501, two users, two parents...),
+/// or their windows never meet.
 fn may_overlap(a: &Rule, b: &Rule) -> bool {
+    if !a.window.overlaps(&b.window) {
+        return false;
+    }
     fn apart<T: PartialEq>(a: &Option<T>, b: &Option<T>) -> bool {
         matches!((a, b), (Some(x), Some(y)) if x != y)
     }

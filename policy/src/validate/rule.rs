@@ -10,6 +10,7 @@ use super::Validator;
 use crate::model::{At, RawRule};
 use crate::profile::Capabilities;
 use crate::rule::{parse_glob, Effect, PathPattern, Rule, Specificity};
+use crate::window::{format_rfc3339, parse_rfc3339, Window};
 
 impl Validator<'_> {
     /// The source range of bytes `range` of string value `value`, written at `span`
@@ -226,6 +227,7 @@ impl Validator<'_> {
             }
         });
         let user = self.non_empty(i, "user", &raw.user);
+        let window = self.window(i, raw, &label());
 
         let has_identity = [
             ("path", &raw.path),
@@ -322,6 +324,7 @@ impl Validator<'_> {
             user,
             parent,
             effect: effect?,
+            window,
         };
         // A path glob under a more specific identity (`sha256` + glob) is indexed by
         // that identity, so checking the rule must match the glob on its own.
@@ -371,6 +374,57 @@ impl Validator<'_> {
             }
         }
         platform.is_some()
+    }
+}
+
+impl Validator<'_> {
+    /// `from`/`until` parsed (RFC 3339 with an offset), `from` before `until`, and
+    /// a warning when `until` has passed at [`CompileOptions::now`]: the rule will
+    /// never match again and only clutters the policy.
+    ///
+    /// [`CompileOptions::now`]: crate::CompileOptions::now
+    fn window(&mut self, i: usize, raw: &RawRule, label: &str) -> Window {
+        let mut time = |key: &str, at: &Option<At<String>>| {
+            let at = at.as_ref()?;
+            match parse_rfc3339(&at.value) {
+                Ok(t) => Some((t, at.span.clone())),
+                Err(why) => {
+                    self.error(i, at.span.clone(), format!("`{key}`: {why}"));
+                    None
+                }
+            }
+        };
+        let from = time("from", &raw.from);
+        let until = time("until", &raw.until);
+        if let (Some((f, _)), Some((u, span))) = (&from, &until) {
+            if u <= f {
+                self.error(
+                    i,
+                    span.clone(),
+                    format!(
+                        "{label}: `until` ({}) must be after `from` ({}): the rule would never match",
+                        format_rfc3339(*u),
+                        format_rfc3339(*f)
+                    ),
+                );
+            }
+        }
+        if let (Some((u, span)), Some(now)) = (&until, self.opts.now) {
+            if *u <= now {
+                self.warn(
+                    i,
+                    span.clone(),
+                    format!(
+                        "{label} has expired: its window closed at {} (`until`), so it never matches again; remove it, or move `until` to extend the grant",
+                        format_rfc3339(*u)
+                    ),
+                );
+            }
+        }
+        Window {
+            from: from.map(|(t, _)| t),
+            until: until.map(|(t, _)| t),
+        }
     }
 }
 

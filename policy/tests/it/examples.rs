@@ -21,6 +21,7 @@ fn compile_example(name: &str, brand: Option<&str>) -> Loaded {
         host: HostFamily {
             brand: brand.map(str::to_owned),
         },
+        now: None,
     };
     match compile_sources_with(vec![Source::new(name, text)], &opts) {
         Ok(loaded) => loaded,
@@ -71,7 +72,11 @@ fn the_default_policy_is_enforcing_defines_a_profile_and_unlocks_nothing() {
     assert_eq!(p.rule_count(), 0);
     assert!(p.profile("native").is_some());
     assert_eq!(
-        p.evaluate(&at("/opt/llama.cpp/bin/llama-server")).action,
+        p.evaluate(
+            &at("/opt/llama.cpp/bin/llama-server"),
+            std::time::SystemTime::now()
+        )
+        .action,
         Action::Stock
     );
 }
@@ -89,7 +94,11 @@ fn the_llama_fleet_policy_decides_as_documented() {
         Some("quantize-stays-stock")
     );
     assert_eq!(
-        p.evaluate(&at("/opt/llama.cpp/bin/llama-quantize")).action,
+        p.evaluate(
+            &at("/opt/llama.cpp/bin/llama-quantize"),
+            std::time::SystemTime::now()
+        )
+        .action,
         Action::Stock
     );
 
@@ -97,7 +106,10 @@ fn the_llama_fleet_policy_decides_as_documented() {
         user: Some(user.into()),
         ..at("/opt/llama.cpp/bin/llama-server")
     };
-    match p.evaluate(&server("inference")).action {
+    match p
+        .evaluate(&server("inference"), std::time::SystemTime::now())
+        .action
+    {
         Action::Unlock {
             profile,
             capabilities,
@@ -131,8 +143,15 @@ fn the_llama_fleet_policy_decides_as_documented() {
 #[test]
 fn the_dev_policy_unlocks_metalift_probe_by_name() {
     let p = example("dev-policy.toml");
-    let v = p.evaluate(&at("/work/main/target/debug/metalift-probe"));
+    let v = p.evaluate(
+        &at("/work/main/target/debug/metalift-probe"),
+        std::time::SystemTime::now(),
+    );
     assert_eq!(v.rule.as_deref(), Some("probe"));
     assert!(matches!(v.action, Action::Unlock { .. }));
-    assert_eq!(p.evaluate(&at("/bin/sh")).action, Action::Stock);
+    assert_eq!(
+        p.evaluate(&at("/bin/sh"), std::time::SystemTime::now())
+            .action,
+        Action::Stock
+    );
 }

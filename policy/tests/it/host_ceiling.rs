@@ -19,6 +19,7 @@ fn compile_on(brand: Option<&str>, text: &str) -> Loaded {
         host: HostFamily {
             brand: brand.map(str::to_owned),
         },
+        now: None,
     };
     match compile_sources_with(vec![Source::new("policy.toml", text)], &opts) {
         Ok(l) => l,
@@ -46,8 +47,12 @@ fn given_an_m1_host_when_a_profile_asks_apple9_then_the_verdict_applies_apple7_a
         host: "Apple M1 (Virtual)".into(),
     };
     for v in [
-        loaded.policy.evaluate(&at("/opt/llama")),
-        loaded.policy.explain(&at("/opt/llama")),
+        loaded
+            .policy
+            .evaluate(&at("/opt/llama"), std::time::SystemTime::now()),
+        loaded
+            .policy
+            .explain(&at("/opt/llama"), std::time::SystemTime::now()),
     ] {
         assert_eq!(applied_family(&v.action), Some(7), "{v:?}");
         assert_eq!(v.family_cap.as_ref(), Some(&expected_cap), "{v:?}");
@@ -72,7 +77,9 @@ fn given_an_m1_host_when_a_profile_asks_apple9_then_the_verdict_applies_apple7_a
 #[test]
 fn given_an_m1_host_in_monitor_mode_the_would_be_unlock_is_capped_too() {
     let loaded = compile_on(Some("Apple M1 (Virtual)"), &policy_asking("9", "monitor"));
-    let v = loaded.policy.evaluate(&at("/opt/llama"));
+    let v = loaded
+        .policy
+        .evaluate(&at("/opt/llama"), std::time::SystemTime::now());
     assert_eq!((v.mode, &v.action), (Mode::Monitor, &Action::Stock));
     assert_eq!(v.family_cap.map(|c| (c.requested, c.applied)), Some((9, 7)));
 }
@@ -83,7 +90,9 @@ fn given_an_m2_host_apple10_is_applied_as_apple8() {
         Some("Apple M2 Pro (Virtual)"),
         &policy_asking("10", "enforce"),
     );
-    let v = loaded.policy.evaluate(&at("/opt/llama"));
+    let v = loaded
+        .policy
+        .evaluate(&at("/opt/llama"), std::time::SystemTime::now());
     assert_eq!(applied_family(&v.action), Some(8));
     assert_eq!(v.requested_family(), Some(10));
 }
@@ -94,7 +103,9 @@ fn given_an_m3_host_apple9_stays_apple9_with_no_warning() {
         Some("Apple M3 Max (Virtual)"),
         &policy_asking("9", "enforce"),
     );
-    let v = loaded.policy.evaluate(&at("/opt/llama"));
+    let v = loaded
+        .policy
+        .evaluate(&at("/opt/llama"), std::time::SystemTime::now());
     assert_eq!(applied_family(&v.action), Some(9));
     assert_eq!(v.family_cap, None);
     assert_eq!(v.requested_family(), Some(9));
@@ -110,7 +121,9 @@ fn at_or_below_the_host_and_with_host_nothing_is_capped() {
         ("Apple M2 (Virtual)", "8"),
     ] {
         let loaded = compile_on(Some(brand), &policy_asking(family, "enforce"));
-        let v = loaded.policy.evaluate(&at("/opt/llama"));
+        let v = loaded
+            .policy
+            .evaluate(&at("/opt/llama"), std::time::SystemTime::now());
         assert_eq!(v.family_cap, None, "{brand} {family}");
         assert!(
             loaded.warnings.is_empty(),
@@ -125,7 +138,9 @@ fn given_an_unknown_host_apple9_and_above_stay_as_asked_with_a_bf16_warning() {
     for brand in [None, Some("Apple M9")] {
         for family in [9, 10] {
             let loaded = compile_on(brand, &policy_asking(&family.to_string(), "enforce"));
-            let v = loaded.policy.evaluate(&at("/opt/llama"));
+            let v = loaded
+                .policy
+                .evaluate(&at("/opt/llama"), std::time::SystemTime::now());
             // Nothing to cap at: applied as asked.
             assert_eq!(applied_family(&v.action), Some(family));
             assert_eq!(v.family_cap, None);

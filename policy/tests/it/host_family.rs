@@ -12,6 +12,7 @@ fn compile_on(brand: Option<&str>) -> metalift_policy::Loaded {
         host: HostFamily {
             brand: brand.map(str::to_owned),
         },
+        now: None,
     };
     match compile_sources_with(vec![Source::new("policy.toml", HOST_POLICY)], &opts) {
         Ok(l) => l,
@@ -30,7 +31,9 @@ fn host_resolves_to_the_family_of_the_brand_and_reaches_the_verdict() {
     ] {
         let loaded = compile_on(Some(brand));
         assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
-        let v = loaded.policy.evaluate(&at("/opt/llama"));
+        let v = loaded
+            .policy
+            .evaluate(&at("/opt/llama"), std::time::SystemTime::now());
         match v.action {
             Action::Unlock { capabilities, .. } => {
                 assert_eq!(capabilities.apple_family_max, family, "{brand}");

@@ -59,7 +59,11 @@ fn policy_d_files_merge_in_file_name_order_after_the_main_file() {
     assert_eq!(loaded.policy.rule_count(), 3);
     // Same specificity, both unlock: the earlier file (10-first) wins.
     assert_eq!(
-        loaded.policy.evaluate(&at("/bin/tool")).rule.as_deref(),
+        loaded
+            .policy
+            .evaluate(&at("/bin/tool"), std::time::SystemTime::now())
+            .rule
+            .as_deref(),
         Some("first")
     );
 }

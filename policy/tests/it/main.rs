@@ -10,6 +10,7 @@ mod precedence;
 mod properties;
 mod signatures;
 mod validation;
+mod windows;
 
 use metalift_policy::{compile_sources, Diagnostic, LoadError, Policy, Source, Subject};
 
@@ -74,8 +75,9 @@ pub fn at(path: &str) -> Subject {
 
 /// The winning rule's id for `s`, checking that `explain` agrees with `evaluate`.
 pub fn winner(policy: &Policy, s: &Subject) -> Option<String> {
-    let fast = policy.evaluate(s);
-    let slow = policy.explain(s);
+    let now = std::time::SystemTime::now();
+    let fast = policy.evaluate(s, now);
+    let slow = policy.explain(s, now);
     assert_eq!(
         fast.rule, slow.rule,
         "evaluate and explain disagree for {s:?}"

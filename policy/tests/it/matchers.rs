@@ -150,7 +150,7 @@ fn an_unlock_verdict_carries_the_profile_values() {
     let p = policy(
         "version = 1\n[profile.big]\napple_family_max = 9\nmax_threadgroup_memory = 32768\nrecommended_working_set = \"12 GiB\"\n[[rule]]\nid = \"r\"\nname = \"x\"\nunlock = \"big\"\n",
     );
-    match p.evaluate(&at("/x")).action {
+    match p.evaluate(&at("/x"), std::time::SystemTime::now()).action {
         Action::Unlock {
             profile,
             capabilities,
@@ -173,7 +173,7 @@ fn needs_is_empty_for_path_and_name_rules() {
 #[test]
 fn unmatched_executables_stay_stock_with_no_rule() {
     let p = one_rule("name = \"llama-server\"");
-    let v = p.evaluate(&at("/bin/ls"));
+    let v = p.evaluate(&at("/bin/ls"), std::time::SystemTime::now());
     assert_eq!(v.action, Action::Stock);
     assert_eq!(v.rule, None);
 }
@@ -282,7 +282,7 @@ fn explain_lists_every_glob_rule_with_why_it_matched_or_not() {
          [[rule]]\nid = \"deep\"\npath = \"/opt/**/tool1\"\nstock = true\n\
          [[rule]]\nid = \"wrong-uid\"\npath = \"/opt/bin/*\"\nuid = 42\nunlock = \"apple7\"\n"
     ));
-    let v = p.explain(&at("/opt/bin/tool1"));
+    let v = p.explain(&at("/opt/bin/tool1"), std::time::SystemTime::now());
     let trace: Vec<(&str, bool, &str)> = v
         .trace
         .iter()

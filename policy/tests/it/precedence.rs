@@ -117,7 +117,7 @@ fn at_equal_specificity_stock_beats_unlock_whatever_the_order() {
             format!("{HEADER}{unlock}{stock}")
         };
         let p = policy(&text);
-        let v = p.evaluate(&everything());
+        let v = p.evaluate(&everything(), std::time::SystemTime::now());
         assert_eq!(v.rule.as_deref(), Some("stock"));
         assert_eq!(v.action, Action::Stock);
     }
@@ -144,7 +144,7 @@ fn at_equal_specificity_and_action_the_earlier_rule_wins() {
     );
     let p = policy(&text);
     assert_eq!(winner(&p, &everything()).as_deref(), Some("first"));
-    let e = p.explain(&everything());
+    let e = p.explain(&everything(), std::time::SystemTime::now());
     assert!(e.trace[0].why.contains("wins"), "{:?}", e.trace);
     assert!(
         e.trace[1].why.contains("comes first in file order"),
@@ -186,7 +186,8 @@ fn rules_in_policy_d_may_use_profiles_from_the_main_file_and_from_each_other() {
     );
     let p = policy_from(vec![main, d]);
     assert!(matches!(
-        p.evaluate(&at("/bin/m")).action,
+        p.evaluate(&at("/bin/m"), std::time::SystemTime::now())
+            .action,
         Action::Unlock { .. }
     ));
 }
@@ -199,16 +200,16 @@ fn monitor_mode_never_unlocks_but_says_what_it_would_unlock() {
          [[rule]]\nid = \"no\"\nname = \"ls\"\nstock = true\n",
     );
     assert_eq!(p.mode(), Mode::Monitor);
-    let v = p.evaluate(&everything());
+    let v = p.evaluate(&everything(), std::time::SystemTime::now());
     assert_eq!(v.action, Action::Stock);
     assert_eq!(v.mode, Mode::Monitor);
     assert_eq!(v.rule.as_deref(), Some("llama"));
     assert_eq!(v.would_unlock.as_deref(), Some("apple7"));
     // A stock winner would not unlock anything.
-    let v = p.evaluate(&at("/bin/ls"));
+    let v = p.evaluate(&at("/bin/ls"), std::time::SystemTime::now());
     assert_eq!((v.rule.as_deref(), v.would_unlock), (Some("no"), None));
     // No match: nothing.
-    let v = p.evaluate(&at("/bin/cat"));
+    let v = p.evaluate(&at("/bin/cat"), std::time::SystemTime::now());
     assert_eq!((v.rule, v.would_unlock), (None, None));
 }
 
@@ -218,7 +219,7 @@ fn enforce_mode_is_the_default_and_never_sets_would_unlock() {
         "{HEADER}[[rule]]\nid = \"l\"\nname = \"llama-server\"\nunlock = \"apple7\"\n"
     ));
     assert_eq!(p.mode(), Mode::Enforce);
-    let v = p.evaluate(&everything());
+    let v = p.evaluate(&everything(), std::time::SystemTime::now());
     assert!(matches!(v.action, Action::Unlock { .. }));
     assert_eq!(v.would_unlock, None);
 }
@@ -229,7 +230,7 @@ fn explain_lists_every_rule_with_why_it_matched_or_not() {
     let mut s = everything();
     s.sha256 = None;
     s.team_id = Some("OTHER12345".into());
-    let e = p.explain(&s);
+    let e = p.explain(&s, std::time::SystemTime::now());
     assert_eq!(e.trace.len(), LADDER.len());
     let why = |id: &str| {
         e.trace
@@ -259,7 +260,11 @@ fn explain_lists_every_rule_with_why_it_matched_or_not() {
 fn the_empty_policy_leaves_everything_stock() {
     let p = metalift_policy::Policy::empty();
     assert_eq!(p.rule_count(), 0);
-    assert_eq!(p.evaluate(&everything()).action, Action::Stock);
+    assert_eq!(
+        p.evaluate(&everything(), std::time::SystemTime::now())
+            .action,
+        Action::Stock
+    );
     // The sha256 of the empty input.
     assert_eq!(
         p.sha256_hex(),

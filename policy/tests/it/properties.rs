@@ -249,8 +249,8 @@ proptest! {
     ) {
         let p = compile(render("enforce", &rules));
         for s in &subjects {
-            let fast = p.evaluate(s);
-            let slow = p.explain(s);
+            let fast = p.evaluate(s, std::time::SystemTime::now());
+            let slow = p.explain(s, std::time::SystemTime::now());
             prop_assert_eq!(&fast.rule, &slow.rule);
             prop_assert_eq!(&fast.action, &slow.action);
             prop_assert_eq!(slow.trace.len(), rules.len());
@@ -264,11 +264,11 @@ proptest! {
         position in any::<prop::sample::Index>(),
         subject in gen_subject(),
     ) {
-        let before = compile(render("enforce", &rules)).evaluate(&subject);
+        let before = compile(render("enforce", &rules)).evaluate(&subject, std::time::SystemTime::now());
         let mut with_stock = rules.clone();
         let stock = GenRule { stock: true, ..extra };
         with_stock.insert(position.index(rules.len() + 1), stock);
-        let after = compile(render("enforce", &with_stock)).evaluate(&subject);
+        let after = compile(render("enforce", &with_stock)).evaluate(&subject, std::time::SystemTime::now());
         if before.action == Action::Stock {
             prop_assert_eq!(after.action, Action::Stock);
         } else if let Action::Unlock { .. } = &after.action {
@@ -282,8 +282,8 @@ proptest! {
         rules in prop::collection::vec(gen_rule(), 0..12),
         subject in gen_subject(),
     ) {
-        let enforce = compile(render("enforce", &rules)).evaluate(&subject);
-        let monitor = compile(render("monitor", &rules)).evaluate(&subject);
+        let enforce = compile(render("enforce", &rules)).evaluate(&subject, std::time::SystemTime::now());
+        let monitor = compile(render("monitor", &rules)).evaluate(&subject, std::time::SystemTime::now());
         prop_assert_eq!(&monitor.action, &Action::Stock);
         prop_assert_eq!(&monitor.rule, &enforce.rule);
         let would = match &enforce.action {
@@ -299,8 +299,8 @@ proptest! {
         subject in wild_subject(),
     ) {
         let p = compile(render("enforce", &rules));
-        let fast = p.evaluate(&subject);
-        let slow = p.explain(&subject);
+        let fast = p.evaluate(&subject, std::time::SystemTime::now());
+        let slow = p.explain(&subject, std::time::SystemTime::now());
         prop_assert_eq!(fast.rule, slow.rule);
     }
 
@@ -364,7 +364,7 @@ proptest! {
         let p = compile(text);
         for path in &paths {
             let s = Subject { path: path.into(), ..Subject::default() };
-            prop_assert_eq!(p.evaluate(&s).rule, p.explain(&s).rule, "path {}", path);
+            prop_assert_eq!(p.evaluate(&s, std::time::SystemTime::now()).rule, p.explain(&s, std::time::SystemTime::now()).rule, "path {}", path);
         }
     }
 }

@@ -50,7 +50,10 @@ fn given_platform_true_then_a_signing_id_alone_is_valid_and_matches_only_apples_
     assert!(p.needs().code_signature);
 
     let why = &p
-        .explain(&signed("com.apple.ls", Anchor::DeveloperId))
+        .explain(
+            &signed("com.apple.ls", Anchor::DeveloperId),
+            std::time::SystemTime::now(),
+        )
         .trace[0]
         .why;
     assert!(
@@ -97,7 +100,7 @@ fn given_an_unreadable_executable_then_explain_says_so_instead_of_unsigned() {
         unreadable: Some("permission denied".into()),
         ..at("/Users/me/Downloads/tool")
     };
-    let explained = p.explain(&s);
+    let explained = p.explain(&s, std::time::SystemTime::now());
     let whys: Vec<&str> = explained.trace.iter().map(|c| c.why.as_str()).collect();
     assert!(
         whys.iter()
@@ -123,7 +126,7 @@ fn given_a_self_signed_team_id_claim_then_explain_says_it_does_not_count() {
         ..at("/tmp/impostor")
     };
     assert_eq!(winner(&p, &s), None);
-    let why = &p.explain(&s).trace[0].why;
+    let why = &p.explain(&s, std::time::SystemTime::now()).trace[0].why;
     assert!(
         why.contains("does not chain to Apple (anchor `untrusted`)"),
         "{why}"
