@@ -359,6 +359,17 @@
 //!     older daemon refuses the message as `malformed`) and checks in on the
 //!     socket — which of `XPC_ERROR_CONNECTION_INTERRUPTED` (sent again once)
 //!     or `_INVALID` it sees is not documented; both end on the socket.
+//! 33. **Per-user at the door** (issue 42 item 4; `checkin/transport/door.rs`,
+//!     tested on Linux over the socket and over the in-memory XPC link by
+//!     `daemon/tests/per_user_limits.rs` and `core_in_memory.rs`): the XPC
+//!     listener charges a new peer to `xpc_connection_get_euid` (the euid of the
+//!     peer's audit token at connect; not exercised off a Mac), so a user
+//!     holding 1100 XPC connections that send nothing (a loop of
+//!     `xpc_connection_create_mach_service` + `activate` without a message) has
+//!     those past 1024 cancelled while another user's shimmed probe is decided
+//!     over XPC within its deadline (`metalift audit --last 1` shows
+//!     `transport: xpc`); on the socket `LOCAL_PEERCRED` (tokio's `peer_cred`)
+//!     keys the same share.
 #![allow(unsafe_code)]
 
 pub mod audit_token;
