@@ -197,8 +197,6 @@ extern int fstat(int fd, struct stat *st);
 extern int lstat(const char *path, struct stat *st);
 #endif
 extern char *getenv(const char *name);
-extern size_t confstr(int name, char *buf, size_t len);
-#define ML_CS_DARWIN_USER_TEMP_DIR 65537
 extern pid_t getpid(void);
 extern const char *getprogname(void);
 extern uid_t getuid(void);
@@ -489,19 +487,17 @@ ML_HIDDEN void ml_config_load(struct ml_config *out);
 ML_HIDDEN int ml_config_parse_timeout(const char *raw);
 /* Mirroring policy/src/socket_path.rs client_socket: METALIFT_SOCKET; else the
  * system socket if it exists; else metalift.sock in the user's private
- * directory ($XDG_RUNTIME_DIR on Linux, DARWIN_USER_TEMP_DIR on macOS); else
+ * directory ($XDG_RUNTIME_DIR on Linux, $TMPDIR on macOS); else
  * the system socket. Writes at most cap bytes; returns false when the path
  * does not fit. The inputs are passed in so tests need no environment. */
 ML_HIDDEN bool ml_config_socket_path(char *buf, size_t cap, const char *metalift_socket,
                                      bool system_exists, const char *private_dir);
 
-/* macOS: asks confstr(_CS_DARWIN_USER_TEMP_DIR) once, when Metal arrives and
- * only for a per-user daemon, so that no device creation ever waits on it
- * (its first call is an opendirectoryd request). Linux: nothing. */
-ML_HIDDEN void ml_config_note_private_dir(void);
-/* The user's private directory: $XDG_RUNTIME_DIR on Linux, on macOS the
- * DARWIN_USER_TEMP_DIR ml_config_note_private_dir noted, copied into buf.
- * NULL when there is none. */
+/* The user's private directory as the process's environment has it:
+ * $XDG_RUNTIME_DIR on Linux, $TMPDIR on macOS (launchd sets it to the user's
+ * DARWIN_USER_TEMP_DIR); never confstr. NULL when unset. Whoever uses it
+ * checks the directory (owner, mode) first: the socket's in ml_config_load,
+ * the marker's in unresponsive.c. buf and cap are unused (kept for callers). */
 ML_HIDDEN const char *ml_config_private_dir(char *buf, size_t cap);
 
 /* Whether a per-user agent's socket directory may be trusted: owned by the

@@ -370,6 +370,20 @@
 //!     over XPC within its deadline (`metalift audit --last 1` shows
 //!     `transport: xpc`); on the socket `LOCAL_PEERCRED` (tokio's `peer_cred`)
 //!     keys the same share.
+//! 34. **libmetalift after review v5's P2s** (issue 42 item 5; `shim/c/`, only
+//!     type-checked here by `scripts/ci-shim.sh`): (a) with the opt-in
+//!     LaunchAgent and no system socket, a Terminal-started shimmed probe
+//!     reaches the agent through `$TMPDIR` (launchd's `DARWIN_USER_TEMP_DIR`,
+//!     the directory `metaliftd --user` binds in, `macos/user_temp_dir.rs`), and
+//!     `fs_usage -f filesys` shows no `confstr`/opendirectoryd traffic at all in
+//!     a shimmed process; `env -u TMPDIR` gives stock with "no daemon"; (b) the
+//!     launch-time replay only records Metal: a probe linking Metal is still
+//!     hooked and unlocked (item 19), and `sample` during a constructor-time
+//!     stall shows `ml_metal_arrived` called from `ml_constructor`, not from
+//!     `image_added` under `_dyld_register_func_for_add_image`; a probe that
+//!     `dlopen`s Metal late is still hooked from `image_added`; (c) the hook
+//!     installs from `method_setImplementation`'s return value: the probe beside
+//!     Cua's dylib (item 31) still reports the same `other_shim` outcomes.
 #![allow(unsafe_code)]
 
 pub mod audit_token;
