@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// The shim's C sources, one concern each (see c/metalift_shim.h).
-const SOURCES: [&str; 13] = [
+const SOURCES: [&str; 14] = [
     "c/job.c",
     "c/loader.c",
     "c/fork.c",
@@ -38,6 +38,7 @@ const SOURCES: [&str; 13] = [
     "c/wire.c",
     "c/hook.c",
     "c/imp_owner.c",
+    "c/macho.c",
     "c/log.c",
     "c/config.c",
     "c/xpc.c",
@@ -45,7 +46,13 @@ const SOURCES: [&str; 13] = [
     "c/xpc_reply.c",
 ];
 /// The pure helpers the Rust tests and the fuzz target call.
-const TESTED: [&str; 4] = ["c/wire.c", "c/config.c", "c/xpc_reply.c", "c/job.c"];
+const TESTED: [&str; 5] = [
+    "c/wire.c",
+    "c/config.c",
+    "c/xpc_reply.c",
+    "c/job.c",
+    "c/macho.c",
+];
 /// `-fno-jump-tables`: on arm64e a jump table's `br` is an indirect branch no
 /// pointer-authentication key covers (scripts/shim-arm64e-check.sh refuses it);
 /// the same flags on every target keep one object code shape.

@@ -143,31 +143,6 @@ ML_EXPORT void *dlopen(const char *file, int flags)
 
 #ifdef __APPLE__
 
-/* Whether the image's LC_ID_DYLIB names Metal.framework. */
-static bool is_metal(const struct mach_header *mh)
-{
-    const uint32_t *h = (const uint32_t *)mh;
-    if (h == NULL || h[0] != ML_MH_MAGIC_64 || h[3] != ML_MH_DYLIB)
-        return false;
-    uint32_t ncmds = h[4];
-    const uint8_t *lc = (const uint8_t *)mh + 32; /* sizeof(struct mach_header_64) */
-    for (uint32_t i = 0; i < ncmds; i++) {
-        uint32_t cmd, cmdsize;
-        memcpy(&cmd, lc, 4);
-        memcpy(&cmdsize, lc + 4, 4);
-        if (cmd == ML_LC_ID_DYLIB) {
-            uint32_t offset;
-            memcpy(&offset, lc + 8, 4);
-            return offset < cmdsize &&
-                   strcmp((const char *)lc + offset, ML_METAL_INSTALL_NAME) == 0;
-        }
-        if (cmdsize < 8)
-            return false;
-        lc += cmdsize;
-    }
-    return false;
-}
-
 /* Set while the constructor's _dyld_register_func_for_add_image replays the
  * images already loaded. dyld runs that replay inside withLoadersReadLock
  * (dyld-1378 dyld/DyldAPIs.cpp APIs::_dyld_register_func_for_add_image), i.e.
@@ -188,7 +163,7 @@ static void image_added(const struct mach_header *mh, intptr_t slide)
     (void)slide;
     if (loader_state != WATCHING || hook_done)
         return;
-    if (!metal_seen && !is_metal(mh))
+    if (!metal_seen && !ml_macho_is_metal(mh))
         return;
     if (replaying) {
         metal_seen = true; /* the header only: installed after registration */

@@ -19,6 +19,8 @@
  *              -initGPUFamilySupport returns.
  *   imp_owner.c  whose an IMP is (Metal's, metalift's, another shim's), by
  *              the image that holds it.
+ *   macho.c    reading a mapped Mach-O header: is it Metal, does it hold an
+ *              address (no dyld call).
  *   config.c   the environment: METALIFT_DISABLE, _SOCKET, _TIMEOUT_MS, _DEBUG.
  *   fork.c     the pthread_atfork handlers (both hook.c's and session.c's locks).
  *   xpc.c      macOS: the check-in over XPC (per-message audit tokens), each
@@ -238,10 +240,6 @@ extern os_log_t os_log_create(const char *subsystem, const char *category);
 extern void _os_log_impl(void *dso, os_log_t log, uint8_t type, const char *format,
                          uint8_t *buf, uint32_t size);
 extern bool os_log_type_enabled(os_log_t oslog, uint8_t type);
-#define ML_MH_MAGIC_64 0xfeedfacfu
-#define ML_MH_DYLIB 0x6u
-#define ML_LC_ID_DYLIB 0xdu
-#define ML_METAL_INSTALL_NAME "/System/Library/Frameworks/Metal.framework/Versions/A/Metal"
 #else
 #include <dlfcn.h>
 #include <errno.h>
@@ -616,6 +614,15 @@ ML_HIDDEN void ml_session_atfork_parent(void);
 ML_HIDDEN void ml_session_atfork_child(void);
 /* The process that owns the session's state (for fork checks elsewhere). */
 ML_HIDDEN pid_t ml_session_pid(void);
+
+/* --------------------------------------------------------------- macho.c -- */
+
+/* Whether `mh` is a 64-bit Mach-O dylib whose LC_ID_DYLIB names Metal. */
+ML_HIDDEN bool ml_macho_is_metal(const void *mh);
+/* Whether `addr` lies in a mapped segment (not __PAGEZERO, not __LINKEDIT) of
+ * the 64-bit Mach-O image whose header is mapped at `mh`; reads only the
+ * image's load commands (no dyld call, no lock). */
+ML_HIDDEN bool ml_macho_holds(const void *mh, const void *addr);
 
 /* ----------------------------------------------------------- imp_owner.c -- */
 

@@ -1,5 +1,5 @@
 //! Safe wrappers over the shim's pure C helpers (`shim/c/wire.c`,
-//! `shim/c/config.c`), for the cross-implementation tests and the fuzz target.
+//! `shim/c/config.c`, `shim/c/macho.c`, ...), for the cross-implementation tests and the fuzz target.
 //! The one module with `unsafe` in this crate; every call is a plain function
 //! over buffers this module owns.
 
@@ -100,6 +100,34 @@ extern "C" {
     ) -> bool;
     fn ml_config_agent_dir_trustworthy(dir_uid: u32, dir_mode: u32, caller_uid: u32) -> bool;
     fn ml_xpc_next_step(read_result: i32, error: RawError) -> u32;
+    fn ml_macho_is_metal(mh: *const u8) -> bool;
+    fn ml_macho_holds(mh: *const u8, addr: *const u8) -> bool;
+}
+
+/// The header's bytes the C may read (32 + sizeofcmds), if `image` holds them.
+fn macho_readable(image: &[u8]) -> bool {
+    let Some(size) = image.get(20..24) else {
+        return false;
+    };
+    let sizeofcmds = u32::from_le_bytes([size[0], size[1], size[2], size[3]]) as usize;
+    image.len() >= 32 + sizeofcmds
+}
+
+/// `ml_macho_is_metal` on a 64-bit Mach-O header laid out at the start of
+/// `image` (false if `image` is shorter than its load commands).
+pub fn macho_is_metal(image: &[u8]) -> bool {
+    // SAFETY: the C reads at most 32 + sizeofcmds bytes from `image`, checked here.
+    macho_readable(image) && unsafe { ml_macho_is_metal(image.as_ptr()) }
+}
+
+/// `ml_macho_holds`: whether the address `offset` bytes from the header at the
+/// start of `image` lies in one of that image's segments, the image taken as
+/// mapped where `image` is (the address is compared, never read).
+pub fn macho_holds(image: &[u8], offset: isize) -> bool {
+    let addr = image.as_ptr().wrapping_offset(offset);
+    // SAFETY: the C reads at most 32 + sizeofcmds bytes from `image`, checked
+    // here; `addr` is only compared.
+    macho_readable(image) && unsafe { ml_macho_holds(image.as_ptr(), addr) }
 }
 
 /// Why the C decoder refused a frame: `enum ml_wire_status` with its detail.

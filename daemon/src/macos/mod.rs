@@ -383,7 +383,14 @@
 //!     `image_added` under `_dyld_register_func_for_add_image`; a probe that
 //!     `dlopen`s Metal late is still hooked from `image_added`; (c) the hook
 //!     installs from `method_setImplementation`'s return value: the probe beside
-//!     Cua's dylib (item 31) still reports the same `other_shim` outcomes.
+//!     Cua's dylib (item 31) still reports the same `other_shim` outcomes; (d)
+//!     `imp_owner.c` no longer gives dladdr the class: whether the class lies in
+//!     its IMP's image is read from that image's load commands
+//!     (`shim/c/macho.c`, tested on hand-built headers by `shim/tests/macho.rs`),
+//!     so item 31's shimmed probe alone must still have no `other_shim` (each
+//!     class found in its IMP's segments: Metal's and IOGPU's in the shared
+//!     cache, the driver's in its bundle or the cache), and with Cua's dylib the
+//!     same outcomes as item 31 says.
 #![allow(unsafe_code)]
 
 pub mod audit_token;
