@@ -80,7 +80,7 @@ fn flood(socket: &Path) {
 }
 
 /// The door flooder's part: SILENT connections that never send a byte, told
-/// "held" once all are made (the daemon closes those past the uid's share);
+/// "held" once all are made (the daemon keeps the uid's share, the newest);
 /// then held until stdin closes.
 fn hold_silent(socket: &Path) {
     let conns: Vec<std::os::unix::net::UnixStream> = (0..SILENT)
@@ -251,8 +251,9 @@ async fn given_one_uid_flooding_slow_and_idle_check_ins_then_another_uid_is_answ
 }
 
 /// Issue 42 item 4: one uid holding 4096 silent connections (as many as every
-/// pending place) never stops the daemon accepting another uid: its
-/// connections past its share are closed at the door, and the other uid's
+/// pending place) never stops the daemon accepting another uid: each of its
+/// connections past its share takes the place of its own oldest (closed), and
+/// the other uid's
 /// check-in is answered at once. Red with one global pool of pending places
 /// (the accept loop then waits until a silent connection's first-frame
 /// deadline, 10 s here, passes).

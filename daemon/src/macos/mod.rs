@@ -366,7 +366,7 @@
 //!     peer's audit token at connect; not exercised off a Mac), so a user
 //!     holding 1100 XPC connections that send nothing (a loop of
 //!     `xpc_connection_create_mach_service` + `activate` without a message) has
-//!     those past 1024 cancelled while another user's shimmed probe is decided
+//!     all but the newest 1024 cancelled while another user's shimmed probe is decided
 //!     over XPC within its deadline (`metalift audit --last 1` shows
 //!     `transport: xpc`); on the socket `LOCAL_PEERCRED` (tokio's `peer_cred`)
 //!     keys the same share.

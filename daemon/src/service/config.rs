@@ -56,7 +56,7 @@ pub struct DaemonArgs {
 
     /// Accepted connections still waiting for their first frame (each for at most
     /// --first-frame-timeout-ms), all users together; one user holds at most a
-    /// quarter, and its connections past that are closed at once.
+    /// quarter: its newest, each past that closing its oldest.
     #[arg(long, value_name = "N", default_value_t = Limits::default().max_pending)]
     pub max_pending_connections: usize,
 

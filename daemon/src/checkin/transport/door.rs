@@ -9,8 +9,11 @@
 //! ask the door for a [`Pass`]:
 //!
 //! - a uid holds at most [`user_share`] of [`Limits::max_pending`]
-//!   (a quarter: 1024 of 4096 by default); its next connection is closed at
-//!   once, so a silent flood only ever refuses the flooder;
+//!   (a quarter: 1024 of 4096 by default); its next connection takes the place
+//!   of its own oldest silent one (told through [`Pass::evicted`]), so a silent
+//!   flood only ever costs the flooder, and even the flooder's own honest
+//!   check-in, sent right after its connect, gets in (the oldest silent
+//!   connections are the ones that say nothing);
 //! - [`Limits::max_pending`] is the hard cap on them all (fitted to the
 //!   open-file limit, `service::fit_limits`). When it is reached, a newcomer
 //!   whose uid holds at least two fewer than the uid holding the most takes the
@@ -60,14 +63,6 @@ struct Inner {
 /// Why the door closed a new connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum Refused {
-    /// Its uid already holds its share of silent connections.
-    #[error("uid {uid} already holds its {share} connections that sent nothing yet")]
-    UserShare {
-        /// The connecting uid.
-        uid: u32,
-        /// Its share.
-        share: usize,
-    },
     /// Every place is taken and no uid holds two more than this one.
     #[error("{cap} connections sent nothing yet and no uid holds two more than uid {uid}")]
     Full {
@@ -110,12 +105,9 @@ impl Door {
         let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         let held = inner.users.get(&uid).map_or(0, BTreeMap::len);
         if held >= self.per_user {
-            return Err(Refused::UserShare {
-                uid,
-                share: self.per_user,
-            });
-        }
-        if inner.total >= self.total_cap && !inner.evict_from_the_largest_above(held) {
+            // At its share: its own oldest silent connection gives way.
+            inner.evict_oldest_of(uid);
+        } else if inner.total >= self.total_cap && !inner.evict_from_the_largest_above(held) {
             return Err(Refused::Full {
                 uid,
                 cap: self.total_cap,
@@ -149,20 +141,11 @@ impl Door {
 }
 
 impl Inner {
-    /// Evicts the oldest pass of the uid holding the most, if it holds at
-    /// least two more than `held`; true if a place was freed.
-    fn evict_from_the_largest_above(&mut self, held: usize) -> bool {
-        // The most passes; among equals, the one holding the oldest.
-        let largest = self.users.iter_mut().max_by_key(|(_, passes)| {
-            let oldest = passes.keys().next().copied().unwrap_or(u64::MAX);
-            (passes.len(), Reverse(oldest))
-        });
-        let Some((&uid, passes)) = largest else {
+    /// Evicts `uid`'s oldest pass; true if it held one.
+    fn evict_oldest_of(&mut self, uid: u32) -> bool {
+        let Some(passes) = self.users.get_mut(&uid) else {
             return false;
         };
-        if passes.len() <= held + 1 {
-            return false;
-        }
         let Some((_, evict)) = passes.pop_first() else {
             return false;
         };
@@ -173,6 +156,27 @@ impl Inner {
         // Stored if the holder is not waiting yet: it sees it at its next wait.
         evict.notify_one();
         true
+    }
+
+    /// Evicts the oldest pass of the uid holding the most, if it holds at
+    /// least two more than `held`; true if a place was freed.
+    fn evict_from_the_largest_above(&mut self, held: usize) -> bool {
+        // The most passes; among equals, the one holding the oldest.
+        let largest = self
+            .users
+            .iter()
+            .map(|(&uid, passes)| {
+                let oldest = passes.keys().next().copied().unwrap_or(u64::MAX);
+                (passes.len(), Reverse(oldest), uid)
+            })
+            .max();
+        let Some((len, _, uid)) = largest else {
+            return false;
+        };
+        if len <= held + 1 {
+            return false;
+        }
+        self.evict_oldest_of(uid)
     }
 }
 
@@ -219,21 +223,20 @@ mod tests {
         })
     }
 
-    #[test]
-    fn a_uid_at_its_share_is_refused_and_another_uid_enters() {
+    #[tokio::test]
+    async fn a_uid_past_its_share_gives_up_its_own_oldest_and_another_uid_enters() {
         let door = door(8);
         let held: Vec<Pass> = (0..2)
             .map(|_| door.enter(1).expect("within share"))
             .collect();
-        assert_eq!(
-            door.enter(1).unwrap_err(),
-            Refused::UserShare { uid: 1, share: 2 }
-        );
+        let newest = door.enter(1).expect("uid 1's newest enters");
+        assert_eq!(door.held(), 2, "in place of its oldest");
+        tokio::time::timeout(Duration::from_secs(1), held[0].evicted())
+            .await
+            .expect("uid 1's oldest is told to close");
         let other = door.enter(2).expect("uid 2 is not uid 1");
-        drop(held);
-        drop(other);
-        assert_eq!(door.held(), 0);
-        assert!(door.enter(1).is_ok(), "places were given back");
+        drop((held, newest, other));
+        assert_eq!(door.held(), 0, "places were given back, none twice");
     }
 
     #[tokio::test]

@@ -38,7 +38,7 @@ pub mod xpc_peer;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
     /// Accepted connections whose first frame has not arrived yet, all uids
-    /// together; one uid holds at most a quarter of them ([`door`]). They hold
+    /// together; one uid holds at most a quarter of them, its newest ([`door`]). They hold
     /// no active place: a client that connects and says nothing costs one
     /// descriptor for at most `first_frame_timeout`, and one uid's thousands of
     /// them cannot stop the daemon from accepting another uid's check-in.

@@ -16,7 +16,7 @@
 //! ([`super::door`]): it waits for its first frame in one of its uid's share of
 //! the `max_pending` places, for at most `first_frame_timeout` (a shim sends its
 //! check-in right after `connect`), holding nothing but its socket; past its
-//! uid's share it is closed at once. So clients that connect and say nothing
+//! uid's share it takes the place of that uid's oldest silent connection. So clients that connect and say nothing
 //! never stop the accepting, and one uid's silent flood never keeps another
 //! uid's check-in out. Any later frame must arrive
 //! within `read_timeout` of its first byte. At most `max_active` connections are

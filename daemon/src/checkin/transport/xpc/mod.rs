@@ -63,9 +63,10 @@
 //! - Peers that have not sent their first message yet, each for at most
 //!   [`Limits::first_frame_timeout`], are charged to their euid
 //!   (`xpc_connection_get_euid`) at the door ([`super::door`]): one euid holds
-//!   at most a quarter of [`Limits::max_pending`]; its peer beyond that is
-//!   cancelled (the shim sees an XPC error before any reply and checks in on
-//!   the socket), never another euid's because of it.
+//!   at most a quarter of [`Limits::max_pending`]; its peer beyond that takes
+//!   the place of its own oldest silent peer, which is cancelled (that shim
+//!   sees an XPC error before any reply and checks in on the socket); no
+//!   euid's peer is cancelled for another's below the hard cap.
 //! - [`Limits::max_waiting`] places: a check-in takes one when it is admitted and
 //!   gives it back when its outcome arrives or [`Limits::outcome_idle`] (seconds)
 //!   has passed. With every place taken a check-in is answered at once with
@@ -318,9 +319,9 @@ fn on_listener_event(event: xpc_object_t, ctx: &ListenerCtx) {
     }
 }
 
-/// Sets up a peer connection and hands it to the tokio side, or cancels it when
-/// its euid holds its share of silent peers (or the door is full and no euid
-/// holds more: [`super::door`]).
+/// Sets up a peer connection and hands it to the tokio side (past its euid's
+/// share, in place of that euid's oldest silent peer), or cancels it when the
+/// door is full and no euid holds two more than its own ([`super::door`]).
 fn accept(conn: xpc_connection_t, ctx: &ListenerCtx) {
     // SAFETY: `conn` is the live peer handed to this handler; the euid is the
     // one libxpc read from the peer's audit token when it connected.
