@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// The shim's C sources, one concern each (see c/metalift_shim.h).
-const SOURCES: [&str; 13] = [
+const SOURCES: [&str; 14] = [
     "c/job.c",
     "c/loader.c",
     "c/fork.c",
@@ -38,6 +38,7 @@ const SOURCES: [&str; 13] = [
     "c/wire.c",
     "c/hook.c",
     "c/imp_owner.c",
+    "c/macho.c",
     "c/log.c",
     "c/config.c",
     "c/xpc.c",
@@ -45,7 +46,13 @@ const SOURCES: [&str; 13] = [
     "c/xpc_reply.c",
 ];
 /// The pure helpers the Rust tests and the fuzz target call.
-const TESTED: [&str; 4] = ["c/wire.c", "c/config.c", "c/xpc_reply.c", "c/job.c"];
+const TESTED: [&str; 5] = [
+    "c/wire.c",
+    "c/config.c",
+    "c/xpc_reply.c",
+    "c/job.c",
+    "c/macho.c",
+];
 /// `-fno-jump-tables`: on arm64e a jump table's `br` is an indirect branch no
 /// pointer-authentication key covers (scripts/shim-arm64e-check.sh refuses it);
 /// the same flags on every target keep one object code shape.
@@ -115,7 +122,7 @@ fn main() {
 const TESTED_FUNCTIONS: &str = "ml_known_family|ml_wire_frame_length|ml_wire_decode_verdict|\
 ml_wire_encode_check_in|ml_wire_encode_check_in_job|ml_wire_encode_outcome|ml_job_format|\
 ml_expected_answers|ml_config_parse_timeout|ml_config_socket_path|\
-ml_config_agent_dir_trustworthy|ml_xpc_next_step";
+ml_config_agent_dir_trustworthy|ml_xpc_next_step|ml_macho_is_metal|ml_macho_holds";
 
 /// `OUT_DIR/c_bindings.rs`: those functions, with every struct, enum and
 /// constant they speak, generated from c/metalift_shim.h by bindgen, so the

@@ -25,6 +25,7 @@ use metalift_daemon::audit::{AuditLog, Rotation};
 use metalift_daemon::checkin::peer::{CodeSignature, PeerFacts};
 use metalift_daemon::checkin::server::Core;
 use metalift_daemon::checkin::session::{Places, Session};
+use metalift_daemon::checkin::transport::door::{Door, Refused};
 use metalift_daemon::checkin::transport::xpc_peer::{self, PeerError, PEER_QUEUE};
 use metalift_daemon::checkin::transport::Limits;
 use metalift_daemon::live_policy::store::PolicyStore;
@@ -155,21 +156,37 @@ impl Peer {
     }
 
     /// A peer of a transport that decides as `serving` says, within `places`
-    /// (shared by every peer given them, as the transport's are).
+    /// (shared by every peer given them, as the transport's are), at a door of
+    /// its own.
     fn on(core: &Arc<Core>, serving: Serving, places: &Places) -> Peer {
+        let door = Door::new(&Limits::default());
+        Peer::connect(core, serving, places, &door, 501).expect("an empty door")
+    }
+
+    /// A peer of `euid` connecting: it takes its place at `door` first, as the
+    /// libxpc listener does (`xpc/mod.rs` `accept`); refused, it is cancelled
+    /// (the shim falls back to the socket).
+    fn connect(
+        core: &Arc<Core>,
+        serving: Serving,
+        places: &Places,
+        door: &Door,
+        euid: u32,
+    ) -> Result<Peer, Refused> {
+        let pending = door.enter(euid)?;
         let session = Session::new(Arc::clone(core), places.clone(), XPC);
         let (to_exchange, inbox) = mpsc::channel(PEER_QUEUE);
         let (outbox, replies) = mpsc::unbounded_channel();
         let exchange = tokio::spawn(async move {
             let mut link = stand_in::Memory { inbox, outbox };
-            xpc_peer::serve(&session, serving, Limits::default(), &mut link, ()).await
+            xpc_peer::serve(&session, serving, Limits::default(), &mut link, pending).await
         });
-        Peer {
+        Ok(Peer {
             to_exchange: Some(to_exchange),
             replies,
             exchange,
             ended: None,
-        }
+        })
     }
 
     /// Delivers one message with the kernel's identity; returns the reply, if any.
@@ -813,6 +830,49 @@ async fn given_every_place_taken_then_a_check_in_is_answered_busy_until_an_outco
     assert_eq!(second.close().await, Ok(()));
     assert_eq!(places.waiting_free(), 1);
     assert_eq!(d.records("decision").len(), 2);
+}
+
+/// Issue 42 item 4: one euid holding 4096 silent XPC peers (as many as every
+/// place at the door) never keeps another euid out: each of the flooder's peers
+/// past its share takes the place of its own oldest (cancelled), and the other
+/// euid's peer connects and is answered at once. Red with one global pool of
+/// pending places.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_one_euid_holding_4096_silent_peers_then_another_euids_check_in_is_answered() {
+    let d = Daemon::start();
+    let places = Places::new(64, 1024);
+    let door = Door::new(&Limits::default());
+    const FLOODER: u32 = 502;
+    let flood: Vec<Result<Peer, Refused>> = (0..Limits::default().max_pending)
+        .map(|_| Peer::connect(&d.core, Serving::Identities, &places, &door, FLOODER))
+        .collect();
+
+    let kernel = Kernel::process("/opt/llama.cpp/bin/llama-cli"); // euid 501
+    let start = std::time::Instant::now();
+    let mut victim = Peer::connect(&d.core, Serving::Identities, &places, &door, kernel.euid)
+        .expect("another euid's peer is not cancelled at the door");
+    let verdict = read_verdict(
+        victim
+            .deliver(&check_in_claiming(None), &kernel)
+            .await
+            .unwrap(),
+    );
+    let took = start.elapsed();
+    assert_eq!(verdict.action, WireAction::Unlock);
+    // The shim's default deadline is 2 s; the flooder's peers stay silent for 1 s.
+    assert!(
+        took < std::time::Duration::from_millis(500),
+        "answered in {took:?}"
+    );
+    assert!(flood.iter().all(Result::is_ok), "none refused at the door");
+    // Each past the share took the place of the flooder's own oldest; the
+    // victim's place went back when its check-in was admitted.
+    assert_eq!(
+        door.held(),
+        door.per_user(),
+        "the flooder holds its share, no more"
+    );
+    drop(flood);
 }
 
 /// Issue 24 item 3: no identity from the connection's token. A check-in or an

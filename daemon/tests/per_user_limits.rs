@@ -34,6 +34,10 @@ const SLOW: Duration = Duration::from_secs(2);
 /// The flooder's check-ins: as many as every active and waiting place.
 const FLOOD: usize = 8;
 const FLOOD_ENV: &str = "METALIFT_TEST_FLOOD_SOCKET";
+/// The door flooder's socket (the second test's child).
+const SILENT_ENV: &str = "METALIFT_TEST_SILENT_SOCKET";
+/// The door flooder's connections: as many as every pending place.
+const SILENT: usize = 4096;
 
 /// The kernel's identity, slow for the flooder's uid.
 #[derive(Debug, Default)]
@@ -73,6 +77,52 @@ fn flood(socket: &Path) {
     }
     println!("idle");
     let _ = std::io::stdin().read_to_end(&mut Vec::new());
+}
+
+/// The door flooder's part: SILENT connections that never send a byte, told
+/// "held" once all are made (the daemon keeps the uid's share, the newest);
+/// then held until stdin closes.
+fn hold_silent(socket: &Path) {
+    let conns: Vec<std::os::unix::net::UnixStream> = (0..SILENT)
+        .map(|_| std::os::unix::net::UnixStream::connect(socket).expect("connect"))
+        .collect();
+    println!("held");
+    let _ = std::io::stdin().read_to_end(&mut Vec::new());
+    drop(conns);
+}
+
+/// Runs this test binary's test `name` again as the flooder, with `env` set to
+/// `socket`; its stdout piped.
+fn spawn_flooder(dir: &Path, name: &str, env: &str, socket: &Path) -> std::process::Child {
+    // This test binary, readable by the flooder, run as the flooder.
+    let exe = dir.join("flooder");
+    std::fs::copy(std::env::current_exe().unwrap(), &exe).unwrap();
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    Command::new(&exe)
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env(env, socket)
+        .uid(FLOODER)
+        .gid(FLOODER)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("the flooder")
+}
+
+/// Waits for a line of the child's stdout ending in `word`.
+fn wait_for(child: &mut std::process::Child, word: &str) {
+    let mut out = BufReader::new(child.stdout.as_mut().unwrap());
+    let mut line = String::new();
+    loop {
+        line.clear();
+        assert!(
+            out.read_line(&mut line).expect("the flooder's output") > 0,
+            "the flooder ended before saying {word:?}"
+        );
+        if line.trim().ends_with(word) {
+            return;
+        }
+    }
 }
 
 fn core(dir: &Path) -> Arc<Core> {
@@ -147,24 +197,12 @@ async fn given_one_uid_flooding_slow_and_idle_check_ins_then_another_uid_is_answ
             let _ = stop_rx.await;
         },
     ));
-    // This test binary, readable by the flooder, run as the flooder.
-    let exe = dir.path().join("flooder");
-    std::fs::copy(std::env::current_exe().unwrap(), &exe).unwrap();
-    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let mut child = Command::new(&exe)
-        .args([
-            "--exact",
-            "given_one_uid_flooding_slow_and_idle_check_ins_then_another_uid_is_answered_promptly_with_its_outcome",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(FLOOD_ENV, &socket)
-        .uid(FLOODER)
-        .gid(FLOODER)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("the flooder");
+    let mut child = spawn_flooder(
+        dir.path(),
+        "given_one_uid_flooding_slow_and_idle_check_ins_then_another_uid_is_answered_promptly_with_its_outcome",
+        FLOOD_ENV,
+        &socket,
+    );
     let audit = dir.path().join("audit.jsonl");
     let (path, id) = (socket.clone(), Arc::clone(&identity));
     let outcome = tokio::task::spawn_blocking(move || {
@@ -210,4 +248,64 @@ async fn given_one_uid_flooding_slow_and_idle_check_ins_then_another_uid_is_answ
         idle_recorded,
         "its outcome was lost: the other uid held every waiting place"
     );
+}
+
+/// Issue 42 item 4: one uid holding 4096 silent connections (as many as every
+/// pending place) never stops the daemon accepting another uid: each of its
+/// connections past its share takes the place of its own oldest (closed), and
+/// the other uid's
+/// check-in is answered at once. Red with one global pool of pending places
+/// (the accept loop then waits until a silent connection's first-frame
+/// deadline, 10 s here, passes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_one_uid_holding_4096_silent_connections_then_another_uids_check_in_is_answered_in_time(
+) {
+    if let Some(socket) = std::env::var_os(SILENT_ENV) {
+        hold_silent(Path::new(&socket));
+        return;
+    }
+    assert!(
+        rustix::process::geteuid().is_root(),
+        "this test drops to uid {FLOODER} in a child: run it as root"
+    );
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let socket = dir.path().join("metalift.sock");
+    let listener = tokio::net::UnixListener::bind(&socket).expect("bind");
+    std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let limits = Limits {
+        max_pending: SILENT,
+        first_frame_timeout: Duration::from_secs(10),
+        read_timeout: Duration::from_secs(10),
+        ..Limits::default()
+    };
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(unix::run(listener, core(dir.path()), limits, async {
+        let _ = stop_rx.await;
+    }));
+    let mut child = spawn_flooder(
+        dir.path(),
+        "given_one_uid_holding_4096_silent_connections_then_another_uids_check_in_is_answered_in_time",
+        SILENT_ENV,
+        &socket,
+    );
+    let audit = dir.path().join("audit.jsonl");
+    let path = socket.clone();
+    let (took, recorded) = tokio::task::spawn_blocking(move || {
+        wait_for(&mut child, "held");
+        let answered = victim(&path, &audit);
+        drop(child.stdin.take());
+        let _ = child.wait();
+        answered
+    })
+    .await
+    .expect("clients");
+    let _ = stop_tx.send(());
+    server.await.expect("server stops");
+    // The shim's default deadline is 2 s.
+    assert!(
+        took < Duration::from_secs(1),
+        "answered in {took:?} while another uid held 4096 silent connections"
+    );
+    assert!(recorded, "its outcome was recorded");
 }

@@ -1,7 +1,8 @@
 //! The shim's unresponsive marker (shim/c/unresponsive.c) seen from outside:
 //! what a daemon that does not answer costs later processes (a probe, then a
 //! skip only over timeouts in a row), and that nobody else can aim the marker
-//! (no shared directory, no truncation, no hard-linked or foreign file).
+//! (no shared directory, no truncation, no hard-linked, symlinked or foreign
+//! file).
 //!
 //! Linux only: the simulated Metal and `LD_PRELOAD`.
 #![cfg(target_os = "linux")]
@@ -214,4 +215,68 @@ fn given_a_marker_others_can_write_then_it_is_not_believed() {
         "believed: took {took:?}"
     );
     assert_eq!(daemon.check_ins(), 1);
+}
+
+/// Issue 42 item 6: a symlink planted where the marker goes is never written
+/// through (the marker is opened with `O_NOFOLLOW`): its target, a file of
+/// this user's that would pass every check on the open descriptor, keeps its
+/// contents, and the link is not believed.
+#[test]
+fn given_a_marker_that_is_a_symlink_then_its_target_is_not_written_through_nor_believed() {
+    let daemon = FakeDaemon::start(Behaviour::Silent);
+    let dir = daemon.socket.parent().unwrap();
+    let victim = dir.join("victim");
+    std::fs::write(&victim, "precious contents\n").unwrap();
+    std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let marker = marker_path(dir, &daemon.socket);
+    std::os::unix::fs::symlink(&victim, &marker).unwrap();
+    for _ in 0..2 {
+        // Each waits its deadline: the first times out (and would note it),
+        // the second would believe what the first wrote through the link.
+        let (took, _) = timed(&daemon, 300, None);
+        assert!(
+            took >= Duration::from_millis(300),
+            "believed: took {took:?}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(&victim).unwrap(),
+            "precious contents\n",
+            "the link's target was written through"
+        );
+    }
+    assert_eq!(daemon.check_ins(), 2, "a linked marker is not believed");
+    assert!(
+        std::fs::symlink_metadata(&marker)
+            .unwrap()
+            .file_type()
+            .is_symlink(),
+        "the link itself is left as it was"
+    );
+}
+
+/// Issue 42 item 6: another user's marker is neither believed nor written,
+/// even by root (who may write any file): the marker's owner must be the
+/// process's uid. The test runs as root and plants the marker as uid 65534.
+#[test]
+fn given_another_users_marker_then_it_is_neither_believed_nor_written() {
+    let daemon = FakeDaemon::start(Behaviour::Silent);
+    let dir = daemon.socket.parent().unwrap();
+    let marker = marker_path(dir, &daemon.socket);
+    std::fs::write(&marker, "005\n").unwrap();
+    std::fs::set_permissions(&marker, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::os::unix::fs::chown(&marker, Some(65534), Some(65534))
+        .expect("chown the marker to uid 65534: run the tests as root");
+    // Fresh and five timeouts in a row: believed, it would skip the check-in.
+    let (took, _) = timed(&daemon, 300, None);
+    assert!(
+        took >= Duration::from_millis(300),
+        "believed: took {took:?}"
+    );
+    assert_eq!(daemon.check_ins(), 1, "another user's marker was believed");
+    assert_eq!(
+        std::fs::read_to_string(&marker).unwrap(),
+        "005\n",
+        "another user's marker was written"
+    );
+    assert_eq!(std::fs::metadata(&marker).unwrap().uid(), 65534);
 }

@@ -84,48 +84,23 @@ bool ml_config_socket_path(char *buf, size_t cap, const char *metalift_socket,
     return join(buf, cap, SYSTEM_SOCKET, "", "");
 }
 
-#ifdef __APPLE__
-/* DARWIN_USER_TEMP_DIR as noted when Metal arrived ("" : none, or not asked). */
-static char noted_private_dir[1024];
-#endif
-
-/* Asked when Metal arrives (loader.c), outside any device creation: the first
- * confstr(_CS_DARWIN_USER_TEMP_DIR) in a process is a synchronous
- * opendirectoryd request through dirhelper with no timeout (Libc
- * gen/confstr.c), which must never run under Metal's registration lock. Only
- * a per-user daemon's socket needs it (no METALIFT_SOCKET, no system socket);
- * the marker never does (unresponsive.c). */
-void ml_config_note_private_dir(void)
-{
-#ifdef __APPLE__
-    static bool noted;
-    if (noted)
-        return;
-    noted = true;
-    const char *explicit_socket = getenv("METALIFT_SOCKET");
-    if ((explicit_socket != NULL && explicit_socket[0] != '\0') || access(SYSTEM_SOCKET, F_OK) == 0)
-        return;
-    size_t n = confstr(ML_CS_DARWIN_USER_TEMP_DIR, noted_private_dir, sizeof noted_private_dir);
-    if (n == 0 || n > sizeof noted_private_dir)
-        noted_private_dir[0] = '\0';
-#endif
-}
-
-/* The user's private directory (socket_path.rs): $XDG_RUNTIME_DIR on Linux;
- * on macOS DARWIN_USER_TEMP_DIR, the per-user T/ directory that Libc's
- * dirhelper makes 0700 for that user alone (never an environment variable
- * there), as ml_config_note_private_dir noted it. NULL when there is none. */
+/* The user's private directory (socket_path.rs): $XDG_RUNTIME_DIR on Linux,
+ * $TMPDIR on macOS, where launchd gives a user's processes their
+ * DARWIN_USER_TEMP_DIR (the per-user T/ directory Libc's dirhelper makes 0700
+ * for that user alone). Never confstr(_CS_DARWIN_USER_TEMP_DIR): its first
+ * call in a process is a synchronous opendirectoryd request through dirhelper
+ * with no timeout (apple-oss-distributions/Libc gen/confstr.c), and any place
+ * the shim could ask it is under a lock of dyld's or Metal's (review v5
+ * P2-2). A $TMPDIR that is not the caller's own (or root's) directory,
+ * writable by nobody else, is refused by ml_config_load (socket_untrusted):
+ * then there is no per-user agent. */
 const char *ml_config_private_dir(char *buf, size_t cap)
 {
-#ifdef __APPLE__
-    size_t n = strlen(noted_private_dir);
-    if (n == 0 || n >= cap)
-        return NULL;
-    memcpy(buf, noted_private_dir, n + 1);
-    return buf;
-#else
     (void)buf;
     (void)cap;
+#ifdef __APPLE__
+    return getenv("TMPDIR");
+#else
     return getenv("XDG_RUNTIME_DIR");
 #endif
 }

@@ -35,18 +35,24 @@
  *
  * Called once per capability method at patch time and, for a method whose IMP
  * changed, once after the original -initGPUFamilySupport returned: inside
- * Metal's registration lock. dladdr takes the loader's lock (glibc
- * dl_load_lock; dyld's loaders read lock: dyld-1378 dyld/DyldAPIs.cpp
- * APIs::findImageMappedAt, locks.withLoadersReadLock, for an address outside
- * the shared cache), looks up the nearest symbol in the image's own table, and
- * does no IPC: bounded work. No lock-order inversion with a thread that holds
- * dyld's lock and waits for Metal's: dyld releases the loaders write lock
- * before it runs initializers and load notifiers "to avoid deadlocks with
- * other framework locks, that might call dyld inquiry functions" (the same
- * file, APIs::dlopen_from), so a library whose initializer creates a device
- * waits for Metal's lock without holding dyld's. On macOS this reading of
- * dyld and objc4 is not run here (no Mac): the Linux simulation runs the same
- * code against glibc's dladdr.
+ * Metal's registration lock, after the verdict, so not bounded by the
+ * deadline. On macOS only the IMP is given to dladdr, never the class (review
+ * v5 P2-1). dyld-1378 dyld/DyldAPIs.cpp APIs::findImageMappedAt answers
+ * without a lock only for an address in a shared-cache region mapped R|X
+ * (cache text: Metal's, the driver's and IOGPU's IMPs) or in a permanent
+ * range (launch-time images, the inserted shims among them; addPermanentRanges
+ * in dyld/DyldRuntimeState.cpp); anything else, a class in the cache's data
+ * included, goes through locks.withLoadersReadLock, which is _loadersLock, a
+ * recursive mutex with no reader sharing (RuntimeLocks::withLoadersReadLock),
+ * held by a dlclose while it runs the dead images' terminators and
+ * remove-image callbacks (RuntimeState::decDlRefCount -> garbageCollectImages)
+ * and by a dlopen while it maps. So whether the class lies in the IMP's image
+ * is read from that image's own load commands (macho.c ml_macho_holds: its
+ * segments, slid as the header is), with no dyld call. dladdr of an IMP in a
+ * dlopen'ed, unloadable image (another shim loaded late) still takes
+ * _loadersLock: a wait bounded only by the holder, listed in shim/c/README.md.
+ * On Linux (the simulation) both go to glibc's dladdr (elf/dl-addr.c
+ * _dl_addr, under dl_load_lock), as before.
  */
 #include "metalift_shim.h"
 
@@ -71,8 +77,14 @@ enum ml_imp_owner ml_imp_owner(const void *imp, const void *defining_class, char
     if (own_base == NULL)
         own_base = image_of((const void *)ml_imp_owner, &own_path);
     const void *imp_base = image_of(imp, &imp_path);
+#ifdef __APPLE__
+    (void)class_path;
+    bool same_image = imp_base != NULL && ml_macho_holds(imp_base, defining_class);
+#else
     const void *class_base = image_of(defining_class, &class_path);
-    if (imp_base != NULL && imp_base == class_base)
+    bool same_image = imp_base != NULL && imp_base == class_base;
+#endif
+    if (same_image)
         return ML_IMP_METAL;
     if (imp_base != NULL && imp_base == own_base)
         return ML_IMP_METALIFT;

@@ -56,12 +56,35 @@ static volatile bool metal_seen; /* Metal's image has been seen */
 static volatile bool hook_done;  /* _MTLDevice found (hooked, or failed for good) */
 static pthread_mutex_t loader_lock = PTHREAD_MUTEX_INITIALIZER;
 
+#ifdef __linux__
+/* A child forked while another thread of the parent was inside
+ * ml_metal_arrived (the dlopen interposer calls it after the real dlopen
+ * returned, outside glibc's loader lock, so nothing stops a fork then) would
+ * inherit loader_lock held by a thread it does not have, and deadlock at its
+ * next dlopen. The child's only thread holds nothing: a fresh lock (review v5
+ * P2-6.4). macOS needs none: its callers hold dyld's locks, which a fork takes
+ * first (dyld-1378 dyld/DyldAPIs.cpp APIs::_dyld_atfork_prepare). */
+static void loader_atfork_child(void)
+{
+    loader_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+}
+
+static void register_loader_atfork(void)
+{
+    (void)pthread_atfork(NULL, NULL, loader_atfork_child);
+}
+#endif
+
 void ml_metal_arrived(void *scope)
 {
+#ifdef __linux__
+    /* Before the lock is ever taken, so a fork that finds it held resets it. */
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    (void)pthread_once(&once, register_loader_atfork);
+#endif
     pthread_mutex_lock(&loader_lock);
     metal_seen = true;
     ml_fork_register();
-    ml_config_note_private_dir(); /* outside any device creation (config.c) */
     if (!hook_done) {
         hook_done = ml_hook_try(scope);
         if (!hook_done)
@@ -120,40 +143,32 @@ ML_EXPORT void *dlopen(const char *file, int flags)
 
 #ifdef __APPLE__
 
-/* Whether the image's LC_ID_DYLIB names Metal.framework. */
-static bool is_metal(const struct mach_header *mh)
-{
-    const uint32_t *h = (const uint32_t *)mh;
-    if (h == NULL || h[0] != ML_MH_MAGIC_64 || h[3] != ML_MH_DYLIB)
-        return false;
-    uint32_t ncmds = h[4];
-    const uint8_t *lc = (const uint8_t *)mh + 32; /* sizeof(struct mach_header_64) */
-    for (uint32_t i = 0; i < ncmds; i++) {
-        uint32_t cmd, cmdsize;
-        memcpy(&cmd, lc, 4);
-        memcpy(&cmdsize, lc + 4, 4);
-        if (cmd == ML_LC_ID_DYLIB) {
-            uint32_t offset;
-            memcpy(&offset, lc + 8, 4);
-            return offset < cmdsize &&
-                   strcmp((const char *)lc + offset, ML_METAL_INSTALL_NAME) == 0;
-        }
-        if (cmdsize < 8)
-            return false;
-        lc += cmdsize;
-    }
-    return false;
-}
+/* Set while the constructor's _dyld_register_func_for_add_image replays the
+ * images already loaded. dyld runs that replay inside withLoadersReadLock
+ * (dyld-1378 dyld/DyldAPIs.cpp APIs::_dyld_register_func_for_add_image), i.e.
+ * holding _loadersLock, a recursive mutex (dyld/DyldRuntimeState.cpp
+ * RuntimeLocks::withLoadersReadLock). Installing the hook there would take
+ * pthread_atfork's lock (ml_fork_register) and objc's runtimeLock under
+ * _loadersLock, the inverse of fork's order (Libsystem init.c
+ * libSystem_atfork_prepare: the atfork handlers' lock, objc, then
+ * _dyld_atfork_prepare -> RuntimeLocks::takeLockBeforeFork), so the replay
+ * only records that Metal is there, and the constructor installs after the
+ * registration returned (review v5 P2-3). */
+static volatile bool replaying;
 
 /* dyld's add-image callback: cheap for every image until Metal; then, while
- * _MTLDevice is pending, a retry per image. */
+ * _MTLDevice is pending, a retry per image (never during the replay). */
 static void image_added(const struct mach_header *mh, intptr_t slide)
 {
     (void)slide;
     if (loader_state != WATCHING || hook_done)
         return;
-    if (!metal_seen && !is_metal(mh))
+    if (!metal_seen && !ml_macho_is_metal(mh))
         return;
+    if (replaying) {
+        metal_seen = true; /* the header only: installed after registration */
+        return;
+    }
     ml_metal_arrived(RTLD_DEFAULT);
 }
 
@@ -171,8 +186,12 @@ __attribute__((constructor)) static void ml_constructor(void)
     loader_state = WATCHING;
 #ifdef __APPLE__
     /* dyld calls back at once for every image already loaded (Metal included),
-     * then for each later one. */
+     * then for each later one; the replay only records Metal (see replaying). */
+    replaying = true;
     _dyld_register_func_for_add_image(image_added);
+    replaying = false;
+    if (metal_seen)
+        ml_metal_arrived(RTLD_DEFAULT);
 #else
     if (ml_metal_mapped())
         ml_metal_arrived(RTLD_DEFAULT);

@@ -19,6 +19,8 @@
  *              -initGPUFamilySupport returns.
  *   imp_owner.c  whose an IMP is (Metal's, metalift's, another shim's), by
  *              the image that holds it.
+ *   macho.c    reading a mapped Mach-O header: is it Metal, does it hold an
+ *              address (no dyld call).
  *   config.c   the environment: METALIFT_DISABLE, _SOCKET, _TIMEOUT_MS, _DEBUG.
  *   fork.c     the pthread_atfork handlers (both hook.c's and session.c's locks).
  *   xpc.c      macOS: the check-in over XPC (per-message audit tokens), each
@@ -197,8 +199,6 @@ extern int fstat(int fd, struct stat *st);
 extern int lstat(const char *path, struct stat *st);
 #endif
 extern char *getenv(const char *name);
-extern size_t confstr(int name, char *buf, size_t len);
-#define ML_CS_DARWIN_USER_TEMP_DIR 65537
 extern pid_t getpid(void);
 extern const char *getprogname(void);
 extern uid_t getuid(void);
@@ -240,10 +240,6 @@ extern os_log_t os_log_create(const char *subsystem, const char *category);
 extern void _os_log_impl(void *dso, os_log_t log, uint8_t type, const char *format,
                          uint8_t *buf, uint32_t size);
 extern bool os_log_type_enabled(os_log_t oslog, uint8_t type);
-#define ML_MH_MAGIC_64 0xfeedfacfu
-#define ML_MH_DYLIB 0x6u
-#define ML_LC_ID_DYLIB 0xdu
-#define ML_METAL_INSTALL_NAME "/System/Library/Frameworks/Metal.framework/Versions/A/Metal"
 #else
 #include <dlfcn.h>
 #include <errno.h>
@@ -493,19 +489,17 @@ ML_HIDDEN void ml_config_load(struct ml_config *out);
 ML_HIDDEN int ml_config_parse_timeout(const char *raw);
 /* Mirroring policy/src/socket_path.rs client_socket: METALIFT_SOCKET; else the
  * system socket if it exists; else metalift.sock in the user's private
- * directory ($XDG_RUNTIME_DIR on Linux, DARWIN_USER_TEMP_DIR on macOS); else
+ * directory ($XDG_RUNTIME_DIR on Linux, $TMPDIR on macOS); else
  * the system socket. Writes at most cap bytes; returns false when the path
  * does not fit. The inputs are passed in so tests need no environment. */
 ML_HIDDEN bool ml_config_socket_path(char *buf, size_t cap, const char *metalift_socket,
                                      bool system_exists, const char *private_dir);
 
-/* macOS: asks confstr(_CS_DARWIN_USER_TEMP_DIR) once, when Metal arrives and
- * only for a per-user daemon, so that no device creation ever waits on it
- * (its first call is an opendirectoryd request). Linux: nothing. */
-ML_HIDDEN void ml_config_note_private_dir(void);
-/* The user's private directory: $XDG_RUNTIME_DIR on Linux, on macOS the
- * DARWIN_USER_TEMP_DIR ml_config_note_private_dir noted, copied into buf.
- * NULL when there is none. */
+/* The user's private directory as the process's environment has it:
+ * $XDG_RUNTIME_DIR on Linux, $TMPDIR on macOS (launchd sets it to the user's
+ * DARWIN_USER_TEMP_DIR); never confstr. NULL when unset. Whoever uses it
+ * checks the directory (owner, mode) first: the socket's in ml_config_load,
+ * the marker's in unresponsive.c. buf and cap are unused (kept for callers). */
 ML_HIDDEN const char *ml_config_private_dir(char *buf, size_t cap);
 
 /* Whether a per-user agent's socket directory may be trusted: owned by the
@@ -624,6 +618,15 @@ ML_HIDDEN void ml_session_atfork_parent(void);
 ML_HIDDEN void ml_session_atfork_child(void);
 /* The process that owns the session's state (for fork checks elsewhere). */
 ML_HIDDEN pid_t ml_session_pid(void);
+
+/* --------------------------------------------------------------- macho.c -- */
+
+/* Whether `mh` is a 64-bit Mach-O dylib whose LC_ID_DYLIB names Metal. */
+ML_HIDDEN bool ml_macho_is_metal(const void *mh);
+/* Whether `addr` lies in a mapped segment (not __PAGEZERO, not __LINKEDIT) of
+ * the 64-bit Mach-O image whose header is mapped at `mh`; reads only the
+ * image's load commands (no dyld call, no lock). */
+ML_HIDDEN bool ml_macho_holds(const void *mh, const void *addr);
 
 /* ----------------------------------------------------------- imp_owner.c -- */
 

@@ -18,9 +18,14 @@
  *
  * Never long when the daemon cannot answer: this wait holds Metal's
  * registration lock (REAL-METAL.md item 3). The deadline is taken first, so
- * it covers everything here (the environment, the marker, the connection),
- * and nothing here can block without bound (no IPC: the per-user socket's
- * directory was found when Metal arrived, config.c). A daemon that let a
+ * it covers the check-in and the verdict wait (the environment, the marker,
+ * the connection), and nothing here makes IPC (the per-user socket's
+ * directory is $TMPDIR, config.c). It does not cover what follows the
+ * verdict under the same lock: the outcome's send on the socket (up to
+ * 100 ms more, ml_session_report), and the waits for objc's runtimeLock and
+ * dyld's loader lock while hook.c patches, reads and restores IMPs (another
+ * thread's image load or dlclose holds them); so the window is the deadline
+ * + <=100 ms + those lock waits (review v5 P2-6.1). A daemon that let a
  * check-in run into the deadline is noted (unresponsive.c): later check-ins
  * of this user to that daemon are short probes, and skipped only after
  * timeouts in a row.
@@ -41,8 +46,9 @@ enum state {
     CLOSED,      /* outcome sent, or nowhere to send it */
 };
 
-/* Held by the constructor/loader while checking in and by the first device
- * while it waits for the verdict (bounded by the deadline). */
+/* Held by the first device while it checks in and waits for the verdict
+ * (bounded by the deadline), and while the outcome is sent; never by the
+ * constructor or the loader, which only install the hook (loader.c). */
 static pthread_mutex_t session_lock = PTHREAD_MUTEX_INITIALIZER;
 static enum state state = IDLE;
 static pid_t owner;                /* the pid this state belongs to */

@@ -25,16 +25,13 @@
  * - A marker is in force for its skip plus ML_UNRESPONSIVE_MS; older, it is
  *   forgotten and the next check-in has the full deadline again.
  *
- * Where: the user's private directory as the process already has it —
- * $XDG_RUNTIME_DIR on Linux, $TMPDIR on macOS (launchd gives a user's
- * processes their DARWIN_USER_TEMP_DIR there) — and nowhere else. Never
- * confstr(_CS_DARWIN_USER_TEMP_DIR): on its first call in a process it is a
- * synchronous opendirectoryd request through dirhelper, with no timeout, and
- * it falls back to $TMPDIR or /var/tmp (apple-oss-distributions/Libc
- * gen/confstr.c) — inside the device-creation window that is unbounded work
- * under Metal's lock. The directory must be a directory (not a link) owned by
- * this user and writable by nobody else; otherwise there is no marker at all,
- * never a shared directory such as /tmp.
+ * Where: the user's private directory as the process already has it
+ * (ml_config_private_dir: $XDG_RUNTIME_DIR on Linux, $TMPDIR on macOS, never
+ * confstr) and nowhere else. lstat must show a directory owned by this user
+ * and writable by nobody else; otherwise there is no marker at all, never a
+ * shared directory such as /tmp. (lstat does follow a final link when the
+ * variable ends in "/", as launchd's $TMPDIR does; harmless: owner and mode
+ * are then checked on the directory it names, which is what is used.)
  *
  * Safe in any directory anyway: the marker is opened with O_NOFOLLOW and
  * never O_TRUNC, and read or written only when fstat on the open descriptor
@@ -47,10 +44,8 @@
 
 #ifdef __APPLE__
 #define ML_MTIME(st) ((st).st_mtimespec)
-#define PRIVATE_DIR_VARIABLE "TMPDIR"
 #else
 #define ML_MTIME(st) ((st).st_mtim)
-#define PRIVATE_DIR_VARIABLE "XDG_RUNTIME_DIR"
 #endif
 
 /* FNV-1a, 64 bits: a short stable name for a socket path. */
@@ -71,7 +66,7 @@ bool ml_unresponsive_dir_usable(const struct stat *st, unsigned uid)
 
 bool ml_unresponsive_marker_path(char *buf, size_t cap, const char *socket)
 {
-    const char *dir = getenv(PRIVATE_DIR_VARIABLE);
+    const char *dir = ml_config_private_dir(NULL, 0);
     struct stat st;
     if (dir == NULL || dir[0] != '/' || lstat(dir, &st) != 0 ||
         !ml_unresponsive_dir_usable(&st, (unsigned)getuid()))

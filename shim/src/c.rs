@@ -1,5 +1,5 @@
 //! Safe wrappers over the shim's pure C helpers (`shim/c/wire.c`,
-//! `shim/c/config.c`), for the cross-implementation tests and the fuzz target.
+//! `shim/c/config.c`, `shim/c/macho.c`, ...), for the cross-implementation tests and the fuzz target.
 //! The one module with `unsafe` in this crate; every call is a plain function
 //! over buffers this module owns.
 
@@ -32,10 +32,37 @@ mod ffi {
 
 use ffi::{
     ml_answers, ml_config_agent_dir_trustworthy, ml_config_parse_timeout, ml_config_socket_path,
-    ml_expected_answers, ml_job_format, ml_known_family, ml_other_shim, ml_outcome, ml_verdict,
-    ml_wire_decode_verdict, ml_wire_encode_check_in, ml_wire_encode_check_in_job,
-    ml_wire_encode_outcome, ml_wire_error, ml_wire_frame_length, ml_xpc_next_step,
+    ml_expected_answers, ml_job_format, ml_known_family, ml_macho_holds, ml_macho_is_metal,
+    ml_other_shim, ml_outcome, ml_verdict, ml_wire_decode_verdict, ml_wire_encode_check_in,
+    ml_wire_encode_check_in_job, ml_wire_encode_outcome, ml_wire_error, ml_wire_frame_length,
+    ml_xpc_next_step,
 };
+
+/// The header's bytes the C may read (32 + sizeofcmds), if `image` holds them.
+fn macho_readable(image: &[u8]) -> bool {
+    let Some(size) = image.get(20..24) else {
+        return false;
+    };
+    let sizeofcmds = u32::from_le_bytes([size[0], size[1], size[2], size[3]]) as usize;
+    image.len() >= 32 + sizeofcmds
+}
+
+/// `ml_macho_is_metal` on a 64-bit Mach-O header laid out at the start of
+/// `image` (false if `image` is shorter than its load commands).
+pub fn macho_is_metal(image: &[u8]) -> bool {
+    // SAFETY: the C reads at most 32 + sizeofcmds bytes from `image`, checked here.
+    macho_readable(image) && unsafe { ml_macho_is_metal(image.as_ptr().cast()) }
+}
+
+/// `ml_macho_holds`: whether the address `offset` bytes from the header at the
+/// start of `image` lies in one of that image's segments, the image taken as
+/// mapped where `image` is (the address is compared, never read).
+pub fn macho_holds(image: &[u8], offset: isize) -> bool {
+    let addr = image.as_ptr().wrapping_offset(offset);
+    // SAFETY: the C reads at most 32 + sizeofcmds bytes from `image`, checked
+    // here; `addr` is only compared.
+    macho_readable(image) && unsafe { ml_macho_holds(image.as_ptr().cast(), addr.cast()) }
+}
 
 /// Why the C decoder refused a frame: `enum ml_wire_status` with its detail.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -99,6 +99,8 @@ extern "C" {
     pub fn xpc_connection_cancel(connection: xpc_connection_t);
     /// Sends a dictionary (logically copied) with no reply expected.
     pub fn xpc_connection_send_message(connection: xpc_connection_t, message: xpc_object_t);
+    /// The effective uid of the peer (from its audit token when it connected).
+    pub fn xpc_connection_get_euid(connection: xpc_connection_t) -> u32;
 
     // <xpc/xpc.h>
     /// The type of any XPC object.

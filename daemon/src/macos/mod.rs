@@ -381,6 +381,38 @@
 //!     within a few seconds of the collector's return; `metalift audit flush
 //!     --timeout 1` meanwhile says `not connected to …: nothing in flight` and names
 //!     `metalift audit export`.
+//! 35. **Per-user at the door** (issue 42 item 4; `checkin/transport/door.rs`,
+//!     tested on Linux over the socket and over the in-memory XPC link by
+//!     `daemon/tests/per_user_limits.rs` and `core_in_memory.rs`): the XPC
+//!     listener charges a new peer to `xpc_connection_get_euid` (the euid of the
+//!     peer's audit token at connect; not exercised off a Mac), so a user
+//!     holding 1100 XPC connections that send nothing (a loop of
+//!     `xpc_connection_create_mach_service` + `activate` without a message) has
+//!     all but the newest 1024 cancelled while another user's shimmed probe is decided
+//!     over XPC within its deadline (`metalift audit --last 1` shows
+//!     `transport: xpc`); on the socket `LOCAL_PEERCRED` (tokio's `peer_cred`)
+//!     keys the same share.
+//! 36. **libmetalift after review v5's P2s** (issue 42 item 5; `shim/c/`, only
+//!     type-checked here by `scripts/ci-shim.sh`): (a) with the opt-in
+//!     LaunchAgent and no system socket, a Terminal-started shimmed probe
+//!     reaches the agent through `$TMPDIR` (launchd's `DARWIN_USER_TEMP_DIR`,
+//!     the directory `metaliftd --user` binds in, `macos/user_temp_dir.rs`), and
+//!     `fs_usage -f filesys` shows no `confstr`/opendirectoryd traffic at all in
+//!     a shimmed process; `env -u TMPDIR` gives stock with "no daemon"; (b) the
+//!     launch-time replay only records Metal: a probe linking Metal is still
+//!     hooked and unlocked (item 19), and `sample` during a constructor-time
+//!     stall shows `ml_metal_arrived` called from `ml_constructor`, not from
+//!     `image_added` under `_dyld_register_func_for_add_image`; a probe that
+//!     `dlopen`s Metal late is still hooked from `image_added`; (c) the hook
+//!     installs from `method_setImplementation`'s return value: the probe beside
+//!     Cua's dylib (item 31) still reports the same `other_shim` outcomes; (d)
+//!     `imp_owner.c` no longer gives dladdr the class: whether the class lies in
+//!     its IMP's image is read from that image's load commands
+//!     (`shim/c/macho.c`, tested on hand-built headers by `shim/tests/macho.rs`),
+//!     so item 31's shimmed probe alone must still have no `other_shim` (each
+//!     class found in its IMP's segments: Metal's and IOGPU's in the shared
+//!     cache, the driver's in its bundle or the cache), and with Cua's dylib the
+//!     same outcomes as item 31 says.
 #![allow(unsafe_code)]
 
 pub mod audit_token;

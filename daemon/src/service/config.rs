@@ -55,7 +55,8 @@ pub struct DaemonArgs {
     pub allow_insecure_owner: bool,
 
     /// Accepted connections still waiting for their first frame (each for at most
-    /// --first-frame-timeout-ms); past this, further clients wait to be accepted.
+    /// --first-frame-timeout-ms), all users together; one user holds at most a
+    /// quarter: its newest, each past that closing its oldest.
     #[arg(long, value_name = "N", default_value_t = Limits::default().max_pending)]
     pub max_pending_connections: usize,
 

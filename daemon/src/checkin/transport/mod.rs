@@ -5,6 +5,7 @@
 //! ([`crate::checkin::peer`]), and hand both to the core, which decides and audits. So a
 //! verdict is reached by one code path whichever way the shim asked.
 //!
+//! - [`door`]: connections not yet heard from, per uid, on both transports;
 //! - [`unix`]: length-prefixed frames on a Unix socket (Linux, and the macOS fallback);
 //!   [`socket_file`]: that socket's file, from creation to removal.
 //! - `xpc` (macOS): the XPC mach service, plugged into the same core;
@@ -19,6 +20,7 @@
 
 use std::time::Duration;
 
+pub mod door;
 pub mod socket_file;
 pub mod unix;
 #[cfg(target_os = "macos")]
@@ -35,10 +37,11 @@ pub mod xpc_peer;
 /// places of clients that are asking now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
-    /// Accepted connections whose first frame has not arrived yet. They hold no
-    /// active place: a client that connects and says nothing costs one descriptor
-    /// for at most `first_frame_timeout`, and thousands of them cannot stop the
-    /// daemon from accepting an honest check-in.
+    /// Accepted connections whose first frame has not arrived yet, all uids
+    /// together; one uid holds at most a quarter of them, its newest ([`door`]). They hold
+    /// no active place: a client that connects and says nothing costs one
+    /// descriptor for at most `first_frame_timeout`, and one uid's thousands of
+    /// them cannot stop the daemon from accepting another uid's check-in.
     pub max_pending: usize,
     /// How long after the accept the first frame must be complete (a shim sends
     /// its check-in right after `connect`; capped by `read_timeout`).

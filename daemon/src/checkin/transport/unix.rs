@@ -11,10 +11,14 @@
 //! - `CheckIn` → `Verdict`, then optionally one `Outcome` (a shim);
 //! - `StatusRequest` → `Status` (`metalift status`; counts only).
 //!
-//! Limits ([`Limits`]): an accepted connection waits for its first frame in one
-//! of `max_pending` places, for at most `first_frame_timeout` (a shim sends its
-//! check-in right after `connect`), holding nothing but its socket: clients that
-//! connect and say nothing cannot stop the accepting. Any later frame must arrive
+//! Limits ([`Limits`]): every connection is accepted at once and charged to its
+//! uid (`SO_PEERCRED`/`LOCAL_PEERCRED`, read at accept) at the door
+//! ([`super::door`]): it waits for its first frame in one of its uid's share of
+//! the `max_pending` places, for at most `first_frame_timeout` (a shim sends its
+//! check-in right after `connect`), holding nothing but its socket; past its
+//! uid's share it takes the place of that uid's oldest silent connection. So clients that connect and say nothing
+//! never stop the accepting, and one uid's silent flood never keeps another
+//! uid's check-in out. Any later frame must arrive
 //! within `read_timeout` of its first byte. At most `max_active` connections are
 //! being decided or answered. A check-in takes one of `max_waiting` places when
 //! it is admitted (its first frame read), as over XPC, and holds it until its
@@ -50,9 +54,10 @@ use metalift_policy::wire::{self, Message, WireError};
 use metalift_xpc::exchange::{Refusal, Serving};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
-use tokio::sync::{broadcast, mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{broadcast, mpsc};
 use tokio::time::Instant;
 
+use super::door::{Door, Pass};
 use super::Limits;
 use crate::checkin::peer::{self, IdentifyPeer, KernelIdentity, PeerFacts};
 use crate::checkin::server::Core;
@@ -92,7 +97,7 @@ pub async fn run_with_identity(
         ),
         limits,
         identity,
-        pending: Arc::new(Semaphore::new(limits.max_pending)),
+        door: Door::new(&limits),
         notify_shutdown,
         shutdown_complete_tx,
     };
@@ -120,8 +125,9 @@ struct Listener {
     limits: Limits,
     /// Who is asking (the kernel, or a test's stand-in).
     identity: Arc<dyn IdentifyPeer>,
-    /// Places for connections waiting for their first frame (see [`Limits::max_pending`]).
-    pending: Arc<Semaphore>,
+    /// Places for connections waiting for their first frame, per uid
+    /// ([`Limits::max_pending`], [`super::door`]).
+    door: Door,
     /// Dropped at shutdown: every connection's receiver then wakes.
     notify_shutdown: broadcast::Sender<()>,
     /// Cloned into every connection; when all clones are dropped, they are done.
@@ -135,9 +141,6 @@ impl Listener {
     async fn accept_loop(&mut self) {
         let mut pause = Duration::from_millis(10);
         loop {
-            let Ok(permit) = Arc::clone(&self.pending).acquire_owned().await else {
-                return; // never closed
-            };
             let stream = match self.listener.accept().await {
                 Ok((stream, _)) => {
                     pause = Duration::from_millis(10);
@@ -145,10 +148,20 @@ impl Listener {
                 }
                 Err(error) => {
                     tracing::error!(%error, retry_in_ms = pause.as_millis() as u64, "accept failed");
-                    drop(permit);
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(Duration::from_secs(1));
                     continue;
+                }
+            };
+            // The connecting uid, from the kernel (SO_PEERCRED / LOCAL_PEERCRED:
+            // no blocking); one bucket for a peer the kernel cannot name.
+            let uid = stream.peer_cred().map_or(u32::MAX, |c| c.uid());
+            let pass = match self.door.enter(uid) {
+                Ok(pass) => pass,
+                Err(refused) => {
+                    // One line per refused connection would let a flood fill the log.
+                    tracing::debug!(%refused, "connection closed at the door");
+                    continue; // dropping `stream` closes it
                 }
             };
             let connection = Connection {
@@ -164,7 +177,7 @@ impl Listener {
                 _shutdown_complete: self.shutdown_complete_tx.clone(),
             };
             tokio::spawn(async move {
-                match connection.serve(permit).await {
+                match connection.serve(pass).await {
                     Ok(()) => {}
                     // A shim that never reports is normal; an unidentified peer
                     // was already counted by the core; a peer that exits or hangs
@@ -199,6 +212,8 @@ enum ConnError {
     Io(#[from] io::Error),
     #[error("no complete frame within the read deadline")]
     Deadline,
+    #[error("its place at the door went to another uid's connection")]
+    Evicted,
     #[error("silent for longer than the outcome idle limit")]
     Idle,
     #[error("the client closed mid-frame")]
@@ -215,7 +230,9 @@ impl ConnError {
     /// The peer went away (or idled out): expected of short-lived processes.
     fn is_peer_leaving(&self) -> bool {
         match self {
-            ConnError::Idle | ConnError::Peer(_) | ConnError::Truncated => true,
+            ConnError::Idle | ConnError::Peer(_) | ConnError::Truncated | ConnError::Evicted => {
+                true
+            }
             ConnError::Io(e) => matches!(
                 e.kind(),
                 io::ErrorKind::BrokenPipe
@@ -240,20 +257,20 @@ enum Wait {
 type ReadResult = Result<Option<Message>, ConnError>;
 
 impl Connection {
-    async fn serve(mut self, pending: OwnedSemaphorePermit) -> Result<(), ConnError> {
+    async fn serve(mut self, pending: Pass) -> Result<(), ConnError> {
         let first_frame = self
             .limits
             .first_frame_timeout
             .min(self.limits.read_timeout);
-        let Some(first) = self
-            .read_or_stop(Wait::Until(Instant::now() + first_frame))
-            .await?
-        else {
+        let first = tokio::select! {
+            read = self.read_or_stop(Wait::Until(Instant::now() + first_frame)) => read?,
+            () = pending.evicted() => return Err(ConnError::Evicted),
+        };
+        let Some(first) = first else {
             return Ok(());
         };
-        // The connecting uid, from the kernel (SO_PEERCRED / LOCAL_PEERCRED: no
-        // blocking): every place below is taken within its share first.
-        let uid = self.frames.stream.peer_cred().map_or(u32::MAX, |c| c.uid());
+        // Every place below is taken within the uid's share first.
+        let uid = pending.uid();
         let request = self.session.first(Ok(first), Origin::Connection)?;
         // The socket decides every check-in: its kernel names the connection.
         match self.session.admit(request, Serving::Identities, uid) {

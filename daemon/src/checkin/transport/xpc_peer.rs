@@ -18,6 +18,7 @@ use metalift_xpc::exchange::{Refusal, Sender, Serving};
 
 use crate::checkin::peer::{self, PeerFacts};
 use crate::checkin::session::{Admission, Origin, Session};
+use crate::checkin::transport::door::Pass;
 use crate::checkin::transport::Limits;
 
 /// Messages a peer may have queued before further ones are dropped: a shim sends two.
@@ -90,6 +91,9 @@ pub enum PeerError {
     /// The first message did not come in time.
     #[error("no message within the first-message deadline")]
     Deadline,
+    /// Its place at the door went to another uid's peer before it sent anything.
+    #[error("its place at the door went to another uid's peer")]
+    Evicted,
     /// The outcome did not come in time (the decision stays without one).
     #[error("no outcome within the outcome wait")]
     Idle,
@@ -111,17 +115,22 @@ pub enum PeerError {
 }
 
 /// Serves one peer over `link` with `session`'s steps: `serving` says whether
-/// check-ins are decided here, `pending` is the peer's place among those not
-/// yet heard from, given back once its check-in is admitted and stamped.
-pub async fn serve<L: PeerLink, P: Send>(
+/// check-ins are decided here, `pending` is the peer's place at the door
+/// ([`crate::checkin::transport::door`], taken for the peer's euid when it
+/// connected), given back once its check-in is admitted and stamped.
+pub async fn serve<L: PeerLink>(
     session: &Session,
     serving: Serving,
     limits: Limits,
     link: &mut L,
-    pending: P,
+    pending: Pass,
 ) -> Result<(), PeerError> {
     let first_message = limits.first_frame_timeout.min(limits.read_timeout);
-    let (message, token, reply) = match next(link, first_message).await {
+    let first = tokio::select! {
+        first = next(link, first_message) => first,
+        () = pending.evicted() => return Err(PeerError::Evicted),
+    };
+    let (message, token, reply) = match first {
         Some(Event::Message {
             message,
             token,

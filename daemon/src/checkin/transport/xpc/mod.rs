@@ -60,10 +60,13 @@
 //!
 //! # Limits
 //!
-//! - [`Limits::max_pending`] peers may be connected without having sent their
-//!   first message, each for at most [`Limits::first_frame_timeout`]; a peer
-//!   beyond that is cancelled (the shim sees an XPC error before any reply and
-//!   checks in on the socket).
+//! - Peers that have not sent their first message yet, each for at most
+//!   [`Limits::first_frame_timeout`], are charged to their euid
+//!   (`xpc_connection_get_euid`) at the door ([`super::door`]): one euid holds
+//!   at most a quarter of [`Limits::max_pending`]; its peer beyond that takes
+//!   the place of its own oldest silent peer, which is cancelled (that shim
+//!   sees an XPC error before any reply and checks in on the socket); no
+//!   euid's peer is cancelled for another's below the hard cap.
 //! - [`Limits::max_waiting`] places: a check-in takes one when it is admitted and
 //!   gives it back when its outcome arrives or [`Limits::outcome_idle`] (seconds)
 //!   has passed. With every place taken a check-in is answered at once with
@@ -79,8 +82,9 @@ use std::sync::Arc;
 
 use block2::RcBlock;
 use dispatch2::DispatchQueue;
-use tokio::sync::{broadcast, mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{broadcast, mpsc};
 
+use super::door::{Door, Pass};
 use super::Limits;
 use crate::checkin::server::Core;
 use crate::checkin::session::{Places, Session};
@@ -93,7 +97,7 @@ use metalift_xpc::sys::{
     _xpc_error_connection_interrupted, _xpc_error_connection_invalid, _xpc_error_key_description,
     _xpc_error_termination_imminent, _xpc_type_connection, _xpc_type_dictionary, _xpc_type_error,
     audit_token_t, xpc_connection_activate, xpc_connection_cancel,
-    xpc_connection_create_mach_service, xpc_connection_send_message,
+    xpc_connection_create_mach_service, xpc_connection_get_euid, xpc_connection_send_message,
     xpc_connection_set_event_handler, xpc_connection_t, xpc_dictionary_get_string, xpc_get_type,
     xpc_object_t, xpc_release, xpc_retain, PrivateXpc, XPC_CONNECTION_MACH_SERVICE_LISTENER,
 };
@@ -145,11 +149,13 @@ pub async fn run(
         );
     }
 
-    let (accepted_tx, mut accepted_rx) = mpsc::channel::<Accepted>(limits.max_active.max(1));
+    // Unbounded: every peer in it holds a pass, so the door bounds it, per
+    // euid; a bounded queue would cancel one euid's peer for another's flood.
+    let (accepted_tx, mut accepted_rx) = mpsc::unbounded_channel::<Accepted>();
     let stopping = Arc::new(AtomicBool::new(false));
     let listener_ctx = ListenerCtx {
         accepted: accepted_tx,
-        pending: Arc::new(Semaphore::new(limits.max_pending.max(1))),
+        door: Door::new(&limits),
         private,
         stopping: Arc::clone(&stopping),
         declining: serving.declines().is_some(),
@@ -258,10 +264,11 @@ impl Drop for Connection {
 
 /// What the listener's handler needs; lives inside the handler block.
 struct ListenerCtx {
-    /// Hands accepted peers to the tokio side; `try_send` only (never blocks a queue).
-    accepted: mpsc::Sender<Accepted>,
-    /// Peers that have not sent their first message yet ([`Limits::max_pending`]).
-    pending: Arc<Semaphore>,
+    /// Hands accepted peers to the tokio side (never blocks a queue).
+    accepted: mpsc::UnboundedSender<Accepted>,
+    /// Peers that have not sent their first message yet, per euid
+    /// ([`Limits::max_pending`], [`super::door`]).
+    door: Door,
     /// The private audit-token function.
     private: PrivateXpc,
     /// Set before the listener is cancelled, so its final "invalid" is not an error.
@@ -275,8 +282,8 @@ struct ListenerCtx {
 struct Accepted {
     peer: Connection,
     events: mpsc::Receiver<PeerEvent>,
-    /// One of [`Limits::max_pending`] places, given back with the first message.
-    pending: OwnedSemaphorePermit,
+    /// Its place at the door, given back with the first message.
+    pending: Pass,
 }
 
 /// What a peer connection's handler forwards.
@@ -312,16 +319,22 @@ fn on_listener_event(event: xpc_object_t, ctx: &ListenerCtx) {
     }
 }
 
-/// Sets up a peer connection and hands it to the tokio side, or cancels it when
-/// [`Limits::max_pending`] peers are still silent (a connect flood).
+/// Sets up a peer connection and hands it to the tokio side (past its euid's
+/// share, in place of that euid's oldest silent peer), or cancels it when the
+/// door is full and no euid holds two more than its own ([`super::door`]).
 fn accept(conn: xpc_connection_t, ctx: &ListenerCtx) {
-    let Ok(pending) = Arc::clone(&ctx.pending).try_acquire_owned() else {
-        tracing::warn!(
-            "too many XPC peers that sent nothing yet: cancelling one (it falls back to the socket)"
-        );
-        // SAFETY: an unwanted peer may simply be cancelled; libxpc disposes of it.
-        unsafe { xpc_connection_cancel(conn) };
-        return;
+    // SAFETY: `conn` is the live peer handed to this handler; the euid is the
+    // one libxpc read from the peer's audit token when it connected.
+    let euid = unsafe { xpc_connection_get_euid(conn) };
+    let pending = match ctx.door.enter(euid) {
+        Ok(pass) => pass,
+        Err(refused) => {
+            // Debug only: one line per refused peer would let a flood fill the log.
+            tracing::debug!(%refused, "XPC peer cancelled at the door (it falls back to the socket)");
+            // SAFETY: an unwanted peer may simply be cancelled; libxpc disposes of it.
+            unsafe { xpc_connection_cancel(conn) };
+            return;
+        }
     };
     let (events_tx, events) = mpsc::channel(PEER_QUEUE);
     let private = ctx.private;
@@ -346,8 +359,8 @@ fn accept(conn: xpc_connection_t, ctx: &ListenerCtx) {
         events,
         pending,
     };
-    if ctx.accepted.try_send(accepted).is_err() {
-        tracing::warn!("XPC accept queue full: cancelling a peer (it falls back to the socket)");
+    if ctx.accepted.send(accepted).is_err() {
+        tracing::debug!("XPC listener stopping: cancelling a new peer");
         // Dropping `accepted` cancels the connection.
     }
 }
