@@ -98,15 +98,26 @@ fn spawn_flooder(dir: &Path, name: &str, env: &str, socket: &Path) -> std::proce
     let exe = dir.join("flooder");
     std::fs::copy(std::env::current_exe().unwrap(), &exe).unwrap();
     std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
-    Command::new(&exe)
-        .args(["--exact", name, "--nocapture", "--test-threads=1"])
-        .env(env, socket)
-        .uid(FLOODER)
-        .gid(FLOODER)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("the flooder")
+    // ETXTBSY: another test thread forking while the copy's write descriptor
+    // was open holds it until that child execs; the copy is whole, so wait.
+    let mut tries = 0;
+    loop {
+        match Command::new(&exe)
+            .args(["--exact", name, "--nocapture", "--test-threads=1"])
+            .env(env, socket)
+            .uid(FLOODER)
+            .gid(FLOODER)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+        {
+            Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy && tries < 100 => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            other => return other.expect("the flooder"),
+        }
+    }
 }
 
 /// Waits for a line of the child's stdout ending in `word`.
