@@ -306,6 +306,7 @@ fn step(st: &mut State, config: &Forward, audit: &AuditLog, shared: &Shared) -> 
             s.records_behind = r;
         }
         s.position = source.sent_mark().map(|m| m.cursor);
+        s.delivered_position = source.cursor();
     }
     let unacknowledged = deliver::unacknowledged(st);
     shared.lock().unacknowledged_bytes = unacknowledged;
@@ -349,6 +350,7 @@ fn step(st: &mut State, config: &Forward, audit: &AuditLog, shared: &Shared) -> 
     s.delivered_bytes += sent.bytes;
     s.last_delivery_at = Some(crate::audit::rfc3339::format(now));
     s.position = source.sent_mark().map(|m| m.cursor);
+    s.delivered_position = source.cursor();
     s.set_behind(behind, st.lag.since());
     s.records_behind = s.records_behind.saturating_sub(sent.records);
     s.unacknowledged_bytes = unacknowledged;

@@ -36,6 +36,12 @@ pub struct ForwarderStatus {
     pub last_delivery_at: Option<String>,
     /// The cursor: the file (device, inode) and offset sent up to.
     pub position: Option<Cursor>,
+    /// The file and offset known delivered (acknowledged, over TCP and TLS then
+    /// [`super::window::TCP_SETTLE`] without the connection ending; over RELP
+    /// answered): what a lost connection sends again from, and what
+    /// `forward.cursor` holds at its next save. Behind `position` by what is in flight.
+    #[serde(default)]
+    pub delivered_position: Option<Cursor>,
     /// When the oldest record not yet sent was first seen waiting (RFC 3339; to
     /// within a round of the forwarder, [`super::lag`]); `None` when none waits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
