@@ -252,3 +252,96 @@ fn a_collector_that_hangs_up_at_once_is_retried_with_a_growing_back_off_that_res
     collector.join().unwrap();
     drop(daemon);
 }
+
+/// Review of issue 43: a collector that takes each connection, reads what comes,
+/// and hangs up before the bytes count as delivered (within `TCP_SETTLE` of the
+/// acknowledgement) never has the records, however often they are sent again:
+/// status says `forward_behind` once `max_delay_seconds` has passed, as for a
+/// collector that is down. (Dated by what was *sent*, each resend made the
+/// records look new and health stayed healthy.)
+#[test]
+fn a_collector_that_hangs_up_before_delivery_each_time_is_forward_behind() {
+    let _serial = serial();
+    let env = Env::new();
+    let port = free_port();
+    let listener = TcpListener::bind(("127.0.0.1", port)).unwrap();
+    env.policy(&format!(
+        "address = \"127.0.0.1:{port}\"\nmax_delay_seconds = 2"
+    ));
+    let daemon = env.start(1 << 20);
+    let done = Arc::new(AtomicBool::new(false));
+    let bytes_read = Arc::new(Mutex::new(0usize));
+    let collector = {
+        let (done, bytes_read) = (done.clone(), bytes_read.clone());
+        listener.set_nonblocking(true).unwrap();
+        std::thread::spawn(move || {
+            let mut sink = [0u8; 4096];
+            while !done.load(Ordering::Relaxed) {
+                let Ok((mut conn, _)) = listener.accept() else {
+                    std::thread::sleep(Duration::from_millis(5));
+                    continue;
+                };
+                conn.set_nonblocking(false).unwrap();
+                conn.set_read_timeout(Some(Duration::from_millis(50)))
+                    .unwrap();
+                // Reads for 300 ms (well within TCP_SETTLE), then hangs up.
+                let until = Instant::now() + Duration::from_millis(300);
+                while Instant::now() < until {
+                    if let Ok(k) = conn.read(&mut sink) {
+                        *bytes_read.lock().unwrap() += k;
+                    }
+                }
+            }
+        })
+    };
+    let settle = metalift_daemon::audit::forward::window::TCP_SETTLE;
+    assert!(settle > Duration::from_millis(300), "{settle:?}");
+    reloads(&env, &daemon, 2);
+    let start = Instant::now();
+    let report = loop {
+        let report = env.status();
+        if report
+            .health
+            .causes
+            .iter()
+            .any(|c| c.code == "forward_behind")
+        {
+            break report;
+        }
+        // max_delay_seconds and a round, with room for a loaded machine; well
+        // before the back-off's 3.2 s pause after its fifth try, which alone made
+        // a sent-dated lag old enough (about 7 s).
+        assert!(
+            start.elapsed() < Duration::from_millis(4500),
+            "still no forward_behind {:?} after records a collector never kept: {:?}",
+            start.elapsed(),
+            report.forwarder
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let f = report.forwarder.expect("forwarder");
+    assert!(
+        *bytes_read.lock().unwrap() > 0 && f.delivered_records > 0,
+        "the records were sent (and read) before the hang-ups: {f:?}"
+    );
+    let cause = report
+        .health
+        .causes
+        .iter()
+        .find(|c| c.code == "forward_behind")
+        .expect("the cause");
+    assert!(
+        cause.message.contains("not delivered to 127.0.0.1:"),
+        "{}",
+        cause.message
+    );
+    println!(
+        "forward_behind {:?} after the records, {} bytes read by a collector that hangs up each time: {}",
+        start.elapsed(),
+        bytes_read.lock().unwrap(),
+        cause.message
+    );
+    done.store(true, Ordering::Relaxed);
+    collector.join().unwrap();
+    drop(daemon);
+}

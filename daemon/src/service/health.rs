@@ -368,8 +368,8 @@ pub fn assess(published: &Published, audit: &AuditFacts) -> Health {
     Health::from_causes(causes)
 }
 
-/// `forward_behind` when `forwarder` (configured) has had a record waiting unsent
-/// longer than its `max_delay_seconds` at `now`; none otherwise.
+/// `forward_behind` when `forwarder` (configured) has had a record waiting
+/// undelivered longer than its `max_delay_seconds` at `now`; none otherwise.
 #[must_use]
 pub fn forward_behind(forwarder: Option<&ForwarderStatus>, now: SystemTime) -> Vec<Cause> {
     let Some(f) = forwarder.filter(|f| f.configured) else {
@@ -397,12 +397,21 @@ pub fn forward_behind(forwarder: Option<&ForwarderStatus>, now: SystemTime) -> V
             )
         },
     );
+    // Sent and not known delivered: a collector that takes connections and drops
+    // them before acknowledging has nothing "not yet sent" and everything in flight.
+    let in_flight = f.undelivered_bytes.saturating_sub(f.bytes_behind);
+    let in_flight = if in_flight == 0 {
+        String::new()
+    } else {
+        format!(", {in_flight} bytes sent and not known delivered")
+    };
     vec![Cause::new(
         code::FORWARD_BEHIND,
         format!(
-            "{} records ({} bytes) not delivered to {address} ({connection}), the oldest \
-             waiting since {} ({}s, over max_delay_seconds = {max}); {error}; they wait in \
-             the local log and go out once the collector takes them",
+            "{} bytes not delivered to {address} ({connection}): {} records ({} bytes) not \
+             yet sent{in_flight}; the oldest waiting since {} ({}s, over max_delay_seconds = \
+             {max}); {error}; they wait in the local log and go out once the collector takes them",
+            f.undelivered_bytes.max(f.bytes_behind),
             f.records_behind,
             f.bytes_behind,
             f.behind_since.as_deref().unwrap_or("?"),
@@ -579,7 +588,7 @@ mod tests {
         let mut f = ForwarderStatus::configured(Some(&config));
         let t0 = SystemTime::now();
         f.records_behind = 8;
-        f.set_behind(900, Some(t0));
+        f.set_behind(900, 1000, Some(t0));
         f.last_error = Some("connecting to logs:514: Connection refused".into());
         assert!(forward_behind(Some(&f), t0 + Duration::from_secs(2)).is_empty());
         let causes = forward_behind(Some(&f), t0 + Duration::from_secs(3));
@@ -588,14 +597,17 @@ mod tests {
         assert_eq!(causes[0].effect, Some(Effect::Degraded));
         let m = &causes[0].message;
         assert!(
-            m.starts_with("8 records (900 bytes) not delivered to logs:514 (not connected)"),
+            m.starts_with(
+                "1000 bytes not delivered to logs:514 (not connected): 8 records (900 bytes) \
+                 not yet sent, 100 bytes sent and not known delivered; the oldest waiting since"
+            ),
             "{m}"
         );
         assert!(
             m.contains("Connection refused") && m.contains("max_delay_seconds = 2"),
             "{m}"
         );
-        f.set_behind(0, None);
+        f.set_behind(0, 0, None);
         assert!(forward_behind(Some(&f), t0 + Duration::from_secs(60)).is_empty());
         assert!(forward_behind(None, t0).is_empty());
     }

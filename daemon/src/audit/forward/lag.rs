@@ -1,60 +1,63 @@
-//! How long the oldest record not yet sent has waited: what the `forward_behind`
-//! health cause compares with `[audit.forward] max_delay_seconds`.
+//! How long the oldest record not yet *delivered* has waited: what the
+//! `forward_behind` health cause compares with `[audit.forward] max_delay_seconds`.
 //!
-//! The forwarder knows, each round, how many bytes of the log are not yet sent
-//! ([`super::source::Source::bytes_behind`]) and how many it has sent. Counting
-//! both from the forwarder's start gives every byte a place in one stream: the
-//! bytes not sent are those past `sent`, up to `sent + behind`. [`Lag`] keeps a
-//! mark each time that end grows (the end, and when it was first seen), and drops
-//! the marks a send has passed: the first mark left dates the oldest byte not
-//! sent, to within a round ([`super::POLL`]). Dating by first sight, not by the
-//! record's own time, keeps a wrong clock in a record from making health lie.
+//! Each round the forwarder notes where the log ends ([`Lag::seen`]: the newest
+//! file and its length) and when that end was first seen; a mark is dropped once
+//! the delivered position has passed it ([`Lag::passed`]: the collector is known
+//! to have everything up to it, or rotation deleted it as a gap). The first mark
+//! left dates the oldest byte not delivered, to within a round ([`super::POLL`]).
+//! Dating by first sight, not by the record's own time, keeps a wrong clock in a
+//! record from making health lie.
 //!
-//! A forwarder that keeps up but is never idle (records arrive every round)
-//! reads as fresh; one that falls further behind under load reads as old, as it
-//! is; a collector that takes nothing stops the marks from being dropped.
+//! Marks are positions in the log's files, not counts of bytes sent: a connection
+//! that is lost before its bytes were known delivered sends them again, and they
+//! keep the date they were first seen. So a collector that accepts connections
+//! and drops each before acknowledging (or, over TCP, within
+//! [`super::window::TCP_SETTLE`]) degrades health like one that is down; dated by
+//! what was *sent*, every resend made the records look new and health never said
+//! so (review of issue 43).
+//!
+//! A forwarder that keeps up but is never idle reads as fresh (to within the
+//! delivery window: an acknowledgement, over TCP and TLS then `TCP_SETTLE`); one
+//! that falls further behind under load reads as old, as it is.
 
 use std::collections::VecDeque;
 use std::time::SystemTime;
 
-/// At most this many marks: past it, new bytes share the newest mark's time, so
-/// they read as older than they are (never younger): health errs towards saying.
+use super::cursor::Cursor;
+
+/// At most this many marks: past it, the newest mark's end moves on and keeps its
+/// time, so new bytes read as older than they are (never younger): health errs
+/// towards saying.
 const MAX_MARKS: usize = 1024;
 
-/// When the oldest byte not yet sent was first seen.
+/// When the oldest byte not yet delivered was first seen.
 #[derive(Debug, Default)]
 pub struct Lag {
-    /// Bytes sent since the forwarder started (of the log, before framing).
-    sent: u64,
-    /// `(end, first seen)`: the stream had reached `end` by that time; increasing ends.
-    marks: VecDeque<(u64, SystemTime)>,
+    /// `(end, first seen)`: the log had reached `end` by that time; oldest first.
+    marks: VecDeque<(Cursor, SystemTime)>,
 }
 
 impl Lag {
-    /// The forwarder sees `behind` bytes waiting at `now`.
-    pub fn seen(&mut self, behind: u64, now: SystemTime) {
-        if behind == 0 {
-            self.marks.clear();
-            return;
-        }
-        let end = self.sent.saturating_add(behind);
+    /// The log ends at `end` at `now`.
+    pub fn seen(&mut self, end: Cursor, now: SystemTime) {
         let full = self.marks.len() >= MAX_MARKS;
         match self.marks.back_mut() {
-            Some((last, _)) if *last >= end => {}
+            Some((last, _)) if *last == end => {}
             Some((last, _)) if full => *last = end,
             _ => self.marks.push_back((end, now)),
         }
     }
 
-    /// `bytes` of the log were sent.
-    pub fn sent(&mut self, bytes: u64) {
-        self.sent = self.sent.saturating_add(bytes);
-        while self.marks.front().is_some_and(|(end, _)| *end <= self.sent) {
+    /// Drops the marks `delivered` says are passed (oldest first: the first one
+    /// not passed stops it, as the log is delivered in order).
+    pub fn passed(&mut self, delivered: impl Fn(&Cursor) -> bool) {
+        while self.marks.front().is_some_and(|(end, _)| delivered(end)) {
             self.marks.pop_front();
         }
     }
 
-    /// When the oldest byte not yet sent was first seen; `None` when all are sent.
+    /// When the oldest byte not yet delivered was first seen; `None` when all are.
     #[must_use]
     pub fn since(&self) -> Option<SystemTime> {
         self.marks.front().map(|(_, at)| *at)
@@ -70,41 +73,77 @@ mod tests {
         SystemTime::UNIX_EPOCH + Duration::from_secs(s)
     }
 
+    fn at(ino: u64, offset: u64) -> Cursor {
+        Cursor {
+            dev: 1,
+            ino,
+            offset,
+        }
+    }
+
+    /// Delivered up to `offset` of file `ino`; files below `ino` are let go.
+    fn delivered(ino: u64, offset: u64) -> impl Fn(&Cursor) -> bool {
+        move |c| c.ino < ino || (c.ino == ino && c.offset <= offset)
+    }
+
     #[test]
-    fn a_stalled_forwarder_is_dated_by_its_oldest_waiting_byte() {
+    fn a_stalled_forwarder_is_dated_by_its_oldest_undelivered_byte() {
         let mut lag = Lag::default();
-        lag.seen(100, t(10));
-        lag.seen(100, t(11));
-        lag.seen(250, t(12));
+        lag.seen(at(1, 100), t(10));
+        lag.seen(at(1, 100), t(11));
+        lag.seen(at(1, 250), t(12));
+        lag.passed(delivered(1, 0));
         assert_eq!(lag.since(), Some(t(10)));
-        // The first 100 bytes go out: the oldest waiting byte came at 12.
-        lag.sent(100);
-        lag.seen(150, t(13));
+        // The first 100 bytes are delivered: the oldest waiting byte came at 12.
+        lag.passed(delivered(1, 100));
         assert_eq!(lag.since(), Some(t(12)));
-        lag.sent(150);
-        lag.seen(0, t(14));
+        lag.passed(delivered(1, 250));
         assert_eq!(lag.since(), None);
+    }
+
+    #[test]
+    fn bytes_sent_again_after_a_lost_connection_keep_their_first_date() {
+        let mut lag = Lag::default();
+        // Sent at 10, the connection lost before they were known delivered, sent
+        // again at 20, 30, ...: nothing changes the log's end or the delivered
+        // position, so the mark keeps 10.
+        lag.seen(at(1, 100), t(10));
+        for round in 2..6 {
+            lag.seen(at(1, 100), t(round * 10));
+            lag.passed(delivered(1, 0));
+        }
+        assert_eq!(lag.since(), Some(t(10)));
     }
 
     #[test]
     fn a_forwarder_that_keeps_up_under_steady_load_reads_as_fresh() {
         let mut lag = Lag::default();
         for round in 0..100 {
-            // 50 new bytes each round, the previous round's 50 sent.
-            lag.seen(50, t(round));
-            lag.sent(50);
+            // 50 new bytes each round, the previous round's delivered.
+            lag.seen(at(1, 50 * (round + 1)), t(round));
+            lag.passed(delivered(1, 50 * round));
         }
-        lag.seen(50, t(100));
-        assert_eq!(lag.since(), Some(t(100)));
+        assert_eq!(lag.since(), Some(t(99)));
+    }
+
+    #[test]
+    fn a_rotated_file_delivered_or_deleted_passes_its_marks() {
+        let mut lag = Lag::default();
+        lag.seen(at(1, 100), t(10));
+        lag.seen(at(2, 30), t(11));
+        lag.passed(delivered(2, 0));
+        assert_eq!(lag.since(), Some(t(11)), "file 1 let go");
+        lag.passed(delivered(3, 0));
+        assert_eq!(lag.since(), None);
     }
 
     #[test]
     fn past_the_mark_limit_new_bytes_read_older_never_younger() {
         let mut lag = Lag::default();
         for i in 0..(MAX_MARKS as u64 + 10) {
-            lag.seen(i + 1, t(i));
+            lag.seen(at(1, i + 1), t(i));
         }
-        lag.sent(MAX_MARKS as u64 - 1);
+        lag.passed(delivered(1, MAX_MARKS as u64 - 1));
         // Bytes first seen at MAX_MARKS.. share the last kept mark's time.
         assert_eq!(lag.since(), Some(t(MAX_MARKS as u64 - 1)));
     }

@@ -18,8 +18,8 @@
 //! - [`send_queue`]: the kernel's unacknowledged bytes (what `audit flush` waits on,
 //!   and what tells the window what the collector's TCP stack has).
 //! - [`backoff`]: when to try a collector again.
-//! - [`lag`]: how long the oldest record not yet sent has waited (the health
-//!   cause `forward_behind`).
+//! - [`lag`]: how long the oldest record not yet delivered has waited (the
+//!   health cause `forward_behind`).
 
 pub mod backoff;
 pub mod conn;
@@ -153,7 +153,7 @@ struct State {
     /// One record's RFC 5424 message (RELP frames each), reused.
     msg: Vec<u8>,
     last_count: Instant,
-    /// When the oldest byte not yet sent was first seen (the status's `behind_since`).
+    /// When the oldest byte not yet delivered was first seen (the status's `behind_since`).
     lag: lag::Lag,
 }
 
@@ -293,7 +293,11 @@ fn step(st: &mut State, config: &Forward, audit: &AuditLog, shared: &Shared) -> 
         }
     };
     let behind = source.bytes_behind();
-    st.lag.seen(behind, SystemTime::now());
+    let undelivered = source.bytes_undelivered();
+    if let Some(end) = source.end() {
+        st.lag.seen(end, SystemTime::now());
+    }
+    st.lag.passed(|c| source.is_delivered(c));
     let count_now = behind == 0 || st.last_count.elapsed() > Duration::from_secs(1);
     let records_behind = count_now.then(|| {
         st.last_count = Instant::now();
@@ -301,7 +305,7 @@ fn step(st: &mut State, config: &Forward, audit: &AuditLog, shared: &Shared) -> 
     });
     {
         let mut s = shared.lock();
-        s.set_behind(behind, st.lag.since());
+        s.set_behind(behind, undelivered, st.lag.since());
         if let Some(r) = records_behind {
             s.records_behind = r;
         }
@@ -342,16 +346,15 @@ fn step(st: &mut State, config: &Forward, audit: &AuditLog, shared: &Shared) -> 
     let Some(source) = st.source.as_ref() else {
         return Round::Idle;
     };
-    st.lag.sent(st.batch.len() as u64);
     let behind = source.bytes_behind();
-    st.lag.seen(behind, now);
+    let undelivered = source.bytes_undelivered();
     let mut s = shared.lock();
     s.delivered_records += sent.records;
     s.delivered_bytes += sent.bytes;
     s.last_delivery_at = Some(crate::audit::rfc3339::format(now));
     s.position = source.sent_mark().map(|m| m.cursor);
     s.delivered_position = source.cursor();
-    s.set_behind(behind, st.lag.since());
+    s.set_behind(behind, undelivered, st.lag.since());
     s.records_behind = s.records_behind.saturating_sub(sent.records);
     s.unacknowledged_bytes = unacknowledged;
     Round::Sent { more }

@@ -286,6 +286,46 @@ impl Source {
         })
     }
 
+    /// Where the log ends now: the newest held file and its length.
+    #[must_use]
+    pub fn end(&self) -> Option<Cursor> {
+        let back = self.held.iter().next_back()?;
+        let len = back.file.metadata().ok()?.len();
+        Some(Cursor {
+            dev: back.id.dev,
+            ino: back.id.ino,
+            offset: len,
+        })
+    }
+
+    /// Whether everything up to `c` (a past [`Source::end`]) is done with: known
+    /// delivered, or in a file let go (delivered past, or rotated away as a gap).
+    #[must_use]
+    pub fn is_delivered(&self, c: &Cursor) -> bool {
+        let id = FileId {
+            dev: c.dev,
+            ino: c.ino,
+        };
+        match self.held.iter().position(|h| h.id == id) {
+            None => true,
+            Some(0) => c.offset <= self.offset,
+            Some(_) => false,
+        }
+    }
+
+    /// Bytes not yet known delivered, over every held file: those not sent, and
+    /// those sent and in flight.
+    #[must_use]
+    pub fn bytes_undelivered(&self) -> u64 {
+        let total: u64 = self
+            .held
+            .iter()
+            .filter_map(|h| h.file.metadata().ok())
+            .map(|m| m.len())
+            .sum();
+        total.saturating_sub(self.offset)
+    }
+
     /// Bytes not yet sent, over every held file.
     #[must_use]
     pub fn bytes_behind(&self) -> u64 {

@@ -20,6 +20,11 @@ pub struct ForwarderStatus {
     pub records_behind: u64,
     /// Bytes of the local log not yet sent.
     pub bytes_behind: u64,
+    /// Bytes of the local log not yet known delivered: `bytes_behind` and what
+    /// was sent and is in flight (not acknowledged, or over TCP and TLS
+    /// acknowledged less than [`super::window::TCP_SETTLE`] ago).
+    #[serde(default)]
+    pub undelivered_bytes: u64,
     /// Bytes sent that the collector's TCP stack has not acknowledged yet
     /// (the kernel's send queue), over RELP the messages the collector has not
     /// answered yet; `None` when not connected.
@@ -42,8 +47,8 @@ pub struct ForwarderStatus {
     /// `forward.cursor` holds at its next save. Behind `position` by what is in flight.
     #[serde(default)]
     pub delivered_position: Option<Cursor>,
-    /// When the oldest record not yet sent was first seen waiting (RFC 3339; to
-    /// within a round of the forwarder, [`super::lag`]); `None` when none waits.
+    /// When the oldest record not yet delivered was first seen waiting (RFC 3339;
+    /// to within a round of the forwarder, [`super::lag`]); `None` when none waits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub behind_since: Option<String>,
     /// The same time, for the daemon's own health (not sent: `behind_since` is).
@@ -75,9 +80,16 @@ impl ForwarderStatus {
         }
     }
 
-    /// Notes that `behind` bytes wait, the oldest first seen at `since` (`None`: none waits).
-    pub fn set_behind(&mut self, behind: u64, since: Option<std::time::SystemTime>) {
+    /// Notes that `behind` bytes wait to be sent and `undelivered` to be known
+    /// delivered, the oldest first seen at `since` (`None`: none waits).
+    pub fn set_behind(
+        &mut self,
+        behind: u64,
+        undelivered: u64,
+        since: Option<std::time::SystemTime>,
+    ) {
         self.bytes_behind = behind;
+        self.undelivered_bytes = undelivered;
         self.behind_since_at = since;
         self.behind_since = since.map(crate::audit::rfc3339::format);
     }
