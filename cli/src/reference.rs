@@ -259,9 +259,21 @@ pub fn cli_page(metalift: &clap::Command, metaliftd: &clap::Command) -> String {
     );
     command_section(&mut page, "metaliftd", metaliftd);
     for sub in metalift.get_subcommands().filter(|s| !s.is_hide_set()) {
-        command_section(&mut page, &format!("metalift {}", sub.get_name()), sub);
+        command_sections(&mut page, &format!("metalift {}", sub.get_name()), sub);
     }
     page
+}
+
+/// `cmd`'s section, then one for each of its subcommands (`metalift audit flush`),
+/// at any depth: every command a user can type has its section.
+fn command_sections(page: &mut String, name: &str, cmd: &clap::Command) {
+    command_section(page, name, cmd);
+    for sub in cmd
+        .get_subcommands()
+        .filter(|s| !s.is_hide_set() && s.get_name() != "help")
+    {
+        command_sections(page, &format!("{name} {}", sub.get_name()), sub);
+    }
 }
 
 /// metaliftd's flags that exist only in a macOS build (`#[cfg]` fields of

@@ -210,3 +210,26 @@ fn mandoc_lint_reports_no_warning_on_any_page() {
         "mandoc -T lint:\n{report}"
     );
 }
+
+/// Issue 43: `reference/cli.md` has a section for every command that has a man
+/// page, nested ones too (`metalift audit flush` had a page and no section).
+#[test]
+fn the_cli_reference_has_a_section_for_every_command_with_a_man_page() {
+    let page = std::fs::read_to_string(repo().join("docs/src/reference/cli.md")).unwrap();
+    let mut seen = 0;
+    for name in files(&repo().join("man")) {
+        let Some(stem) = name.strip_suffix(".1") else {
+            continue;
+        };
+        if stem == "metalift" {
+            continue;
+        }
+        let command = stem.replace('-', " ");
+        assert!(
+            page.contains(&format!("\n## {command}\n")),
+            "docs/src/reference/cli.md has no section `## {command}` (man/{name} exists)"
+        );
+        seen += 1;
+    }
+    assert!(seen >= 10, "only {seen} command pages in man/");
+}
