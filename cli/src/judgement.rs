@@ -273,7 +273,8 @@ impl Limits {
 
 /// The host chip and macOS build as the daemon on `socket` reads them (its
 /// status), so a verification records what the daemon will compare; with no
-/// daemon answering (or an older one), this process's reading, and a note saying so.
+/// daemon answering (or an older one), this process's reading, and why the
+/// daemon's was not had.
 #[must_use]
 pub fn daemon_host_build(
     daemon: &DaemonArgs,
@@ -288,10 +289,7 @@ pub fn daemon_host_build(
         os_build: host_os::os_build(),
     };
     let Some(socket) = socket else {
-        return (
-            own(),
-            Some("no daemon socket known: recorded this process's host chip and build".into()),
-        );
+        return (own(), Some("no daemon socket known".into()));
     };
     match daemon.status(socket) {
         Ok(report) if report.host_chip_brand.is_some() || report.host_os_build.is_some() => (
@@ -304,17 +302,11 @@ pub fn daemon_host_build(
         Ok(_) => (
             own(),
             Some(format!(
-                "metaliftd on {} does not report its host chip and build (older): recorded \
-                 this process's",
+                "metaliftd on {} does not report its host chip and build",
                 socket.display()
             )),
         ),
-        Err(e) => (
-            own(),
-            Some(format!(
-                "{e}: recorded this process's host chip and build (the daemon's may differ)"
-            )),
-        ),
+        Err(e) => (own(), Some(e.to_string())),
     }
 }
 

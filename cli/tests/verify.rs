@@ -197,6 +197,34 @@ fn after_a_macos_update_the_profile_is_stock_until_verified_again() {
     assert_eq!(decide(&dir, &daemon.socket).0, WireAction::Unlock);
 }
 
+/// Issue 43: with no daemon answering and no chip this process can read (Linux,
+/// no `METALIFT_HOST_CHIP_BRAND`), verify refuses before running anything: a
+/// record for "host chip (unknown)" would vouch for no chip.
+#[test]
+fn with_no_daemon_and_an_unknown_chip_verify_records_nothing() {
+    let dir = DaemonDir::new("verify-nochip");
+    write_policy(&dir);
+    let output = Command::new(env!("CARGO_BIN_EXE_metalift"))
+        .args(["verify", "--profile", "apple7", "--policy"])
+        .arg(dir.policy())
+        .arg("--audit-log")
+        .arg(dir.audit_log())
+        .arg("--socket")
+        .arg(dir.socket())
+        .env_remove("METALIFT_HOST_CHIP_BRAND")
+        .output()
+        .expect("run metalift verify");
+    let err = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("the host chip is unknown (")
+            && err.contains(&dir.socket().display().to_string()),
+        "{err}"
+    );
+    assert!(!dir.path("etc/verifications.jsonl").exists());
+    assert!(dir.records_of("verification").is_empty());
+}
+
 #[test]
 fn a_profile_that_does_not_exist_records_nothing() {
     let dir = DaemonDir::new("verify-noprofile");

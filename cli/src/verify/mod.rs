@@ -145,6 +145,28 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.timeout == 0 || args.kernel_timeout == 0 {
         bail!("--timeout and --kernel-timeout must be at least 1 second");
     }
+    // The chip and build exactly as the running daemon reads them (what it will
+    // compare this record with), not as this process would. Asked first: a record
+    // for an unknown chip proves nothing about any chip, so none is made.
+    let socket = args.daemon.known_socket();
+    let (host, note) = crate::judgement::daemon_host_build(&args.daemon, socket.as_deref());
+    if let Some(why) = note.as_deref().filter(|_| host.chip.is_some()) {
+        eprintln!(
+            "metalift: verify: note: {why}: recorded this process's host chip and build \
+             (the daemon's may differ)"
+        );
+    }
+    if host.chip.is_none() {
+        bail!(
+            "the host chip is unknown ({}): a verification names the chip it ran on, and \
+             one for no chip would vouch for none; run it where metaliftd answers and \
+             reports its chip (`metalift status` shows host_chip_brand), or give metaliftd \
+             {} in its environment",
+            note.as_deref()
+                .unwrap_or("metaliftd reports no host chip brand, nor can this process read one"),
+            metalift_daemon::live_policy::host_chip::BRAND_ENV
+        );
+    }
     let bounds = runs::Bounds {
         per_kernel: Duration::from_secs(args.kernel_timeout),
         end: started + Duration::from_secs(args.timeout),
@@ -175,14 +197,6 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     // How the scratch daemon exited does not change the verification's result.
     let _ = daemon.stop();
     let (effective, kernels, control, workload) = unlocked?;
-    // The chip and build exactly as the running daemon reads them (what it will
-    // compare this record with), not as this process would.
-    let socket = args.daemon.known_socket();
-    let (host, note) = crate::judgement::daemon_host_build(&args.daemon, socket.as_deref());
-    if let Some(note) = note {
-        eprintln!("metalift: verify: note: {note}");
-    }
-
     let void = (control != "differs").then(|| {
         format!(
             "the control (a check whose reference is deliberately wrong) came out `{control}`, \
