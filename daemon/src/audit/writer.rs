@@ -186,6 +186,37 @@ impl AuditLog {
         result
     }
 
+    /// After a failed append, tries the log again now by writing the pending
+    /// `records_lost` record (it goes before the next record anyway, so nothing is
+    /// written that would not be): what `metalift status` does, so a log that was
+    /// fixed (space freed, permissions mended) stops making the daemon answer
+    /// stock at the first status, not at the next check-in. Nothing to do when the
+    /// last append succeeded. A retry that fails is the last failure.
+    pub fn retry_failed(&self) {
+        let mut live = self.lock();
+        if live.last_failure.is_none() {
+            return;
+        }
+        let Some(gap) = live.lost.as_ref().map(Lost::record) else {
+            return;
+        };
+        let Ok(line) = self.stamper.line(&gap) else {
+            return;
+        };
+        match self.append_locked(&mut live, &line) {
+            Ok(()) => {
+                live.lost = None;
+                live.last_failure = None;
+            }
+            Err(error) => {
+                live.last_failure = Some(WriteFailure {
+                    at: SystemTime::now(),
+                    error: error.to_string(),
+                });
+            }
+        }
+    }
+
     /// How many records were lost since the log last took one (0: none).
     #[must_use]
     pub fn lost(&self) -> u64 {

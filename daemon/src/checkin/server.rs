@@ -353,6 +353,8 @@ impl Core {
         let live = &published.live;
         let refusal = published.refusal.as_ref();
         let count = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        // A log that failed is tried again first: fixed, it is healthy at once.
+        self.audit.retry_failed();
         let audit = crate::service::health::AuditFacts::of(&self.audit);
         let forwarder = self.forwarder.get().map(|f| f.status());
         StatusReport {

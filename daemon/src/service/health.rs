@@ -41,7 +41,9 @@
 //! files), since when the oldest waits, and the forwarder's last error; it clears
 //! at the first status after the forwarder has caught up.
 //!
-//! `audit_write_failed` clears with the next record written (space came back);
+//! `audit_write_failed` clears with the next record written (space came back),
+//! and a status request tries the log again first (writing the pending
+//! `records_lost` record), so it clears at the first status after the fix;
 //! free space is measured when asked, on the open log file (`fstatvfs`), so it
 //! describes the file records actually go to.
 
