@@ -162,7 +162,10 @@ pub fn checks_judged(args: &Args) -> (Vec<Check>, Judgement) {
         report.as_ref().and_then(|r| r.host_chip_brand.clone()),
     );
     let live = daemon::live_matches(&install.policy, report.as_ref(), loaded.as_ref());
-    let shim = files::shim(&install.shim);
+    let mut shim = files::shim(&install.shim);
+    if shim.status == Status::Fail && !install.shim.exists() {
+        shim = shim.fix(launchd::missing_shim_fix(&install));
+    }
     let shim_ok = shim.status == Status::Ok;
     let verified = verified::profiles(
         loaded.as_ref(),

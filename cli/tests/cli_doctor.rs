@@ -563,3 +563,67 @@ fn require_forward_fails_an_unreachable_collector_unless_told_it_is_out_of_reach
     assert!(!lines.iter().any(|l| l.starts_with("FAIL")), "{lines:#?}");
     assert_eq!(code, Some(0), "{lines:#?}");
 }
+
+fn fix_of(report: &Value, name: &str) -> String {
+    report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == name)
+        .and_then(|c| c["fix"].as_str())
+        .unwrap_or_else(|| panic!("no fix for {name}: {report:#}"))
+        .to_owned()
+}
+
+/// Issue 43: doctor's fixes name what is in use: the socket doctor was pointed at
+/// (not the system's), the jobs that still insert a missing shim, and the pid to
+/// send `SIGHUP` to.
+#[test]
+fn doctors_fixes_name_the_socket_the_jobs_and_the_pid_in_use() {
+    let root = healthy();
+    fs::remove_file(root.path("usr/local/metalift/lib/libmetalift.so")).unwrap();
+    let (_, report) = root.doctor();
+    let socket = root.path("run/metalift/metalift.sock");
+    let daemon_fix = fix_of(&report, "daemon");
+    assert!(
+        daemon_fix.contains(&format!("--socket {}", socket.display())),
+        "{daemon_fix}"
+    );
+    let shim_fix = fix_of(&report, "shim");
+    assert!(
+        shim_fix.contains("from the jobs that name it: com.example.ci (")
+            && shim_fix.contains("com.example.ci.plist)"),
+        "{shim_fix}"
+    );
+
+    // A daemon serving its last good policy while the file on disk is refused.
+    let _daemon = start_daemon(&root);
+    root.policy("version = 1\n[[rule]]\nid = \"broken\"\n", 0o644);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let (_, report) = root.doctor();
+        let health = fix_of(&report, "health");
+        if health.contains("kill -HUP") {
+            let pid = report["checks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["name"] == "daemon")
+                .and_then(|c| c["message"].as_str())
+                .and_then(|m| m.split("(pid ").nth(1))
+                .and_then(|m| m.split(')').next())
+                .unwrap_or_else(|| panic!("no pid in the daemon check: {report:#}"))
+                .to_owned();
+            assert!(
+                health.contains(&format!("sudo kill -HUP {pid} ")),
+                "{health}"
+            );
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the refused policy never reached doctor's health fix: {report:#}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}

@@ -11,11 +11,24 @@ use crate::daemon_args::DaemonArgs;
 use crate::judgement::Judgement;
 use metalift_daemon::service::status::{StatusError, StatusReport};
 
-fn start_fix() -> &'static str {
+/// How to start the daemon that is to answer on `socket` (the one this doctor
+/// was pointed at, not always the system's).
+fn start_fix(socket: &Path) -> String {
+    let system = Path::new(metalift_daemon::service::config::DEFAULT_ROOT_SOCKET);
+    if socket != system {
+        return format!(
+            "start metaliftd --socket {} (or point doctor at the daemon's own: --socket PATH)",
+            socket.display()
+        );
+    }
     if cfg!(target_os = "macos") {
         "start it: sudo launchctl bootstrap system /Library/LaunchDaemons/com.metalift.metaliftd.plist"
+            .to_owned()
     } else {
-        "start metaliftd (as root it listens on /run/metalift/metalift.sock)"
+        format!(
+            "start metaliftd (as root it listens on {})",
+            system.display()
+        )
     }
 }
 
@@ -42,7 +55,7 @@ pub fn reachable(daemon: &DaemonArgs, socket: &Path) -> (Check, Judgement) {
                     socket.display()
                 ),
             )
-            .fix(start_fix())
+            .fix(start_fix(socket))
         }
         Err(e) => Check::new(
             "daemon",
@@ -51,7 +64,7 @@ pub fn reachable(daemon: &DaemonArgs, socket: &Path) -> (Check, Judgement) {
         )
         .fix(format!(
             "a stale socket or a hung daemon: restart it; {}",
-            start_fix()
+            start_fix(socket)
         )),
     };
     (check, crate::judgement::judge(answer, socket))

@@ -132,7 +132,8 @@ pub fn shim_needing(path: &Path, needed: &[Arch]) -> Check {
                 Status::Fail,
                 format!("{shown} is missing: dyld refuses to start any job that still names it"),
             )
-            .fix("reinstall metalift, or remove DYLD_INSERT_LIBRARIES from the jobs below")
+            // The jobs that name it: doctor's own fix (`launchd::missing_shim_fix`).
+            .fix("reinstall metalift");
         }
         Err(e) => return Check::new("shim", Status::Fail, format!("{shown}: {e}")),
     };

@@ -39,6 +39,20 @@ pub fn daemon_health(judged: &Judgement) -> Check {
         first.message,
         first.code
     );
+    let pid = judged.report.as_ref().map(|r| r.pid);
+    let reload = pid.map_or_else(
+        || {
+            "fix the policy (`metalift validate` lists every error), then reload: kill -HUP \
+            metaliftd's pid"
+                .to_owned()
+        },
+        |pid| {
+            format!(
+                "fix the policy (`metalift validate` lists every error), then reload: \
+                 sudo kill -HUP {pid} (metaliftd's pid; saving the file reloads it too)"
+            )
+        },
+    );
     let fix = match first.code.as_str() {
         code::AUDIT_WRITE_FAILED | code::AUDIT_DISK_FULL => {
             "free space on the audit log's file system (or fix its permissions); \
@@ -48,9 +62,7 @@ pub fn daemon_health(judged: &Judgement) -> Check {
             "put policy.toml back (sudo metalift edit); to turn unlocking off on purpose, \
              install a policy with no rules"
         }
-        code::NOTHING_LIVE | code::POLICY_REJECTED => {
-            "fix the policy (`metalift validate` lists every error), then reload: kill -HUP"
-        }
+        code::NOTHING_LIVE | code::POLICY_REJECTED => reload.as_str(),
         code::VERIFICATION_REFUSED => {
             "make the verification file root-owned, not group/other-writable, and readable; \
              or run `sudo metalift verify` again"

@@ -63,6 +63,29 @@ fn jobs(dirs: &[PathBuf]) -> Vec<Job> {
     jobs
 }
 
+/// The fix for a missing shim: the launchd jobs that still insert it (by file
+/// name, wherever they point), which dyld refuses to start, or that none does.
+pub fn missing_shim_fix(install: &Install) -> String {
+    let naming: Vec<String> = jobs(&install.launchd_dirs())
+        .into_iter()
+        .filter(|j| {
+            j.libraries
+                .iter()
+                .any(|l| Path::new(l).file_name().is_some_and(|n| n == SHIM_FILE))
+        })
+        .map(|j| format!("{} ({})", j.label, j.plist.display()))
+        .collect();
+    if naming.is_empty() {
+        "reinstall metalift (no launchd job names the shim; a job that sets          DYLD_INSERT_LIBRARIES itself, or `metalift exec`, fails until then)"
+            .to_owned()
+    } else {
+        format!(
+            "reinstall metalift, or remove {VAR} from the jobs that name it: {}",
+            naming.join(", ")
+        )
+    }
+}
+
 /// One check per job that inserts libraries, or one saying none does.
 pub fn injection(install: &Install) -> Vec<Check> {
     let dirs = install.launchd_dirs();
