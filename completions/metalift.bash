@@ -40,6 +40,9 @@ _metalift() {
             metalift,explain)
                 cmd="metalift__subcmd__explain"
                 ;;
+            metalift,gpu)
+                cmd="metalift__subcmd__gpu"
+                ;;
             metalift,help)
                 cmd="metalift__subcmd__help"
                 ;;
@@ -97,6 +100,9 @@ _metalift() {
             metalift__subcmd__help,explain)
                 cmd="metalift__subcmd__help__subcmd__explain"
                 ;;
+            metalift__subcmd__help,gpu)
+                cmd="metalift__subcmd__help__subcmd__gpu"
+                ;;
             metalift__subcmd__help,help)
                 cmd="metalift__subcmd__help__subcmd__help"
                 ;;
@@ -125,7 +131,7 @@ _metalift() {
 
     case "${cmd}" in
         metalift)
-            opts="-h -V --help --version validate explain status audit exec demo edit doctor verify schema completions __generate-docs help"
+            opts="-h -V --help --version validate explain status audit exec demo edit doctor verify gpu schema completions __generate-docs help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -590,8 +596,34 @@ _metalift() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        metalift__subcmd__gpu)
+            opts="-h --socket --daemon-timeout --policy --json --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --socket)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --daemon-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --policy)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         metalift__subcmd__help)
-            opts="validate explain status audit exec demo edit doctor verify schema completions __generate-docs help"
+            opts="validate explain status audit exec demo edit doctor verify gpu schema completions __generate-docs help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -731,6 +763,20 @@ _metalift() {
             return 0
             ;;
         metalift__subcmd__help__subcmd__explain)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        metalift__subcmd__help__subcmd__gpu)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )

@@ -16,6 +16,7 @@
 //! | `nocompile/`   | the compute path's compiler rejects simdgroup functions (`compute.m`) | the verification tests |
 //! | `wrongresults/`| the compute path's simdgroup operations give wrong numbers (`compute.m`) | the verification tests |
 //! | `hang/`        | the simdgroup matrix kernel never completes (`compute.m`) | the bounded verification tests |
+//! | `apple7/`      | the stock device answers Apple7 and Metal3 itself (modelled on its host's answer) | `metalift gpu`, doctor's stock GPU check |
 //!
 //! Every variant also compiles `probe/simmetal/compute.m` (the compute path
 //! `metalift-probe --verify` uses; empty in the stub and tools images).
@@ -53,7 +54,7 @@ const HOSTILE: &str = "hostile/hostile.c";
 const PEER_SHIM: &str = "second_shim/peer_shim.m";
 
 /// (directory, file, defines).
-const VARIANTS: [(&str, &str, &[&str]); 12] = [
+const VARIANTS: [(&str, &str, &[&str]); 13] = [
     ("normal", "libsimmetal.so", &[]),
     (
         "noinit",
@@ -83,6 +84,7 @@ const VARIANTS: [(&str, &str, &[&str]); 12] = [
     ),
     // A kernel that never completes (a separate entry: easy to merge).
     ("hang", "libsimmetal.so", &["-DSIMMETAL_COMPUTE_HANG"]),
+    ("apple7", "libsimmetal.so", &["-DSIMMETAL_STOCK_APPLE7"]),
 ];
 
 fn main() {

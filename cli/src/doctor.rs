@@ -12,6 +12,7 @@ pub mod check;
 mod daemon;
 mod files;
 mod forward;
+mod gpu;
 mod guest;
 mod health;
 mod launchd;
@@ -187,6 +188,7 @@ pub fn checks_judged(args: &Args) -> (Vec<Check>, Judgement) {
     all.push(system::sip(&install.root));
     all.push(tcc::full_disk_access(&install.root, report.as_ref()));
     all.push(guest::metal_mmap(&install.root));
+    all.push(gpu::stock(loaded.as_ref()));
     all.extend(launchd::injection(&install));
     all.push(launchd::session(&install));
     all.push(bake::unlocking_rule(loaded.as_ref(), args.bake));

@@ -33,6 +33,7 @@ pub mod doctor;
 pub mod edit;
 pub mod exec;
 pub mod explain;
+pub mod gpu;
 pub mod host_severity;
 pub mod judgement;
 pub mod macho;

@@ -33,6 +33,8 @@ enum Command {
     Doctor(cli::doctor::Args),
     /// Run a profile's kernels on this machine (under the shim) and record the result for require_verified.
     Verify(cli::verify::Args),
+    /// What the GPU answers with no unlock (families, threadgroup memory, name and class), the host chip, and which profiles it already meets.
+    Gpu(cli::gpu::Args),
     /// Print the JSON Schema of a policy file (for taplo / Even Better TOML).
     Schema(cli::schema::Args),
     /// Print the shell completion script for bash, zsh or fish.
@@ -62,6 +64,7 @@ fn main() -> ExitCode {
         Command::Edit(a) => cli::edit::run(a),
         Command::Doctor(a) => cli::doctor::run(a),
         Command::Verify(a) => cli::verify::run(a),
+        Command::Gpu(a) => cli::gpu::run(a),
         Command::Schema(a) => cli::schema::run(a),
         Command::Completions(a) => cli::completions::run(&a, Cli::command()),
         Command::GenerateDocs { dir } => cli::docs::generate(

@@ -102,6 +102,12 @@
  *   SIMMETAL_NO_INIT_GPU_FAMILY_SUPPORT  the private selector is gone (the vector
  *                                        is built under another name, still
  *                                        inside -initFeatureQueries);
+ *   SIMMETAL_STOCK_APPLE7                the paravirtual device answers Apple7
+ *                                        (and Metal3) by itself, as its host
+ *                                        does (REAL-METAL 6: an M1 Ultra host
+ *                                        reports Apple7): the day the unlock is
+ *                                        unneeded (`metalift gpu`, doctor's
+ *                                        stock GPU check);
  *   SIMMETAL_NO_WORKING_SET              IOGPUMetalDevice has no
  *                                        recommendedMaxWorkingSetSize;
  *   SIMMETAL_MOVED                       the getters moved into the driver class:
@@ -217,6 +223,8 @@ enum {
     SimFamilyApple1 = 1001,
     SimFamilyApple4 = 1004,
     SimFamilyApple5 = 1005,
+    SimFamilyApple7 = 1007,
+    SimFamilyMetal3 = 5001,
     SimFamilyApple9 = 1009,
     SimFamilyMac2 = 2002,
     SimFamilyCommon1 = 3001,
@@ -337,8 +345,18 @@ static struct sim_family_vector *build_families(NSInteger profile)
     if (v == NULL)
         abort();
     if (profile == SIM_PARAVIRT_ARM64_PROFILE) {
+#ifndef SIMMETAL_STOCK_APPLE7
         for (f = SimFamilyApple1; f <= SimFamilyApple5; f++)
             add_family(v, f);
+#else
+        /* MODELLED, not observed: the day the paravirtual device answers as its
+         * host does. What a host answers is evidenced: a real M1 Ultra host
+         * reports Apple7 and Metal4 (REAL-METAL 6); Apple7 hardware, so Apple1..7
+         * and Metal3 here (Metal4 is not asked by llama.cpp or metalift). */
+        for (f = SimFamilyApple1; f <= SimFamilyApple7; f++)
+            add_family(v, f);
+        add_family(v, SimFamilyMetal3);
+#endif
         add_family(v, SimFamilyMac2);
         for (f = SimFamilyCommon1; f <= SimFamilyCommon3; f++)
             add_family(v, f);

@@ -60,6 +60,11 @@ impl Device for MetalDevice {
         self.0.name().to_string()
     }
 
+    fn class_name(&self) -> Option<String> {
+        let object: &objc2::runtime::AnyObject = self.0.as_ref();
+        Some(object.class().name().to_string_lossy().into_owned())
+    }
+
     fn supports_family(&self, family: i64) -> bool {
         self.0.supportsFamily(MTLGPUFamily(family as _))
     }

@@ -20,6 +20,11 @@ pub trait Device {
     fn requires_bf16_emulation(&self) -> Option<bool> {
         None
     }
+    /// The device object's class (`AppleParavirtDevice` in a guest, a chip's
+    /// driver class on a Mac), `None` when it cannot be read here.
+    fn class_name(&self) -> Option<String> {
+        None
+    }
     /// Every capability method defined in the device's class chain, with the
     /// image its implementation lives in (`None`: cannot tell here).
     fn capability_imps(&self) -> Option<Vec<CapabilityImp>> {
@@ -79,6 +84,8 @@ impl LlamaFlags {
 pub struct Report {
     /// The device's name.
     pub name: String,
+    /// The device object's class (see [`Device::class_name`]).
+    pub class: Option<String>,
     /// `(family name, answer)` for every family in [`KNOWN_FAMILIES`] order.
     pub families: Vec<(&'static str, bool)>,
     /// `maxThreadgroupMemoryLength`.
@@ -104,6 +111,7 @@ impl Report {
     pub fn probe(device: &dyn Device) -> Report {
         Report {
             name: device.name(),
+            class: device.class_name(),
             families: KNOWN_FAMILIES
                 .iter()
                 .map(|&(name, value)| (name, device.supports_family(value)))
@@ -193,6 +201,7 @@ impl Report {
             .collect();
         serde_json::json!({
             "name": self.name,
+            "class": self.class,
             "families": families,
             "apple_family": self.apple_family(),
             "max_threadgroup_memory": self.max_threadgroup_memory,

@@ -268,6 +268,15 @@ impl Device for SimDevice {
         Some(unsafe { f(self.object, sel) } != 0)
     }
 
+    fn class_name(&self) -> Option<String> {
+        let inspect = self.runtime.inspect?;
+        // SAFETY: GCC's `struct objc_object` starts with its class pointer; `object` is live.
+        let class = unsafe { *(self.object as *const Class) };
+        // SAFETY: a class of this runtime; class_getName returns its NUL-terminated name.
+        let name = unsafe { CStr::from_ptr((inspect.class_get_name)(class)) };
+        Some(name.to_string_lossy().into_owned())
+    }
+
     fn capability_imps(&self) -> Option<Vec<CapabilityImp>> {
         let inspect = self.runtime.inspect?;
         let mut found = Vec::new();

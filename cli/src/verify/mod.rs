@@ -32,7 +32,7 @@
 //! its host chip and build passed: after a macOS update it answers stock until
 //! this command is run again.
 
-mod bounded;
+pub(crate) mod bounded;
 mod receipt;
 mod runs;
 mod store;

@@ -36,12 +36,11 @@ pub(crate) fn unlock_needed(
     effective: &DeviceAnswers,
     caps: &Capabilities,
 ) -> bool {
-    let family_ok = stock.apple_family.unwrap_or(0) >= caps.apple_family_max;
-    let memory_ok = stock.max_threadgroup_memory >= caps.max_threadgroup_memory;
+    let claims_ok = crate::gpu::short_of(stock, caps).is_empty();
     let flags_ok = (stock.has_simdgroup_reduction || !effective.has_simdgroup_reduction)
         && (stock.has_simdgroup_mm || !effective.has_simdgroup_mm)
         && (stock.has_bfloat || !effective.has_bfloat);
-    !(family_ok && memory_ok && flags_ok)
+    !(claims_ok && flags_ok)
 }
 
 #[cfg(test)]

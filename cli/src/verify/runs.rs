@@ -95,17 +95,7 @@ pub(crate) fn answers(
             }
             let report: serde_json::Value = serde_json::from_slice(&stdout)
                 .with_context(|| format!("the {which} probe printed no JSON"))?;
-            let flag = |name: &str| report["llama_cpp"][name].as_bool().unwrap_or(false);
-            let answers = DeviceAnswers {
-                apple_family: report["apple_family"]
-                    .as_u64()
-                    .and_then(|f| u8::try_from(f).ok()),
-                max_threadgroup_memory: report["max_threadgroup_memory"].as_u64().unwrap_or(0),
-                recommended_working_set: report["recommended_working_set"].as_u64(),
-                has_simdgroup_reduction: flag("has_simdgroup_reduction"),
-                has_simdgroup_mm: flag("has_simdgroup_mm"),
-                has_bfloat: flag("has_bfloat"),
-            };
+            let answers = crate::gpu::device_answers(&report);
             Ok((report, answers))
         }
         Ended::Killed { after } => bail!(

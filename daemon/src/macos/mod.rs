@@ -413,6 +413,12 @@
 //!     class found in its IMP's segments: Metal's and IOGPU's in the shared
 //!     cache, the driver's in its bundle or the cache), and with Cua's dylib the
 //!     same outcomes as item 31 says.
+//! 37. **`metalift gpu`'s stock answers** (issue 43 item 7; `probe/src/macos.rs`
+//!     `class_name`, only type-checked here): in a Virtualization.framework guest
+//!     `metalift gpu --json` prints `"class": "AppleParavirtDevice"` (REAL-METAL 5),
+//!     Apple5 and 32768 bytes (REAL-METAL 6), with `DYLD_INSERT_LIBRARIES` set to
+//!     the shim in its environment (the probe runs without it); on an Apple7
+//!     host, `metalift doctor`'s `stock gpu` check warns for an `apple7` profile.
 #![allow(unsafe_code)]
 
 pub mod audit_token;
