@@ -96,7 +96,7 @@ daemon_stop\t''
 records_lost\t''
 forward_gap\t''
 verification\t''"
-complete -c metalift -n "__fish_metalift_using_subcommand audit; and not __fish_seen_subcommand_from flush export help" -l host -d 'Only records of guests with this host name' -r
+complete -c metalift -n "__fish_metalift_using_subcommand audit; and not __fish_seen_subcommand_from flush export help" -l host -d 'Only records of guests with this host name, or this clone name (`host.instance`, the instance file the orchestrator writes)' -r
 complete -c metalift -n "__fish_metalift_using_subcommand audit; and not __fish_seen_subcommand_from flush export help" -l boot-id -d 'Only records of the guest boot whose boot id starts with this (8 characters are shown in the GUEST column)' -r
 complete -c metalift -n "__fish_metalift_using_subcommand audit; and not __fish_seen_subcommand_from flush export help" -l label -d 'Only records whose host carries this label (`[audit.labels]`); repeatable, all must match' -r
 complete -c metalift -n "__fish_metalift_using_subcommand audit; and not __fish_seen_subcommand_from flush export help" -l show-label -d 'Also show the value of this host label in the per-process view (a column in text and Markdown; JSON has every label); repeatable' -r

@@ -85,6 +85,7 @@ pub fn generate(path: &Path, bytes: u64) -> anyhow::Result<u64> {
                 .into(),
                 pid: Some(412),
                 os_build: Some(builds[i % builds.len()].to_owned()),
+                instance: None,
             });
             Guest {
                 stamper,

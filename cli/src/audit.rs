@@ -115,7 +115,7 @@ pub struct Args {
     /// Only records of this kind (implies --records).
     #[arg(long, value_name = "KIND", value_parser = clap::builder::PossibleValuesParser::new(Record::KINDS))]
     pub kind: Option<String>,
-    /// Only records of guests with this host name.
+    /// Only records of guests with this host name, or this clone name (`host.instance`, the instance file the orchestrator writes).
     #[arg(long, value_name = "NAME")]
     pub host: Option<String>,
     /// Only records of the guest boot whose boot id starts with this (8 characters

@@ -37,6 +37,7 @@ fn guest(name: &str, boot_id: &str, image: &str) -> Stamper {
         labels: BTreeMap::from([("image".to_owned(), image.to_owned())]),
         pid: Some(77),
         os_build: Some("24A335".into()),
+        instance: None,
     })
 }
 

@@ -470,6 +470,8 @@ fn explain_live_and_decision_use_the_daemons_host_chip_not_the_readers() {
 fn explain_decision_on_an_export_bundle_uses_the_policies_its_decisions_name_not_the_guests() {
     let env = Env::new();
     env.write_policy("7", "unlock = \"native\"");
+    // A clone its orchestrator named (issue 43): the bundle carries the name.
+    std::fs::write(env.policy().with_file_name("instance"), "clone-7\n").unwrap();
     let daemon = env.start(&[], &[]);
     let then = daemon.live_sha256();
     let unlocked = daemon.check_in();
@@ -497,6 +499,14 @@ fn explain_decision_on_an_export_bundle_uses_the_policies_its_decisions_name_not
     let bundle = PathBuf::from(String::from_utf8_lossy(&export.stdout).trim());
     let manifest: Value =
         serde_json::from_slice(&std::fs::read(bundle.join("manifest.json")).unwrap()).unwrap();
+    assert!(
+        bundle
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("metalift-clone-7-")),
+        "{}",
+        bundle.display()
+    );
+    assert_eq!(manifest["host"]["instance"], "clone-7", "{manifest}");
     let mut both = vec![then.clone(), now.clone()];
     both.sort();
     assert_eq!(manifest["policies"], serde_json::json!(both), "{manifest}");

@@ -229,3 +229,91 @@ fn metalift_audit_on_what_syslog_ng_wrote_from_two_daemons_answers_the_job_quest
     }
     fleet::assert_the_job_question(&out);
 }
+
+/// Issue 43: two clones of one image (same policy, same host name, same boot id
+/// on this machine) that their orchestrator named `clone-a` and `clone-b`: every
+/// record carries its clone's name, and the shipped example (which files by
+/// HOSTNAME) writes one file per clone, each with only that clone's records.
+#[test]
+fn two_clones_of_one_image_named_by_their_orchestrator_land_in_two_files() {
+    let dir = tempfile::Builder::new()
+        .prefix("fwd-sng-clones-")
+        .tempdir()
+        .unwrap();
+    let work = dir.path().join("syslog-ng");
+    std::fs::create_dir_all(&work).unwrap();
+    let port = free_port();
+    let _collector = syslog_ng(&work, port);
+    let guests = fleet::two_clones(&format!("127.0.0.1:{port}"));
+    fleet::run_jobs(&guests);
+    let out = work.join("out");
+    let names = ["clone-a", "clone-b"];
+    let start = Instant::now();
+    loop {
+        let arrived = guests.iter().zip(names).all(|(guest, name)| {
+            let file =
+                std::fs::read_to_string(out.join(format!("{name}.jsonl"))).unwrap_or_default();
+            guest
+                .local_lines()
+                .iter()
+                .all(|l| file.lines().any(|f| f == l))
+        });
+        if arrived {
+            break;
+        }
+        assert!(
+            start.elapsed() < GUARD,
+            "the clones' records never reached their files: {:?}",
+            std::fs::read_dir(&out)
+                .map(|d| d.flatten().map(|e| e.file_name()).collect::<Vec<_>>())
+                .unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut files: Vec<String> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    files.sort();
+    assert_eq!(
+        files,
+        ["clone-a.jsonl", "clone-b.jsonl"],
+        "one file per clone"
+    );
+    for (guest, name) in guests.iter().zip(names) {
+        let local = guest.local_lines();
+        let file = std::fs::read_to_string(out.join(format!("{name}.jsonl"))).unwrap();
+        assert_eq!(
+            file.lines().count(),
+            local.len(),
+            "{name}.jsonl holds {name}'s records and nothing else"
+        );
+        for line in &local {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            // From the first record on (daemon_start, before the policy's labels).
+            assert_eq!(v["host"]["instance"], name, "{line}");
+            if v["kind"] == "decision" {
+                assert_eq!(v["host"]["labels"]["image"], "img", "{line}");
+            }
+        }
+    }
+    // The same host name on both: only the clone's name tells them apart.
+    let host = |g: &fleet::Guest| -> serde_json::Value {
+        serde_json::from_str::<serde_json::Value>(&g.local_lines()[0]).unwrap()["host"]["name"]
+            .clone()
+    };
+    assert_eq!(host(&guests[0]), host(&guests[1]));
+    // metalift audit --host picks one clone out of the collector's directory.
+    let picked = Command::new(fleet::metalift_cli())
+        .args(["audit", "--log"])
+        .arg(&out)
+        .args(["--host", "clone-b", "--json"])
+        .output()
+        .unwrap();
+    let processes: Vec<serde_json::Value> = String::from_utf8_lossy(&picked.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(processes.len(), 2, "clone-b's two jobs: {processes:?}");
+    assert!(processes.iter().all(|p| p["host"]["instance"] == "clone-b"));
+}

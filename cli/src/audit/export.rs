@@ -1,6 +1,7 @@
 //! `metalift audit export --to DIR`: a self-contained bundle of the audit trail,
 //! for a CI artifact or a host-shared directory, written before the guest is
-//! destroyed. The bundle is one directory `DIR/metalift-<host>-<time>/`:
+//! destroyed. The bundle is one directory `DIR/metalift-<instance or host>-<time>/`
+//! (the clone's name its records carry, else the host name):
 //!
 //! - `audit.jsonl`: this boot's records (their `host.boot_id` is this machine's),
 //!   or with `--since` every record from then on, exactly as written, oldest first;
@@ -47,7 +48,7 @@ const EXIT_CANNOT: u8 = 2;
 /// Arguments of `metalift audit export`.
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
-The bundle: DIR/metalift-<host>-<time>/ with audit.jsonl (this boot's records,
+The bundle: DIR/metalift-<instance or host>-<time>/ with audit.jsonl (this boot's records,
 or --since), status.json (as `metalift status --json`; says so when the daemon
 is down), policy/ (the live policy's files and its sha256), policies/ (every
 policy the exported decisions name, for `metalift explain --decision ID --log
@@ -116,7 +117,11 @@ pub fn export(args: &Args) -> anyhow::Result<PathBuf> {
     let stamp = humantime::format_rfc3339_micros(SystemTime::now())
         .to_string()
         .replace(':', "");
-    let name = format!("metalift-{}-{stamp}", file_safe(&host.name));
+    // The clone's name its records carry (the instance file), else the host name.
+    let name = format!(
+        "metalift-{}-{stamp}",
+        file_safe(records.instance.as_deref().unwrap_or(&host.name))
+    );
     let tmp = TempDir::create(
         args.to
             .join(format!(".{name}.partial-{}", std::process::id())),
@@ -149,6 +154,7 @@ pub fn export(args: &Args) -> anyhow::Result<PathBuf> {
     // The machine as this process sees it, with the labels its records carry.
     let host = Host {
         labels: records.labels.clone().unwrap_or_default(),
+        instance: records.instance.clone(),
         ..host
     };
     let manifest = json!({
@@ -208,6 +214,8 @@ struct Selected {
     /// live when the daemon last wrote (the manifest's `host.labels`; this
     /// process reads no policy of its own).
     labels: Option<std::collections::BTreeMap<String, String>>,
+    /// The clone's name on the last record kept (`host.instance`).
+    instance: Option<String>,
 }
 
 /// Reads the log (rotated files first) and keeps the selected records; also
@@ -247,6 +255,7 @@ fn read_records(log: &Path, selection: &Selection) -> anyhow::Result<(Selected, 
             }
             if let Some(host) = &entry.stamp.host {
                 out.labels = Some(host.labels.clone());
+                out.instance.clone_from(&host.instance);
             }
             out.text.push_str(&entry.raw);
             out.text.push('\n');

@@ -139,7 +139,7 @@ pub struct Filters {
     pub kind: Option<String>,
     /// `--job`: any value of the decision's CI job claims.
     pub job: Option<String>,
-    /// `--host`: the guest's host name.
+    /// `--host`: the guest's host name, or its clone's name (`host.instance`).
     pub host: Option<String>,
     /// `--boot-id`: a prefix of the guest's boot id.
     pub boot_id: Option<String>,
@@ -162,7 +162,9 @@ impl Filters {
         let Some(host) = host else {
             return false;
         };
-        self.host.as_deref().is_none_or(|h| h == host.name)
+        self.host
+            .as_deref()
+            .is_none_or(|h| h == host.name || host.instance.as_deref() == Some(h))
             && self
                 .boot_id
                 .as_deref()

@@ -502,6 +502,7 @@ mod tests {
                 labels: BTreeMap::new(),
                 pid: Some(1),
                 os_build: None,
+                instance: None,
             }),
         }
     }

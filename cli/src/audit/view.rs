@@ -50,8 +50,8 @@ impl Columns {
     }
 }
 
-/// The guest as one word: host name and the start of its boot id (`-` when the
-/// record has no host part).
+/// The guest as one word: its clone's name (`host.instance`) or else host name,
+/// and the start of its boot id (`-` when the record has no host part).
 #[must_use]
 pub fn guest(p: &Process) -> String {
     match &p.host {
@@ -64,7 +64,7 @@ pub fn guest(p: &Process) -> String {
                 .chars()
                 .take(BOOT_PREFIX)
                 .collect();
-            format!("{}/{boot}", h.name)
+            format!("{}/{boot}", h.instance.as_deref().unwrap_or(&h.name))
         }
     }
 }

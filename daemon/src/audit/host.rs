@@ -12,6 +12,23 @@
 //! The macOS build (`os_build`) is read once too, from the same source verified
 //! unlock compares with (`crate::live_policy::host_os`).
 //!
+//! # The clone's name (`instance`)
+//!
+//! Two clones of one image share more than a host name. Tart's `tart clone`
+//! copies `config.json` (whose `ecid` is the `VZMacMachineIdentifier`, so the
+//! platform UUID and serial number), `nvram.bin` and the disk verbatim, and draws
+//! a new MAC address only when another VM on the same host already has the
+//! source's (cirruslabs/tart `Sources/tart/VMDirectory.swift` `clone(to:generateMAC:)`,
+//! `Sources/tart/Commands/Clone.swift`): clones on two hosts of a fleet keep the
+//! image's MAC. Only the boot id differs by itself, and it is a random number no
+//! orchestrator knows. So the orchestrator names the clone: it writes the name it
+//! gave the VM (Tart's and Anka's VM name on the host, a CI job's runner name)
+//! into the file `instance` beside the policy (`/etc/metalift/instance`), one
+//! line. metaliftd reads it when it starts and again at every policy reload and
+//! watcher re-check (every 2 s), so a clone named after boot carries the name
+//! from then on; it is in every record's `host.instance`, the syslog HOSTNAME the
+//! forwarder sends (`forward/frame.rs`), and the export bundle's name.
+//!
 //! Where the boot id comes from (`platform`):
 //! - Linux: `/proc/sys/kernel/random/boot_id` (a UUID the kernel draws at boot;
 //!   proc_sys_kernel(5)).
@@ -47,6 +64,48 @@ pub struct Host {
     /// the test rig's override) and from records of older daemons.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub os_build: Option<String>,
+    /// The clone's name as the orchestrator gave it (the `instance` file beside
+    /// the policy; see the module doc). Absent when none was given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance: Option<String>,
+}
+
+/// The longest instance name taken (a syslog HOSTNAME may be 255; a file name
+/// part of the export bundle's name is kept shorter).
+pub const MAX_INSTANCE: usize = 128;
+
+/// The instance file for the policy at `policy`: `instance` beside it.
+#[must_use]
+pub fn instance_path(policy: &std::path::Path) -> std::path::PathBuf {
+    policy.with_file_name("instance")
+}
+
+/// The name in the instance file at `path`: its first line, trimmed; `Ok(None)`
+/// when the file does not exist or is empty. A name that is not 1 to
+/// [`MAX_INSTANCE`] printable ASCII characters without spaces (what a syslog
+/// HOSTNAME may hold, RFC 5424 section 6.2.4) is an error that says so.
+pub fn read_instance(path: &std::path::Path) -> std::io::Result<Option<String>> {
+    let text = match std::fs::read(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let first = text.split(|&b| b == b'\n').next().unwrap_or_default();
+    let name = String::from_utf8_lossy(first).trim().to_owned();
+    if name.is_empty() {
+        return Ok(None);
+    }
+    if name.len() > MAX_INSTANCE || !name.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!(
+                "{}: {name:?} is not an instance name (1 to {MAX_INSTANCE} printable ASCII \
+                 characters, no spaces)",
+                path.display()
+            ),
+        ));
+    }
+    Ok(Some(name))
 }
 
 impl Host {
@@ -62,6 +121,7 @@ impl Host {
             labels: BTreeMap::new(),
             pid: None,
             os_build: crate::live_policy::host_os::os_build(),
+            instance: None,
         }
     }
 
@@ -141,6 +201,26 @@ mod platform {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_instance_file_gives_one_printable_name_or_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = instance_path(&dir.path().join("policy.toml"));
+        assert_eq!(path, dir.path().join("instance"));
+        assert_eq!(read_instance(&path).unwrap(), None, "no file");
+        std::fs::write(&path, "  \n").unwrap();
+        assert_eq!(read_instance(&path).unwrap(), None, "empty");
+        std::fs::write(&path, "ci-runner-17\nignored\n").unwrap();
+        assert_eq!(
+            read_instance(&path).unwrap().as_deref(),
+            Some("ci-runner-17")
+        );
+        for bad in ["two words", "tab\there", &"x".repeat(MAX_INSTANCE + 1)] {
+            std::fs::write(&path, bad).unwrap();
+            let err = read_instance(&path).unwrap_err();
+            assert!(err.to_string().contains("is not an instance name"), "{err}");
+        }
+    }
 
     #[cfg(target_os = "linux")]
     #[test]

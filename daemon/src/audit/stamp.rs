@@ -102,6 +102,19 @@ impl Stamper {
         }
     }
 
+    /// Replaces the clone's name every later record carries (`host.instance`).
+    pub fn set_instance(&self, instance: Option<String>) {
+        let mut host = self
+            .host
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if host.instance != instance {
+            let mut next = (**host).clone();
+            next.instance = instance;
+            *host = Arc::new(next);
+        }
+    }
+
     /// The host part records carry now.
     #[must_use]
     pub fn host(&self) -> Arc<Host> {
@@ -176,6 +189,7 @@ mod tests {
             labels: Default::default(),
             pid: Some(4242),
             os_build: None,
+            instance: None,
         });
         let first: serde_json::Value =
             serde_json::from_slice(&stamper.line(&stop()).unwrap()).unwrap();

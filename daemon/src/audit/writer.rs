@@ -37,6 +37,8 @@ pub struct AuditLog {
     /// The `schema`/`id`/`host` every line carries: the host part is computed once
     /// at open, its labels replaced on each policy load ([`AuditLog::set_labels`]).
     stamper: Stamper,
+    /// The last error reading the instance file, said once ([`AuditLog::refresh_instance`]).
+    instance_error: Mutex<Option<String>>,
 }
 
 /// The file records are appended to now.
@@ -135,6 +137,7 @@ impl AuditLog {
             rotation,
             live: Mutex::new(live),
             stamper: Stamper::new(),
+            instance_error: Mutex::new(None),
         })
     }
 
@@ -227,6 +230,33 @@ impl AuditLog {
     /// policy's; called before its `policy_loaded` record is written).
     pub fn set_labels(&self, labels: &std::collections::BTreeMap<String, String>) {
         self.stamper.set_labels(labels);
+    }
+
+    /// Reads the clone's name from the instance file at `path`
+    /// ([`super::host::read_instance`]) for every later record: what the daemon
+    /// does at start, at each policy reload and at each watcher re-check. A file
+    /// that cannot be read or holds no valid name leaves the name as it was, and
+    /// says so (once per change of the error).
+    pub fn refresh_instance(&self, path: &std::path::Path) {
+        match super::host::read_instance(path) {
+            Ok(name) => {
+                if self.stamper.host().instance != name {
+                    tracing::info!(instance = ?name, path = %path.display(), "the clone's name for audit records");
+                }
+                self.stamper.set_instance(name);
+            }
+            Err(error) => {
+                let said = error.to_string();
+                let mut last = self
+                    .instance_error
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                if last.as_deref() != Some(said.as_str()) {
+                    tracing::warn!(%error, path = %path.display(), "cannot read the clone's name: records keep the one they had");
+                    *last = Some(said);
+                }
+            }
+        }
     }
 
     /// The `host` part records carry now.

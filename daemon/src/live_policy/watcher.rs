@@ -180,6 +180,7 @@ async fn run(
                 if watches.reconcile() {
                     reload(&store, &audit, &mut rx, &mut watches, timing).await;
                 }
+                refresh_instance(&store, &audit).await;
             }
         }
     }
@@ -263,15 +264,30 @@ async fn poll_forever(store: &Arc<PolicyStore>, audit: &Arc<AuditLog>, watches: 
     }
 }
 
+/// Reads the clone's name again (`instance` beside the policy,
+/// [`crate::audit::host`]) off the async executor: at every re-check and reload.
+async fn refresh_instance(store: &Arc<PolicyStore>, audit: &Arc<AuditLog>) {
+    let path = crate::audit::host::instance_path(store.path());
+    let audit = Arc::clone(audit);
+    let _ = tokio::task::spawn_blocking(move || audit.refresh_instance(&path)).await;
+}
+
 /// Runs [`PolicyStore::reload_on`] off the async executor (it reads files and
-/// compiles). `None` if it panicked.
+/// compiles), then reads the clone's name again. `None` if it panicked.
 async fn reload_on(
     store: &Arc<PolicyStore>,
     audit: &Arc<AuditLog>,
     trigger: Trigger,
 ) -> Option<ReloadOutcome> {
     let (store, audit) = (Arc::clone(store), Arc::clone(audit));
-    match tokio::task::spawn_blocking(move || store.reload_on(trigger, &audit)).await {
+    let instance = crate::audit::host::instance_path(store.path());
+    match tokio::task::spawn_blocking(move || {
+        let outcome = store.reload_on(trigger, &audit);
+        audit.refresh_instance(&instance);
+        outcome
+    })
+    .await
+    {
         Ok(outcome) => {
             if !matches!(outcome, ReloadOutcome::Unchanged | ReloadOutcome::Vanished) {
                 tracing::debug!(?outcome, "policy reloaded");

@@ -419,6 +419,12 @@
 //!     Apple5 and 32768 bytes (REAL-METAL 6), with `DYLD_INSERT_LIBRARIES` set to
 //!     the shim in its environment (the probe runs without it); on an Apple7
 //!     host, `metalift doctor`'s `stock gpu` check warns for an `apple7` profile.
+//! 38. **The clone's name** (issue 43 item 3; `audit/host.rs`, run on Linux): two
+//!     `tart clone`s of one image report the same `ioreg -rd1 -c
+//!     IOPlatformExpertDevice` IOPlatformUUID and serial (the copied `ecid`), and
+//!     `tart exec VM sudo sh -c "echo VM > /etc/metalift/instance"` makes the
+//!     next records carry `host.instance = "VM"` within 2 s (the FSEvents-backed
+//!     watcher's re-check), and rsyslog's `%hostname%` is the VM's name.
 #![allow(unsafe_code)]
 
 pub mod audit_token;

@@ -103,6 +103,8 @@ async fn serve(
     let _log_lock = crate::audit::log_lock::acquire(&config.audit_log)
         .map_err(anyhow::Error::new)
         .context(StartFailure::AuditLog)?;
+    // The clone's name, before the first record (the watcher reads it again).
+    audit.refresh_instance(&crate::audit::host::instance_path(&config.policy));
     audit
         .append(&Record::DaemonStart {
             time: std::time::SystemTime::now(),

@@ -6,6 +6,9 @@
 //! did it apply?". Each real collector's test (rsyslog, syslog-ng) runs it on
 //! its own output. On one machine the two daemons share a host name and a boot
 //! id: only the daemon run in each record's id tells their decisions apart.
+//! [`two_clones`] is the other fleet: two clones of one image (same policy, same
+//! host name), told apart by the name their orchestrator gave each (the
+//! `instance` file beside the policy).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -38,10 +41,25 @@ impl Guest {
 /// `img-a` and `img-b`, each with a rule unlocking this test binary, the image
 /// label, and `[audit.forward]` to `address` (plus `forward_extra` lines).
 pub fn two_guests(address: &str, forward_extra: &str) -> Vec<Guest> {
+    guests(address, forward_extra, &[("img-a", None), ("img-b", None)])
+}
+
+/// Two clones of the image `img`, the same policy, named `clone-a` and `clone-b`
+/// by their orchestrator (each one's `instance` file, written before it starts).
+pub fn two_clones(address: &str) -> Vec<Guest> {
+    guests(
+        address,
+        "",
+        &[("img", Some("clone-a")), ("img", Some("clone-b"))],
+    )
+}
+
+/// One guest per `(image label, instance name)`.
+fn guests(address: &str, forward_extra: &str, which: &[(&str, Option<&str>)]) -> Vec<Guest> {
     let me = std::env::current_exe().unwrap();
-    ["img-a", "img-b"]
+    which
         .iter()
-        .map(|image| {
+        .map(|(image, instance)| {
             let dir = tempfile::Builder::new().prefix("fleet-").tempdir().unwrap();
             let scratch = ScratchDir::new(dir.path()).expect("layout");
             std::fs::write(
@@ -55,6 +73,13 @@ pub fn two_guests(address: &str, forward_extra: &str) -> Vec<Guest> {
                 ),
             )
             .unwrap();
+            if let Some(name) = instance {
+                std::fs::write(
+                    scratch.policy().with_file_name("instance"),
+                    format!("{name}\n"),
+                )
+                .unwrap();
+            }
             let daemon = scratch
                 .start(
                     Path::new(env!("CARGO_BIN_EXE_metaliftd")),

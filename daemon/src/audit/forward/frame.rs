@@ -24,12 +24,13 @@ pub struct Header {
 }
 
 impl Header {
-    /// This host's name (`gethostname`) and this process.
+    /// The header for records of `host` written by this process: HOSTNAME is the
+    /// clone's name when the orchestrator gave one (`host.instance`), else the
+    /// host name, so a collector that files by HOSTNAME tells clones apart.
     #[must_use]
-    pub fn of_this_host() -> Header {
-        let name = rustix::system::uname();
+    pub fn of(host: &crate::audit::host::Host) -> Header {
         Header {
-            hostname: sanitize(&name.nodename().to_string_lossy(), 255),
+            hostname: sanitize(host.instance.as_deref().unwrap_or(&host.name), 255),
             pid: std::process::id(),
         }
     }

@@ -176,7 +176,7 @@ fn run(store: &PolicyStore, audit: &AuditLog, shared: &Shared) {
         window: Window::default(),
         delivered: None,
         backoff: Backoff::new(Instant::now()),
-        header: frame::Header::of_this_host(),
+        header: frame::Header::of(&audit.host()),
         cursor_path: cursor::path_for(audit.path()),
         saves: SaveSchedule::new(cursor::SAVE_EVERY),
         batch: Vec::new(),
@@ -282,6 +282,8 @@ fn step(st: &mut State, config: &Forward, audit: &AuditLog, shared: &Shared) -> 
         Err(error) => note_error(shared, format!("looking for rotated audit files: {error}")),
     }
     check(st, config, shared);
+    // The clone's name may have been given since (the instance file).
+    st.header = frame::Header::of(&audit.host());
     let Some(source) = st.source.as_mut() else {
         return Round::Idle;
     };
