@@ -815,3 +815,63 @@ fn over_relp_rsyslog_killed_and_restarted_mid_stream_gets_every_record_and_flush
     );
     drop(daemon);
 }
+
+/// Issue 42 item 2: what a torn frame does to rsyslog (the example's `imtcp`
+/// with octet counting). A frame whose connection ends before its MSG-LEN bytes
+/// arrived (the daemon itself never tears one while the connection stays up) is
+/// dropped whole by Debian 12's rsyslog: nothing of it reaches the file, the
+/// frames before it and the next connection's arrive intact. So a forwarder that
+/// sends the torn record again (at least once) leaves no half line behind.
+#[test]
+fn rsyslog_drops_a_frame_torn_by_a_closed_connection_and_keeps_the_others() {
+    use metalift_daemon::audit::forward::frame::{self, Header};
+    use std::io::Write;
+    let dir = tempfile::Builder::new()
+        .prefix("fwd-rsys-torn-")
+        .tempdir()
+        .unwrap();
+    let port = free_port();
+    let collector = rsyslog(dir.path(), "rsyslog.conf", port, &[]);
+    let header = Header {
+        hostname: "torn".into(),
+        pid: 7,
+    };
+    let record = |n: u32| {
+        format!(
+            "{{\"schema\":1,\"id\":\"torn-{n}\",\"kind\":\"daemon_stop\",\"time\":\"2026-12-06T12:00:0{n}.000000Z\",\"pid\":7,\"reason\":\"{}\"}}",
+            "x".repeat(200)
+        )
+    };
+    let framed = |n: u32| {
+        let mut out = Vec::new();
+        frame::push(&mut out, &header, record(n).as_bytes());
+        out
+    };
+    let mut first = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    first.write_all(&framed(1)).unwrap();
+    let torn = framed(2);
+    first.write_all(&torn[..torn.len() / 2]).unwrap();
+    drop(first);
+    let mut second = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    second.write_all(&framed(3)).unwrap();
+    drop(second);
+    let start = Instant::now();
+    let text = loop {
+        let text = std::fs::read_to_string(&collector.out).unwrap_or_default();
+        if text.contains("torn-3") {
+            break text;
+        }
+        assert!(start.elapsed() < GUARD, "frame 3 never arrived: {text:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    let text = std::fs::read_to_string(&collector.out).unwrap_or(text);
+    let lines: Vec<&str> = text.lines().collect();
+    // %rawmsg%: the message as sent, without the frame's length.
+    let message = |n: u32| {
+        let mut out = Vec::new();
+        frame::message(&mut out, &header, record(n).as_bytes());
+        String::from_utf8(out).unwrap()
+    };
+    assert_eq!(lines, [message(1), message(3)], "{text}");
+}

@@ -317,3 +317,63 @@ fn two_clones_of_one_image_named_by_their_orchestrator_land_in_two_files() {
     assert_eq!(processes.len(), 2, "clone-b's two jobs: {processes:?}");
     assert!(processes.iter().all(|p| p["host"]["instance"] == "clone-b"));
 }
+
+/// Issue 42 item 2: what a torn frame does to syslog-ng (the example's `syslog()`
+/// source). A frame whose connection ends before its MSG-LEN bytes arrived (a
+/// sender that crashed, a cut by a load balancer; the daemon itself never tears
+/// one while the connection stays up) is dropped whole: nothing of it reaches
+/// the file, the frames before it and the next connection's arrive intact. So a
+/// forwarder that sends the torn record again (at least once) leaves no half line
+/// for `metalift audit` to skip.
+#[test]
+fn syslog_ng_drops_a_frame_torn_by_a_closed_connection_and_keeps_the_others() {
+    use metalift_daemon::audit::forward::frame::{self, Header};
+    use std::io::Write;
+    let dir = tempfile::Builder::new()
+        .prefix("fwd-sng-torn-")
+        .tempdir()
+        .unwrap();
+    let work = dir.path().join("syslog-ng");
+    std::fs::create_dir_all(&work).unwrap();
+    let port = free_port();
+    let _collector = syslog_ng(&work, port);
+    let header = Header {
+        hostname: "torn".into(),
+        pid: 7,
+    };
+    let record = |n: u32| {
+        format!(
+            "{{\"schema\":1,\"id\":\"torn-{n}\",\"kind\":\"daemon_stop\",\"time\":\"2026-12-06T12:00:0{n}.000000Z\",\"pid\":7,\"reason\":\"{}\"}}",
+            "x".repeat(200)
+        )
+    };
+    let framed = |n: u32| {
+        let mut out = Vec::new();
+        frame::push(&mut out, &header, record(n).as_bytes());
+        out
+    };
+    let mut first = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    first.write_all(&framed(1)).unwrap();
+    let torn = framed(2);
+    first.write_all(&torn[..torn.len() / 2]).unwrap();
+    drop(first);
+    let mut second = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    second.write_all(&framed(3)).unwrap();
+    drop(second);
+    let file = work.join("out/torn.jsonl");
+    let start = Instant::now();
+    let text = loop {
+        let text = std::fs::read_to_string(&file).unwrap_or_default();
+        if text.contains("torn-3") {
+            break text;
+        }
+        assert!(start.elapsed() < GUARD, "frame 3 never arrived: {text:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    // A moment for anything of the torn frame to be written after it.
+    std::thread::sleep(Duration::from_millis(500));
+    let text = std::fs::read_to_string(&file).unwrap_or(text);
+    let lines: Vec<&str> = text.lines().collect();
+    eprintln!("syslog-ng wrote: {lines:#?}");
+    assert_eq!(lines, [record(1).as_str(), record(3).as_str()], "{text}");
+}
