@@ -47,7 +47,7 @@ const DEADLINE_US: f64 = DEADLINE_MS as f64 * 1000.0;
 const SLACK_US: f64 = 50_000.0;
 /// The deadline of a probe, a check-in while a marker of one timeout is in
 /// force (shim/c/metalift_shim.h ML_PROBE_MS).
-const PROBE_US: f64 = 50_000.0;
+const PROBE_US: f64 = 300_000.0;
 
 /// The probe with libmetalift asking `socket`; markers go to `markers`.
 pub(crate) fn injected(art: &Artifacts, socket: &Path, markers: &Path) -> Command {

@@ -515,8 +515,13 @@ ML_HIDDEN bool ml_config_agent_dir_trustworthy(unsigned dir_uid, unsigned dir_mo
 #define ML_UNRESPONSIVE_MS 10000
 /* The longest skip, however many timeouts in a row. */
 #define ML_UNRESPONSIVE_MAX_SKIP_MS 60000
-/* The deadline of a probe: a check-in while a marker is in force. */
-#define ML_PROBE_MS 50
+/* The deadline of a probe: a check-in while a marker is in force. A few
+ * hundred ms, not tens: a probe that times out makes the timeouts consecutive
+ * and skips every process of the user for 10 s and more, and one cold
+ * identification on macOS (SecCode on a new executable, a hash-cache miss, the
+ * first XPC lookup) can take longer than 50 ms (review v5 P2-5). Only the one
+ * process that probes a daemon that is really gone pays it: the next is skipped. */
+#define ML_PROBE_MS 300
 
 /* What a check-in does given the marker. */
 enum ml_marker_step {

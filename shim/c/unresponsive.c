@@ -14,7 +14,7 @@
  * - No marker in force: a check-in with the full deadline. A timeout writes
  *   count 1.
  * - count 1 (one timeout): the next check-ins are probes — real check-ins with
- *   a deadline of ML_PROBE_MS (tens of ms) — never a silent skip, so one slow
+ *   a deadline of ML_PROBE_MS (300 ms) — never a silent skip, so one slow
  *   reply (a reload, a hashing burst) costs later processes almost nothing and
  *   never their unlock when the daemon answers.
  * - A probe that times out too makes the timeouts consecutive: count 2, and

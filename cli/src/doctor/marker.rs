@@ -15,7 +15,7 @@ const IN_FORCE_AFTER_SKIP: Duration = Duration::from_secs(10);
 /// unresponsive.c's ML_UNRESPONSIVE_MAX_SKIP_MS.
 const MAX_SKIP: Duration = Duration::from_secs(60);
 /// unresponsive.c's ML_PROBE_MS.
-const PROBE_MS: u64 = 50;
+const PROBE_MS: u64 = 300;
 
 /// The variable that names the user's private directory, as the shim reads it.
 #[cfg(target_os = "macos")]
