@@ -11,6 +11,12 @@
 
 #ifdef __APPLE__
 #define SYSTEM_SOCKET "/var/run/metalift/metalift.sock"
+/* The system daemon's launchd job, as pkg/stage.sh installs it. Installed, the
+ * system daemon is the one to ask even while its socket file is absent (a
+ * restart): XPC goes through launchd, which keeps the job's MachServices port
+ * and queues the message until the daemon takes it (launchd.plist(5),
+ * MachServices), so the process need not go stock (review v5 P2-6.6). */
+#define SYSTEM_JOB_PLIST "/Library/LaunchDaemons/com.metalift.metaliftd.plist"
 #else
 #define SYSTEM_SOCKET "/run/metalift/metalift.sock"
 #endif
@@ -122,8 +128,13 @@ void ml_config_load(struct ml_config *out)
     }
     const char *explicit_socket = getenv("METALIFT_SOCKET");
     bool system_exists = false;
-    if (explicit_socket == NULL || explicit_socket[0] == '\0')
+    if (explicit_socket == NULL || explicit_socket[0] == '\0') {
         system_exists = access(SYSTEM_SOCKET, F_OK) == 0;
+#ifdef __APPLE__
+        if (!system_exists)
+            system_exists = access(SYSTEM_JOB_PLIST, F_OK) == 0;
+#endif
+    }
     char dir_buf[1024];
     const char *dir = NULL;
     if ((explicit_socket == NULL || explicit_socket[0] == '\0') && !system_exists)

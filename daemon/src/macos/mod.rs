@@ -425,6 +425,13 @@
 //!     `tart exec VM sudo sh -c "echo VM > /etc/metalift/instance"` makes the
 //!     next records carry `host.instance = "VM"` within 2 s (the FSEvents-backed
 //!     watcher's re-check), and rsyslog's `%hostname%` is the VM's name.
+//! 39. **XPC while the system daemon restarts** (review v5 P2-6.6;
+//!     `shim/c/config.c`, only compiled here): with the LaunchDaemon installed,
+//!     `sudo launchctl kill SIGTERM system/com.metalift.metaliftd` and at once a
+//!     shimmed probe: the probe's check-in goes by XPC (its debug log), launchd
+//!     starts the daemon for the queued message, and the probe is unlocked
+//!     within its deadline instead of "no daemon" stock; with the LaunchAgent
+//!     mode (no daemon plist) nothing changes.
 #![allow(unsafe_code)]
 
 pub mod audit_token;
