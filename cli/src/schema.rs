@@ -92,15 +92,15 @@ fn forward_schema() -> Value {
         "required": ["address"],
         "properties": {
             "address": {"type": "string", "pattern": "^(\\[[^\\]]+\\]|[^:\\[\\]]+):[0-9]{1,5}$", "description": "The collector as host:port ([v6]:port)."},
-            "transport": {"enum": ["tcp", "tls", "relp"], "default": "tcp", "description": "tcp (plain), tls (RFC 5425, needs ca), or relp (rsyslog's RELP over TCP: every message acknowledged by the collector)."},
-            "ca": path("The CA(s) the collector's certificate must chain to (tls only)"),
+            "transport": {"enum": ["tcp", "tls", "relp", "relp-tls"], "default": "tcp", "description": "tcp (plain), tls (RFC 5425, needs ca), relp (rsyslog's RELP over TCP: every message acknowledged by the collector), or relp-tls (RELP inside TLS, imrelp tls=\"on\"; needs ca)."},
+            "ca": path("The CA(s) the collector's certificate must chain to (tls and relp-tls only)"),
             "client_cert": path("The client certificate chain presented for mutual TLS (with client_key)"),
             "client_key": path("The client certificate's private key (with client_cert)"),
-            "server_name": {"type": "string", "pattern": "\\S", "description": "The name the collector's certificate must carry (tls only); default: the address's host."},
+            "server_name": {"type": "string", "pattern": "\\S", "description": "The name the collector's certificate must carry (tls and relp-tls only); default: the address's host."},
             "max_delay_seconds": {"type": "integer", "minimum": 1, "maximum": metalift_policy::forward::MAX_MAX_DELAY_SECONDS, "default": metalift_policy::forward::DEFAULT_MAX_DELAY_SECONDS, "description": "How long a record may wait undelivered before metaliftd's health is degraded (cause forward_behind: `metalift status` exits 4)."}
         },
         "dependencies": {"client_cert": ["client_key"], "client_key": ["client_cert"]},
-        "if": {"properties": {"transport": {"const": "tls"}}, "required": ["transport"]},
+        "if": {"properties": {"transport": {"enum": ["tls", "relp-tls"]}}, "required": ["transport"]},
         "then": {"required": ["ca"]},
         "else": {"not": {"anyOf": [{"required": ["ca"]}, {"required": ["client_cert"]}, {"required": ["client_key"]}, {"required": ["server_name"]}]}}
     })

@@ -875,3 +875,72 @@ fn rsyslog_drops_a_frame_torn_by_a_closed_connection_and_keeps_the_others() {
     };
     assert_eq!(lines, [message(1), message(3)], "{text}");
 }
+
+/// Issue 42 item 1: RELP inside TLS (`transport = "relp-tls"`) with the shipped
+/// `rsyslog-relp-tls.conf` (imrelp `tls="on"`, a certificate from a test CA):
+/// every record arrives once, `audit flush` says the collector acknowledged
+/// them, and a collector whose certificate is not from the configured CA is
+/// refused with the reason in status.
+#[test]
+fn over_relp_inside_tls_every_record_arrives_acknowledged_and_a_foreign_certificate_is_refused() {
+    let _serial = serial();
+    let env = Env::new();
+    let port = free_port();
+    let (ca, cert, key) = test_ca(env.dir.path(), "relp");
+    let vars = [
+        ("@CA@", ca.display().to_string()),
+        ("@CERT@", cert.display().to_string()),
+        ("@KEY@", key.display().to_string()),
+        ("@CLIENT@", "metaliftd test client".to_owned()),
+    ];
+    let collector = rsyslog(env.dir.path(), "rsyslog-relp-tls.conf", port, &vars);
+    // librelp closes a TLS session that shows no client certificate from its CA.
+    let (client, client_key) = client_cert(env.dir.path(), "relp");
+    env.policy(&format!(
+        "address = \"127.0.0.1:{port}\"\ntransport = \"relp-tls\"\nca = \"{}\"\nserver_name = \"localhost\"\n\
+         client_cert = \"{}\"\nclient_key = \"{}\"",
+        ca.display(),
+        client.display(),
+        client_key.display()
+    ));
+    let daemon = env.start(1 << 20);
+    reloads(&env, &daemon, 10);
+    let (code, said) = flush(&env, "30");
+    assert_eq!(
+        code,
+        Some(0),
+        "{said}\nrsyslog's stderr: {}",
+        std::fs::read_to_string(env.dir.path().join("rsyslog/stderr")).unwrap_or_default()
+    );
+    assert!(
+        said.contains("acknowledged by the collector (RELP)"),
+        "{said}"
+    );
+    let seen = wait_all_received(&env, &collector.out);
+    assert!(
+        seen.values().all(|&n| n == 1),
+        "every record once: {seen:?}"
+    );
+    let f = env.status().forwarder.unwrap();
+    assert_eq!(f.transport.as_deref(), Some("relp-tls"), "{f:?}");
+    assert!(f.connected, "{f:?}");
+    drop(daemon);
+    drop(collector);
+
+    // The same collector, but metaliftd trusts another CA: refused, and said.
+    let other = Env::new();
+    let (other_ca, _, _) = test_ca(other.dir.path(), "other");
+    let _collector = rsyslog(env.dir.path(), "rsyslog-relp-tls.conf", port, &vars);
+    other.policy(&format!(
+        "address = \"127.0.0.1:{port}\"\ntransport = \"relp-tls\"\nca = \"{}\"\nserver_name = \"localhost\"",
+        other_ca.display()
+    ));
+    let _daemon = other.start(1 << 20);
+    let f = next_error(&other, None);
+    let error = f.last_error.clone().unwrap_or_default();
+    assert!(
+        error.contains("TLS handshake") && error.contains("UnknownIssuer"),
+        "{f:?}"
+    );
+    assert!(!f.connected && f.delivered_records == 0, "{f:?}");
+}

@@ -110,7 +110,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
 /// can (the bytes reached its kernel; whether the collector wrote them out, TCP
 /// cannot tell).
 fn acknowledged_by(f: &ForwarderStatus) -> &'static str {
-    if f.transport.as_deref() == Some("relp") {
+    if matches!(f.transport.as_deref(), Some("relp" | "relp-tls")) {
         "acknowledged by the collector (RELP)"
     } else {
         "acknowledged by the collector's TCP stack"

@@ -8,7 +8,7 @@
 //! ```toml
 //! [audit.forward]
 //! address = "logs.example.net:6514"
-//! transport = "tls"            # or "tcp" (the default), or "relp"
+//! transport = "tls"            # or "tcp" (the default), "relp", or "relp-tls"
 //! ca = "/etc/metalift/collector-ca.pem"
 //! client_cert = "/etc/metalift/client.pem"   # both or neither: mutual TLS
 //! client_key = "/etc/metalift/client.key"
@@ -54,6 +54,35 @@ pub enum Transport {
     /// RELP (rsyslog's librelp, `imrelp`) over TCP: the collector answers every
     /// message, so what was delivered is known.
     Relp,
+    /// RELP inside TLS (`imrelp` with `tls="on"`): RELP's answers and TLS's
+    /// certificate checks, with the same keys as `tls`.
+    RelpTls,
+}
+
+impl Transport {
+    /// Whether the connection is TLS (`tls` and `relp-tls`: `ca` and the
+    /// certificate keys apply).
+    #[must_use]
+    pub fn is_tls(self) -> bool {
+        matches!(self, Transport::Tls | Transport::RelpTls)
+    }
+
+    /// Whether records go as RELP transactions (`relp` and `relp-tls`).
+    #[must_use]
+    pub fn is_relp(self) -> bool {
+        matches!(self, Transport::Relp | Transport::RelpTls)
+    }
+
+    /// The word the policy and `metalift status` use.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Transport::Tcp => "tcp",
+            Transport::Tls => "tls",
+            Transport::Relp => "relp",
+            Transport::RelpTls => "relp-tls",
+        }
+    }
 }
 
 /// A validated `[audit.forward]` table.
@@ -177,6 +206,7 @@ fn judge(raw: &RawForward, err: &mut dyn FnMut(Range<usize>, String)) -> Option<
         None | Some("tcp") => Transport::Tcp,
         Some("tls") => Transport::Tls,
         Some("relp") => Transport::Relp,
+        Some("relp-tls") => Transport::RelpTls,
         Some(other) => {
             let span = raw
                 .transport
@@ -184,7 +214,9 @@ fn judge(raw: &RawForward, err: &mut dyn FnMut(Range<usize>, String)) -> Option<
                 .map_or(raw.span.clone(), |t| t.span.clone());
             err(
                 span,
-                format!("`transport` must be \"tcp\", \"tls\" or \"relp\", found \"{other}\""),
+                format!(
+                    "`transport` must be \"tcp\", \"tls\", \"relp\" or \"relp-tls\", found \"{other}\""
+                ),
             );
             return None;
         }
@@ -201,7 +233,7 @@ fn judge(raw: &RawForward, err: &mut dyn FnMut(Range<usize>, String)) -> Option<
             ok = false;
         }
     }
-    if transport != Transport::Tls {
+    if !transport.is_tls() {
         for (name, v) in [
             ("ca", &raw.ca),
             ("client_cert", &raw.client_cert),
@@ -211,7 +243,7 @@ fn judge(raw: &RawForward, err: &mut dyn FnMut(Range<usize>, String)) -> Option<
             if let Some(v) = v {
                 err(
                     v.span.clone(),
-                    format!("`{name}` applies only with `transport = \"tls\"`"),
+                    format!("`{name}` applies only with `transport = \"tls\"` or `\"relp-tls\"`"),
                 );
                 ok = false;
             }
@@ -219,7 +251,10 @@ fn judge(raw: &RawForward, err: &mut dyn FnMut(Range<usize>, String)) -> Option<
     } else if raw.ca.is_none() {
         err(
             raw.span.clone(),
-            "`transport = \"tls\"` needs `ca`: the PEM file of the CA the collector's certificate chains to".into(),
+            format!(
+                "`transport = \"{}\"` needs `ca`: the PEM file of the CA the collector's certificate chains to",
+                transport.as_str()
+            ),
         );
         ok = false;
     }
@@ -335,7 +370,23 @@ mod tests {
         assert!(
             diagnostics.iter().any(|d| d
                 .message
-                .contains("\"tcp\", \"tls\" or \"relp\", found \"rlep\"")),
+                .contains("\"tcp\", \"tls\", \"relp\" or \"relp-tls\", found \"rlep\"")),
+            "{diagnostics:?}"
+        );
+        // RELP inside TLS takes the TLS keys, and needs the CA as tls does.
+        let loaded = compile("transport = \"relp-tls\"\nca = \"/ca.pem\"\n").expect("relp-tls");
+        let forward = loaded.policy.forward().expect("forwarding configured");
+        assert_eq!(forward.transport, Transport::RelpTls);
+        assert!(forward.transport.is_tls() && forward.transport.is_relp());
+        let Err(crate::LoadError::Invalid { diagnostics, .. }) =
+            compile("transport = \"relp-tls\"\n")
+        else {
+            panic!("relp-tls without a CA is refused");
+        };
+        assert!(
+            diagnostics
+                .iter()
+                .any(|d| d.message.contains("`transport = \"relp-tls\"` needs `ca`")),
             "{diagnostics:?}"
         );
     }

@@ -25,7 +25,7 @@ pub struct Conn {
     /// the TLS handshake: TLS records as they go on the wire), so that this
     /// minus the send queue is what the collector's TCP stack acknowledged.
     written: u64,
-    /// The RELP session, with `transport = "relp"`.
+    /// The RELP session, with `transport = "relp"` or `"relp-tls"`.
     relp: Option<relp::Session>,
 }
 
@@ -62,7 +62,7 @@ impl Conn {
         tcp.set_nodelay(true)?;
         let stream = match cfg.transport {
             Transport::Tcp | Transport::Relp => Stream::Tcp(tcp),
-            Transport::Tls => {
+            Transport::Tls | Transport::RelpTls => {
                 let config = tls_config(cfg)?;
                 let name = ServerName::try_from(cfg.server_name.clone())
                     .with_context(|| format!("server name {:?}", cfg.server_name))?;
@@ -98,7 +98,7 @@ impl Conn {
             written: 0,
             relp: None,
         };
-        if cfg.transport == Transport::Relp {
+        if cfg.transport.is_relp() {
             conn.open_relp(cfg)?;
         }
         Ok(conn)

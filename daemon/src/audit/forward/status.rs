@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::cursor::Cursor;
-use metalift_policy::forward::{Forward, Transport};
+use metalift_policy::forward::Forward;
 
 /// What the forwarder is doing now.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -12,7 +12,7 @@ pub struct ForwarderStatus {
     pub configured: bool,
     /// The collector's `host:port`.
     pub address: Option<String>,
-    /// `tcp`, `tls` or `relp`.
+    /// `tcp`, `tls`, `relp` or `relp-tls`.
     pub transport: Option<String>,
     /// Whether a connection is open now.
     pub connected: bool,
@@ -68,14 +68,7 @@ impl ForwarderStatus {
             configured: config.is_some(),
             address: config.map(|c| c.address.clone()),
             max_delay_seconds: config.map(|c| c.max_delay_seconds),
-            transport: config.map(|c| {
-                match c.transport {
-                    Transport::Tcp => "tcp",
-                    Transport::Tls => "tls",
-                    Transport::Relp => "relp",
-                }
-                .to_owned()
-            }),
+            transport: config.map(|c| c.transport.as_str().to_owned()),
             ..ForwarderStatus::default()
         }
     }
