@@ -175,6 +175,8 @@ fn assert_exact(env: &Env, runs: &mut Vec<(String, u64)>, daemon_runs: usize, go
         "records delivered ({delivered}) + the latest forward_gap total ({total}) = records \
          written ({written})"
     );
+    let status = env.status().forwarder.expect("a forwarder");
+    assert_eq!(status.gap_records, total, "status says the same total");
 }
 
 #[test]
@@ -230,5 +232,99 @@ fn an_outage_longer_than_the_retention_is_counted_exactly_across_a_kill_9() {
     let mut got = Received::default();
     collect(&env, port, &AtomicBool::new(true), Duration::ZERO, &mut got);
     assert_exact(&env, &mut runs, 2, &got);
+    drop(daemon);
+}
+
+/// Whether the daemon's forwarder thread is blocked in a write to its socket
+/// now (Linux: `/proc/<pid>/task/<tid>/syscall` names the system call a
+/// sleeping thread is in; the test started the daemon, so it may read it).
+fn forwarder_blocked_in_write(pid: u32) -> bool {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("the daemon's threads");
+    for task in tasks.flatten() {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if comm.trim() != "audit-forward" {
+            continue;
+        }
+        let syscall = std::fs::read_to_string(task.path().join("syscall")).unwrap_or_default();
+        let number: Option<i64> = syscall
+            .split_whitespace()
+            .next()
+            .and_then(|n| n.parse().ok());
+        return number.is_some_and(|n| n == libc::SYS_write || n == libc::SYS_sendto);
+    }
+    panic!("no audit-forward thread in metaliftd {pid}");
+}
+
+/// A listener whose connections take only a few KiB before the sender blocks.
+fn small_window_listener(port: u16) -> TcpListener {
+    use std::os::fd::AsRawFd;
+    let listener = TcpListener::bind(("127.0.0.1", port)).unwrap();
+    let size: libc::c_int = 4096;
+    // SAFETY: a valid socket descriptor held by `listener`, and a pointer to a
+    // c_int with its size, as setsockopt(SO_RCVBUF) takes.
+    let rc = unsafe {
+        libc::setsockopt(
+            listener.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            std::ptr::from_ref(&size).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
+    listener
+}
+
+fn check_ins(socket: &Path, n: usize) {
+    for _ in 0..n {
+        let mut client = Client::connect(socket, GUARD).expect("connect");
+        client
+            .check_in(&CheckIn {
+                shim_version: "test".into(),
+                arch: std::env::consts::ARCH.into(),
+                claimed_executable: None,
+                job: None,
+            })
+            .expect("a verdict");
+    }
+}
+
+/// Issue 42: `status` showed 67 KB behind while the forwarder was about 2.6 MB
+/// behind, its write to a collector that did not read blocked (the figure was
+/// the last round's).
+#[test]
+fn while_a_write_to_the_collector_blocks_status_counts_every_record_written_since_as_behind() {
+    let _serial = serial();
+    let env = Env::new();
+    let port = free_port();
+    let listener = small_window_listener(port);
+    env.policy(&format!("address = \"127.0.0.1:{port}\""));
+    let daemon = env.start(1 << 30);
+    // Takes the connection and never reads.
+    let (_conn, _) = listener.accept().expect("the forwarder connects");
+    let start = Instant::now();
+    while !forwarder_blocked_in_write(daemon.pid()) {
+        assert!(
+            start.elapsed() < GUARD,
+            "the forwarder's write never blocked"
+        );
+        check_ins(&env.socket(), 20);
+    }
+    let size = || std::fs::metadata(env.log()).unwrap().len();
+    let (b0, s0) = (env.status().forwarder.unwrap().bytes_behind, size());
+    check_ins(&env.socket(), 50);
+    let (b1, s1) = (env.status().forwarder.unwrap().bytes_behind, size());
+    // Still the same write (it times out after 5 s without progress: the 50
+    // check-ins take well under that).
+    assert!(forwarder_blocked_in_write(daemon.pid()));
+    println!(
+        "blocked: {b0} then {b1} bytes behind; the log grew {} bytes",
+        s1 - s0
+    );
+    assert_eq!(
+        b1 - b0,
+        s1 - s0,
+        "every byte written while the write blocks is behind ({b0} then {b1})"
+    );
     drop(daemon);
 }

@@ -47,7 +47,8 @@ pub struct Gaps {
     path: PathBuf,
     /// The live file's path (rotated files are numbered after it).
     log: PathBuf,
-    /// The writer's `keep`: which file rotation deletes.
+    /// The writer's `keep`: which file rotation deletes, and the files
+    /// `bytes_behind` walks.
     keep: usize,
     /// A std `Mutex`: held by the writer for one rotation's count, save and
     /// renames, by the forwarder for one `fstat` per batch; never across an await.
@@ -255,6 +256,22 @@ impl Gaps {
         } else {
             rotated_path(&self.log, self.keep)
         }
+    }
+
+    /// Bytes of the log not claimed by the forwarder, from the files as they are
+    /// now: right while a write to the collector blocks, as the files grow.
+    #[must_use]
+    pub fn bytes_behind(&self) -> u64 {
+        let sent = self.lock().sent;
+        // Newest first; sum until the claimed file.
+        let mut behind = 0;
+        for (_, meta) in log_files(&self.log, self.keep) {
+            match sent {
+                Some(c) if c.is_file(&meta) => return behind + meta.len().saturating_sub(c.offset),
+                _ => behind += meta.len(),
+            }
+        }
+        behind
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {

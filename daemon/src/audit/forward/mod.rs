@@ -53,6 +53,7 @@ pub use backoff::MAX_BACKOFF;
 use conn::Conn;
 use cursor::{Cursor, SaveSchedule};
 use deliver::{check, close_ours, lost};
+use gaps::Gaps;
 use source::{Batch, Source};
 pub use status::ForwarderStatus;
 use window::Window;
@@ -76,13 +77,26 @@ pub struct Shared {
     /// The open connection's socket, for [`Shared::abort`]; `None` when not
     /// connected (a handle kept past its connection would keep the socket open).
     abort: Mutex<Option<std::net::TcpStream>>,
+    /// The log's gap count and claimed position (`None` in a default `Shared`):
+    /// `status` reads `bytes_behind` and the gap total there, not from the
+    /// last round (which a write blocked on the collector holds up).
+    gaps: Option<Arc<Gaps>>,
 }
 
 impl Shared {
-    /// The forwarder now, for `metalift status`.
+    /// The forwarder now, for `metalift status`: `bytes_behind` from the log's
+    /// files as they are now (right while a write to the collector blocks), and
+    /// the records rotated away unsent.
     #[must_use]
     pub fn status(&self) -> ForwarderStatus {
-        self.lock().clone()
+        let mut status = self.lock().clone();
+        if let (Some(gaps), true) = (&self.gaps, status.configured) {
+            status.bytes_behind = gaps.bytes_behind();
+            // What is not sent is not delivered either (the round's figure may be older).
+            status.undelivered_bytes = status.undelivered_bytes.max(status.bytes_behind);
+            status.gap_records = gaps.total();
+        }
+        status
     }
 
     /// Asks the thread to stop (after its current write).
@@ -133,7 +147,10 @@ pub fn spawn(
     audit
         .gaps()
         .set_forwarding(store.current().policy.forward().is_some());
-    let shared = Arc::new(Shared::default());
+    let shared = Arc::new(Shared {
+        gaps: Some(Arc::clone(audit.gaps())),
+        ..Shared::default()
+    });
     let thread = {
         let shared = Arc::clone(&shared);
         std::thread::Builder::new()
