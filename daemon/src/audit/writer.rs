@@ -133,10 +133,7 @@ impl AuditLog {
                     source,
                 })?;
         }
-        let gaps = Gaps::open(path, rotation.keep).map_err(|source| AuditError::Open {
-            path: path.to_owned(),
-            source,
-        })?;
+        let gaps = Gaps::open(path, rotation.keep);
         let live = open_live(path)?;
         let log = AuditLog {
             path: path.to_owned(),

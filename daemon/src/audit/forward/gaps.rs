@@ -106,19 +106,26 @@ impl Gaps {
     /// The gaps of the log at `log` (rotated with `keep` files): the saved total,
     /// and the saved forwarding cursor as the claimed position (what a restarted
     /// forwarder sends from). Counting is on when a forwarder ran with this log
-    /// (its cursor exists) until [`Gaps::set_forwarding`] says otherwise. An
-    /// unreadable state is an error: starting over from 0 would lower the total.
-    pub fn open(log: &Path, keep: usize) -> io::Result<Gaps> {
+    /// (its cursor exists) until [`Gaps::set_forwarding`] says otherwise.
+    ///
+    /// Neither file stops the log from opening (that would stop every verdict):
+    /// an unreadable cursor is no cursor, as the forwarder takes it (it sends
+    /// from the oldest file); an unreadable total starts from 0, said loudly.
+    /// Both are written only by rename, so only something else breaks them.
+    #[must_use]
+    pub fn open(log: &Path, keep: usize) -> Gaps {
         let path = log.with_file_name(STATE_FILE);
-        let (total, recorded) = load(&path)?;
-        let saved = cursor::load(&cursor::path_for(log)).map_err(|e| {
-            io::Error::new(
-                e.kind(),
-                format!("{}: {e}", cursor::path_for(log).display()),
-            )
-        })?;
+        let (total, recorded) = load(&path).unwrap_or_else(|error| {
+            tracing::error!(%error, "the forwarding gap total is unreadable: counting from 0");
+            (0, 0)
+        });
+        let cursor_path = cursor::path_for(log);
+        let saved = cursor::load(&cursor_path).unwrap_or_else(|error| {
+            tracing::error!(%error, path = %cursor_path.display(), "the forwarding cursor is unreadable");
+            None
+        });
         let sent = saved.filter(|c| log_files(log, keep).iter().any(|(_, m)| c.is_file(m)));
-        Ok(Gaps {
+        Gaps {
             path,
             log: log.to_owned(),
             keep,
@@ -128,7 +135,7 @@ impl Gaps {
                 total,
                 recorded,
             }),
-        })
+        }
     }
 
     /// Whether records are owed to a collector from now on.
@@ -432,6 +439,16 @@ mod tests {
             !audit.gaps().claim(&live, id, two as u64 + 1),
             "a deleted file is counted: nothing more of it may be sent"
         );
+    }
+
+    #[test]
+    fn a_torn_cursor_or_total_does_not_stop_the_log_from_opening() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("forward.cursor"), "7 9").unwrap();
+        std::fs::write(dir.path().join(STATE_FILE), "x").unwrap();
+        let audit = log(dir.path(), 1);
+        audit.append(&stop_record()).unwrap();
+        assert_eq!(audit.gaps().total(), 0);
     }
 
     #[test]

@@ -427,7 +427,7 @@ mod tests {
         let log = dir.path().join("audit.jsonl");
         append(&rotated_path(&log, 1), 2);
         append(&log, 3);
-        let gaps = Arc::new(Gaps::open(&log, 5).unwrap());
+        let gaps = Arc::new(Gaps::open(&log, 5));
         let (mut source, found) = Source::open(&log, 5, None, Arc::clone(&gaps)).unwrap();
         assert!(found);
         assert_eq!(source.records_behind(), 5, "both files");
