@@ -135,20 +135,25 @@ impl AuditLog {
         }
         let gaps = Gaps::open(path, rotation.keep);
         let live = open_live(path)?;
-        let log = AuditLog {
+        Ok(AuditLog {
             path: path.to_owned(),
             rotation,
             live: Mutex::new(live),
             stamper: Stamper::new(),
             gaps: Arc::new(gaps),
-        };
-        // Killed between a deletion's count and its forward_gap record: the
-        // record is written now (the total was saved before the deletion).
-        if let Some(counted) = log.gaps.unrecorded() {
-            let mut live = log.lock();
-            log.append_gap(&mut live, &counted);
+        })
+    }
+
+    /// The daemon's writer takes over the gap count ([`Gaps::resume`]): a
+    /// daemon killed between a deletion's count and its `forward_gap` record
+    /// has the record written now (the total was saved before the deletion).
+    /// Only the daemon calls this: another writer (`metalift verify`) counts
+    /// nothing.
+    pub fn resume_gaps(&self) {
+        if let Some(counted) = self.gaps.resume() {
+            let mut live = self.lock();
+            self.append_gap(&mut live, &counted);
         }
-        Ok(log)
     }
 
     /// The count of records rotated away unsent, shared with the forwarder.

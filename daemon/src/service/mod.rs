@@ -103,6 +103,7 @@ async fn serve(
     let _log_lock = crate::audit::log_lock::acquire(&config.audit_log)
         .map_err(anyhow::Error::new)
         .context(StartFailure::AuditLog)?;
+    audit.resume_gaps();
     audit
         .append(&Record::DaemonStart {
             time: std::time::SystemTime::now(),

@@ -58,15 +58,19 @@ pub struct Gaps {
 #[derive(Debug)]
 struct Inner {
     /// Whether records are owed to a collector (`[audit.forward]` is live): with
-    /// no forwarder nothing is counted.
+    /// no forwarder nothing is counted. Off until the daemon says (a writer
+    /// that is not the daemon, `metalift verify`, never counts).
     forwarding: bool,
+    /// Whether a forwarder ran with this log (its cursor exists): what
+    /// [`Gaps::resume`] turns counting on by, until the policy is loaded.
+    forwarded_before: bool,
     /// Where the forwarder has claimed up to; `None` when nothing in the log's
     /// files was sent (no claim yet, or the file it was in was deleted).
     sent: Option<Cursor>,
     /// Records rotated away unsent since the log began (durable).
     total: u64,
-    /// The `total` the last `forward_gap` record written said (durable with the
-    /// next save): less than `total` after a crash between the save and the record.
+    /// The `total` the last `forward_gap` record written said (durable): less
+    /// than `total` after a crash between the save and the record.
     recorded: u64,
 }
 
@@ -105,8 +109,8 @@ pub enum GapError {
 impl Gaps {
     /// The gaps of the log at `log` (rotated with `keep` files): the saved total,
     /// and the saved forwarding cursor as the claimed position (what a restarted
-    /// forwarder sends from). Counting is on when a forwarder ran with this log
-    /// (its cursor exists) until [`Gaps::set_forwarding`] says otherwise.
+    /// forwarder sends from). Nothing is counted until [`Gaps::resume`] or
+    /// [`Gaps::set_forwarding`].
     ///
     /// Neither file stops the log from opening (that would stop every verdict):
     /// an unreadable cursor is no cursor, as the forwarder takes it (it sends
@@ -130,12 +134,27 @@ impl Gaps {
             log: log.to_owned(),
             keep,
             inner: Mutex::new(Inner {
-                forwarding: saved.is_some(),
+                forwarding: false,
+                forwarded_before: saved.is_some(),
                 sent,
                 total,
                 recorded,
             }),
         }
+    }
+
+    /// The daemon's writer takes over: counting is on if a forwarder ran with
+    /// this log (until the loaded policy says, [`Gaps::set_forwarding`]), and a
+    /// deletion counted and saved whose `forward_gap` record was never written
+    /// (the daemon was killed in between) is returned, to be written now.
+    pub fn resume(&self) -> Option<Counted> {
+        let mut inner = self.lock();
+        inner.forwarding = inner.forwarded_before;
+        (inner.recorded < inner.total).then(|| Counted {
+            file: self.doomed_name().display().to_string(),
+            records: inner.total - inner.recorded,
+            total: inner.total,
+        })
     }
 
     /// Whether records are owed to a collector from now on.
@@ -236,22 +255,16 @@ impl Gaps {
         Ok((counted, deleted))
     }
 
-    /// Notes that a `forward_gap` record saying `total` is in the log.
+    /// Notes (durably) that a `forward_gap` record saying `total` is in the
+    /// log, so a restart does not write it again. A failed save is logged: the
+    /// restart then writes one more `forward_gap` with the same total (a record
+    /// like any other, so the sums still hold).
     pub fn recorded(&self, total: u64) {
         let mut inner = self.lock();
         inner.recorded = inner.recorded.max(total);
-    }
-
-    /// A deletion counted and saved whose `forward_gap` record was never written
-    /// (the daemon was killed in between): the record to write now.
-    #[must_use]
-    pub fn unrecorded(&self) -> Option<Counted> {
-        let inner = self.lock();
-        (inner.recorded < inner.total).then(|| Counted {
-            file: self.doomed_name().display().to_string(),
-            records: inner.total - inner.recorded,
-            total: inner.total,
-        })
+        if let Err(error) = save(&self.path, inner.total, inner.recorded) {
+            tracing::error!(%error, path = %self.path.display(), "cannot save the forwarding gap total");
+        }
     }
 
     /// The name of the file rotation deletes: the oldest rotated one, or with
@@ -449,6 +462,45 @@ mod tests {
         let audit = log(dir.path(), 1);
         audit.append(&stop_record()).unwrap();
         assert_eq!(audit.gaps().total(), 0);
+    }
+
+    #[test]
+    fn a_restart_writes_a_gap_record_only_for_a_count_saved_without_its_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let gap_records = |audit: &AuditLog| {
+            records(audit.path())
+                .iter()
+                .filter(|r| r["kind"] == "forward_gap")
+                .count()
+        };
+        let audit = log(dir.path(), 1);
+        audit.gaps().set_forwarding(true);
+        for _ in 0..40 {
+            audit.append(&stop_record()).unwrap();
+        }
+        let total = audit.gaps().total();
+        assert!(total > 0);
+        let before = gap_records(&audit);
+        drop(audit);
+        let audit = log(dir.path(), 1);
+        audit.resume_gaps();
+        assert_eq!(gap_records(&audit), before, "every count was recorded");
+        drop(audit);
+
+        // Killed after saving a total of total + 4, before its record.
+        std::fs::write(
+            dir.path().join(STATE_FILE),
+            format!("{} {total}\n", total + 4),
+        )
+        .unwrap();
+        let audit = log(dir.path(), 1);
+        audit.resume_gaps();
+        let last = records(audit.path()).pop().unwrap();
+        assert_eq!(last["kind"], "forward_gap");
+        assert_eq!(
+            (last["records"].as_u64(), last["total"].as_u64()),
+            (Some(4), Some(total + 4))
+        );
     }
 
     #[test]
