@@ -22,9 +22,12 @@
 //! collector, distinct records delivered + the latest `total` = records written.
 //!
 //! The cost falls on the verdict path only at a rotation that deletes records
-//! still owed: one read of the doomed file from the claimed position and one
-//! `fsync`, under the writer's lock. A rotation that deletes a file wholly
-//! sent opens and `fstat`s it, nothing more.
+//! still owed: one read of the doomed file from the claimed position and two
+//! small saves (the total before the deletion, then that its `forward_gap`
+//! record is written), under the writer's lock. A rotation that deletes a file
+//! wholly sent opens and `fstat`s it, nothing more. Only the daemon's writer
+//! counts ([`Gaps::resume`]): another writer of the log (`metalift verify`)
+//! opens its own `Gaps` and never turns counting on.
 
 use std::fs::File;
 use std::io;
