@@ -16,33 +16,14 @@ use serde_json::Value;
 
 #[path = "forward_support/mod.rs"]
 mod support;
-use support::{free_port, reloads, serial, Env, GUARD};
+use support::{free_port, reloads, serial, take_records, Env, GUARD};
 
-/// The record ids in `buf`'s whole RFC 6587 octet-counted frames, consumed from
-/// it (a partial frame stays).
+/// The record ids in `buf`'s whole frames, consumed from it.
 fn take_frames(buf: &mut Vec<u8>) -> Vec<String> {
-    let mut ids = Vec::new();
-    loop {
-        let Some(sp) = buf.iter().position(|&b| b == b' ') else {
-            return ids;
-        };
-        let len: usize = std::str::from_utf8(&buf[..sp])
-            .ok()
-            .and_then(|l| l.parse().ok())
-            .unwrap_or_else(|| panic!("not a frame length: {:?}", String::from_utf8_lossy(buf)));
-        if buf.len() < sp + 1 + len {
-            return ids;
-        }
-        let msg = buf[sp + 1..sp + 1 + len].to_vec();
-        buf.drain(..sp + 1 + len);
-        // <PRI>1 TIME HOST APP PROCID MSGID SD JSON
-        let json = msg
-            .splitn(8, |&b| b == b' ')
-            .nth(7)
-            .expect("a message with a JSON body");
-        let v: Value = serde_json::from_slice(json).expect("the body is the record");
-        ids.push(v["id"].as_str().expect("a record id").to_owned());
-    }
+    take_records(buf)
+        .into_iter()
+        .map(|v| v["id"].as_str().expect("a record id").to_owned())
+        .collect()
 }
 
 fn local_ids(env: &Env) -> Vec<String> {

@@ -210,13 +210,19 @@ pub fn row(out: &mut dyn Write, r: &Record, rule: Option<&str>) -> io::Result<()
                 }
             ),
         ),
-        Record::ForwardGap { file, records, .. } => (
+        Record::ForwardGap {
+            file,
+            records,
+            total,
+            ..
+        } => (
             None,
             None,
             dash(),
             format!(
-                "not forwarded: {} records of {file}",
-                records.map_or_else(|| "uncounted".to_owned(), |n| n.to_string())
+                "not forwarded: {} records of {file}{}",
+                records.map_or_else(|| "uncounted".to_owned(), |n| n.to_string()),
+                total.map_or_else(String::new, |t| format!(" ({t} since the log began)"))
             ),
         ),
     };

@@ -31,7 +31,7 @@ pub struct FileId {
 }
 
 impl FileId {
-    fn of(meta: &std::fs::Metadata) -> FileId {
+    pub(crate) fn of(meta: &std::fs::Metadata) -> FileId {
         FileId {
             dev: meta.dev(),
             ino: meta.ino(),

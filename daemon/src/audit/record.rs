@@ -124,18 +124,27 @@ pub enum Record {
         pid: u32,
     },
     /// Records rotated away before the forwarder sent them (`[audit.forward]`):
-    /// a gap in what the collector has, never silent.
+    /// a gap in what the collector has, never silent. Written by the log itself
+    /// as the first record of the fresh file, right after the rotation that
+    /// deleted them (`forward/gaps.rs`).
     ForwardGap {
-        /// When the forwarder found the gap.
+        /// When the records were deleted.
         #[serde(with = "rfc3339")]
         #[schemars(with = "String", description = "RFC 3339, UTC, microseconds")]
         time: SystemTime,
-        /// The rotated file's last name, or `device:inode` when it was gone before
-        /// the forwarder opened it (rotated away while the daemon was stopped).
+        /// The deleted file's name (the oldest rotated file, `audit.jsonl.<keep>`;
+        /// with `keep = 0` the live file's name). From older daemons also
+        /// `device:inode`.
         file: String,
-        /// Whole records in it never sent; `null` when the file was gone before it
-        /// could be counted.
+        /// Whole records in it never sent; `null` only from older daemons (a file
+        /// gone before it could be counted).
         records: Option<u64>,
+        /// Every record rotated away unsent since the log began, this gap's
+        /// included (`forward_gap` records rotated away unsent too): records a
+        /// collector has + the latest `total` = records written. Absent from
+        /// older daemons' records.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        total: Option<u64>,
     },
 }
 

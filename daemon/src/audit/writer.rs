@@ -4,9 +4,10 @@ use std::fs::{DirBuilder, File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::SystemTime;
 
+use super::forward::gaps::{Counted, Gaps};
 use super::record::Record;
 use super::rotation::{self, Rotation};
 use super::stamp::Stamper;
@@ -39,6 +40,9 @@ pub struct AuditLog {
     stamper: Stamper,
     /// The last error reading the instance file, said once ([`AuditLog::refresh_instance`]).
     instance_error: Mutex<Option<String>>,
+    /// Records a rotation deletes before the forwarder sent them, counted as it
+    /// deletes them (shared with the forwarder, which claims what it sends there).
+    gaps: Arc<Gaps>,
 }
 
 /// The file records are appended to now.
@@ -131,6 +135,7 @@ impl AuditLog {
                     source,
                 })?;
         }
+        let gaps = Gaps::open(path, rotation.keep);
         let live = open_live(path)?;
         Ok(AuditLog {
             path: path.to_owned(),
@@ -138,7 +143,26 @@ impl AuditLog {
             live: Mutex::new(live),
             stamper: Stamper::new(),
             instance_error: Mutex::new(None),
+            gaps: Arc::new(gaps),
         })
+    }
+
+    /// The daemon's writer takes over the gap count ([`Gaps::resume`]): a
+    /// daemon killed between a deletion's count and its `forward_gap` record
+    /// has the record written now (the total was saved before the deletion).
+    /// Only the daemon calls this: another writer (`metalift verify`) counts
+    /// nothing.
+    pub fn resume_gaps(&self) {
+        if let Some(counted) = self.gaps.resume() {
+            let mut live = self.lock();
+            self.append_gap(&mut live, &counted);
+        }
+    }
+
+    /// The count of records rotated away unsent, shared with the forwarder.
+    #[must_use]
+    pub fn gaps(&self) -> &Arc<Gaps> {
+        &self.gaps
     }
 
     /// The live file's path.
@@ -281,12 +305,23 @@ impl AuditLog {
     fn append_locked(&self, live: &mut LiveFile, line: &[u8]) -> Result<(), AuditError> {
         if self.rotation.needs_rotation(live.size, line.len() as u64) {
             match self.rotate(live) {
-                Ok(()) => {}
-                Err(error) => tracing::error!(
-                    path = %self.path.display(),
-                    %error,
-                    "audit log rotation failed; appending to the current file"
-                ),
+                (None, Ok(())) => {}
+                // First in the fresh file: after every record the deleted file
+                // held, before this one. The line goes in after it even if the
+                // two make the file larger than max_bytes: rotating again here
+                // could delete the gap record itself.
+                (Some(counted), Ok(())) => self.append_gap(live, &counted),
+                (counted, Err(error)) => {
+                    // A rename after the deletion failed: the gap is still said.
+                    if let Some(counted) = counted {
+                        self.append_gap(live, &counted);
+                    }
+                    tracing::error!(
+                        path = %self.path.display(),
+                        %error,
+                        "audit log rotation failed; appending to the current file"
+                    );
+                }
             }
         }
         let written = write_once(&live.file, line).map_err(|source| AuditError::Write {
@@ -313,20 +348,53 @@ impl AuditLog {
         Ok(())
     }
 
-    /// Moves the live file to `.1` (shifting older ones) and opens a fresh one.
-    fn rotate(&self, live: &mut LiveFile) -> Result<(), AuditError> {
+    /// Writes the `forward_gap` record of a deletion (into a file that is never
+    /// rotated by it: the fresh one, or the one just opened). A record that
+    /// cannot be written leaves the deletion unrecorded: the next start writes it.
+    fn append_gap(&self, live: &mut LiveFile, counted: &Counted) {
+        tracing::error!(file = %counted.file, records = counted.records, total = counted.total,
+            "audit records rotated away before they were forwarded");
+        let record = Record::ForwardGap {
+            time: SystemTime::now(),
+            file: counted.file.clone(),
+            records: Some(counted.records),
+            total: Some(counted.total),
+        };
+        let written = self
+            .stamper
+            .line(&record)
+            .map_err(AuditError::Serialize)
+            .and_then(|line| self.append_locked(live, &line));
+        match written {
+            Ok(()) => self.gaps.recorded(counted.total),
+            Err(error) => tracing::error!(%error, "cannot record a forwarding gap"),
+        }
+    }
+
+    /// Moves the live file to `.1` (shifting older ones, deleting the oldest)
+    /// and opens a fresh one. The records the deletion takes before the
+    /// forwarder sent them are counted first ([`Gaps::delete`]): `Some` then.
+    fn rotate(&self, live: &mut LiveFile) -> (Option<Counted>, Result<(), AuditError>) {
         let rotate_err = |source| AuditError::Rotate {
             path: self.path.clone(),
             source,
         };
-        rotation::shift(&self.path, self.rotation.keep).map_err(rotate_err)?;
-        let fresh = open_live(&self.path)?;
-        *live = LiveFile {
-            last_failure: live.last_failure.take(),
-            lost: live.lost.take(),
-            ..fresh
+        let (counted, shifted) = match self.gaps.delete(&self.gaps.doomed_name(), || {
+            rotation::shift(&self.path, self.rotation.keep)
+        }) {
+            Ok(done) => done,
+            Err(error) => return (None, Err(rotate_err(io::Error::other(error)))),
         };
-        Ok(())
+        let reopened = shifted.map_err(rotate_err).and_then(|()| {
+            let fresh = open_live(&self.path)?;
+            *live = LiveFile {
+                last_failure: live.last_failure.take(),
+                lost: live.lost.take(),
+                ..fresh
+            };
+            Ok(())
+        });
+        (counted, reopened)
     }
 
     fn lock(&self) -> MutexGuard<'_, LiveFile> {

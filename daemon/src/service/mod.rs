@@ -105,6 +105,7 @@ async fn serve(
         .context(StartFailure::AuditLog)?;
     // The clone's name, before the first record (the watcher reads it again).
     audit.refresh_instance(&crate::audit::host::instance_path(&config.policy));
+    audit.resume_gaps();
     audit
         .append(&Record::DaemonStart {
             time: std::time::SystemTime::now(),

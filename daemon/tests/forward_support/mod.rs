@@ -152,6 +152,32 @@ impl Env {
     }
 }
 
+/// The records in `buf`'s whole RFC 6587 octet-counted frames (RFC 5424
+/// messages with the record's JSON as MSG), consumed from it (a partial frame stays).
+pub fn take_records(buf: &mut Vec<u8>) -> Vec<serde_json::Value> {
+    let mut records = Vec::new();
+    loop {
+        let Some(sp) = buf.iter().position(|&b| b == b' ') else {
+            return records;
+        };
+        let len: usize = std::str::from_utf8(&buf[..sp])
+            .ok()
+            .and_then(|l| l.parse().ok())
+            .unwrap_or_else(|| panic!("not a frame length: {:?}", String::from_utf8_lossy(buf)));
+        if buf.len() < sp + 1 + len {
+            return records;
+        }
+        let msg = buf[sp + 1..sp + 1 + len].to_vec();
+        buf.drain(..sp + 1 + len);
+        // <PRI>1 TIME HOST APP PROCID MSGID SD JSON
+        let json = msg
+            .splitn(8, |&b| b == b' ')
+            .nth(7)
+            .expect("a message with a JSON body");
+        records.push(serde_json::from_slice(json).expect("the body is the record"));
+    }
+}
+
 /// Makes the daemon write `n` `policy_loaded` records (one SIGHUP each).
 pub fn reloads(env: &Env, daemon: &ScratchDaemon, n: usize) {
     let pid = rustix::process::Pid::from_raw(daemon.pid() as i32).unwrap();

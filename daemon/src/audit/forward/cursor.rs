@@ -69,6 +69,16 @@ pub fn load(path: &Path) -> io::Result<Option<Cursor>> {
 
 /// Saves `cursor` durably (see the module's note on crashes).
 pub fn save(path: &Path, cursor: Cursor) -> io::Result<()> {
+    save_atomically(
+        path,
+        format!("{} {} {}\n", cursor.dev, cursor.ino, cursor.offset).as_bytes(),
+    )
+}
+
+/// Replaces the file at `path` with `contents` so that a crash leaves the old
+/// contents or the new, never a torn file: written to `<path>.tmp`, `fsync`'d,
+/// renamed over `path` (the forwarder's cursor, and the gap total of `gaps.rs`).
+pub(crate) fn save_atomically(path: &Path, contents: &[u8]) -> io::Result<()> {
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(".tmp");
     let tmp = PathBuf::from(tmp);
@@ -78,7 +88,7 @@ pub fn save(path: &Path, cursor: Cursor) -> io::Result<()> {
         .truncate(true)
         .mode(0o640)
         .open(&tmp)?;
-    writeln!(file, "{} {} {}", cursor.dev, cursor.ino, cursor.offset)?;
+    file.write_all(contents)?;
     file.sync_data()?;
     std::fs::rename(&tmp, path)
 }

@@ -42,6 +42,12 @@ pub(super) fn send(st: &mut State, config: &Forward) -> Result<Sent, String> {
     let (Some(conn), Some(source)) = (conn.as_mut(), source.as_mut()) else {
         return Ok(Sent::default());
     };
+    // Claimed with the writer before a byte of it is written: a batch from a
+    // file the writer deleted (and counted) meanwhile is not sent.
+    if !source.claim(batch) {
+        batch.clear();
+        return Ok(Sent::default());
+    }
     let Some(mut mark) = source.sent_mark() else {
         return Ok(Sent::default());
     };

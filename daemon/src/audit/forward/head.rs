@@ -225,6 +225,7 @@ mod tests {
             time: std::time::SystemTime::UNIX_EPOCH,
             file: "audit.jsonl.3".into(),
             records: Some(2),
+            total: Some(2),
         };
         let line = crate::audit::stamp::Stamper::new().line(&record).unwrap();
         let head = scan(&line).expect("kind and time found by the scan");

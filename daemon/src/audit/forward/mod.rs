@@ -6,15 +6,18 @@
 //! [`relp`]; a batch's sending and what is learnt of delivery: `deliver.rs`), keeps what
 //! was sent and is not yet known delivered ([`window`]: sent again when a
 //! connection ends), and saves the delivered position as a durable cursor at most
-//! every [`cursor::SAVE_EVERY`] ([`cursor`]). The writer is
-//! never touched: a verdict and its record never wait for a collector. The thread
-//! polls the file, so nothing is shared with the writer: after a batch that took
+//! every [`cursor::SAVE_EVERY`] ([`cursor`]). A verdict and its record never
+//! wait for a collector. The one thing shared with the writer is [`gaps`]: each
+//! batch is claimed there (one `fstat` under a mutex) before it is sent, so the
+//! writer counts exactly what a rotation deletes unsent, as it deletes it. The
+//! thread polls the file: after a batch that took
 //! everything there was, it waits [`POLL`] before looking again, so under load the
 //! records of that wait go out as one batch (one read, one write to the socket)
 //! instead of a batch of a few records per turn of the loop. It runs at a lower
 //! scheduling priority than the verdict path ([`priority`]).
 //!
 //! - [`status`]: what `metalift status` shows of it (`forwarder`).
+//! - [`gaps`]: records rotation deletes unsent, counted by the writer (`forward_gap`).
 //! - [`send_queue`]: the kernel's unacknowledged bytes (what `audit flush` waits on,
 //!   and what tells the window what the collector's TCP stack has).
 //! - [`backoff`]: when to try a collector again.
@@ -26,6 +29,7 @@ pub mod conn;
 pub mod cursor;
 mod deliver;
 pub mod frame;
+pub mod gaps;
 pub mod head;
 pub mod lag;
 pub mod priority;
@@ -42,14 +46,15 @@ use std::time::{Duration, Instant, SystemTime};
 
 use metalift_policy::forward::Forward;
 
-use crate::audit::{AuditLog, Record};
+use crate::audit::AuditLog;
 use crate::live_policy::store::PolicyStore;
 use backoff::Backoff;
 pub use backoff::MAX_BACKOFF;
 use conn::Conn;
 use cursor::{Cursor, SaveSchedule};
 use deliver::{check, close_ours, lost};
-use source::{Batch, Gap, Source};
+use gaps::Gaps;
+use source::{Batch, Source};
 pub use status::ForwarderStatus;
 use window::Window;
 
@@ -72,13 +77,26 @@ pub struct Shared {
     /// The open connection's socket, for [`Shared::abort`]; `None` when not
     /// connected (a handle kept past its connection would keep the socket open).
     abort: Mutex<Option<std::net::TcpStream>>,
+    /// The log's gap count and claimed position (`None` in a default `Shared`):
+    /// `status` reads `bytes_behind` and the gap total there, not from the
+    /// last round (which a write blocked on the collector holds up).
+    gaps: Option<Arc<Gaps>>,
 }
 
 impl Shared {
-    /// The forwarder now, for `metalift status`.
+    /// The forwarder now, for `metalift status`: `bytes_behind` from the log's
+    /// files as they are now (right while a write to the collector blocks), and
+    /// the records rotated away unsent.
     #[must_use]
     pub fn status(&self) -> ForwarderStatus {
-        self.lock().clone()
+        let mut status = self.lock().clone();
+        if let (Some(gaps), true) = (&self.gaps, status.configured) {
+            status.bytes_behind = gaps.bytes_behind();
+            // What is not sent is not delivered either (the round's figure may be older).
+            status.undelivered_bytes = status.undelivered_bytes.max(status.bytes_behind);
+            status.gap_records = gaps.total();
+        }
+        status
     }
 
     /// Asks the thread to stop (after its current write).
@@ -124,7 +142,15 @@ pub fn spawn(
     store: Arc<PolicyStore>,
     audit: Arc<AuditLog>,
 ) -> std::io::Result<(Arc<Shared>, std::thread::JoinHandle<()>)> {
-    let shared = Arc::new(Shared::default());
+    // Counting from now: records the daemon writes before the thread runs are
+    // owed to the collector too.
+    audit
+        .gaps()
+        .set_forwarding(store.current().policy.forward().is_some());
+    let shared = Arc::new(Shared {
+        gaps: Some(Arc::clone(audit.gaps())),
+        ..Shared::default()
+    });
     let thread = {
         let shared = Arc::clone(&shared);
         std::thread::Builder::new()
@@ -192,6 +218,7 @@ fn run(store: &PolicyStore, audit: &AuditLog, shared: &Shared) {
             st.backoff = Backoff::new(Instant::now());
             *shared.lock() = ForwarderStatus::configured(wanted.as_ref());
             st.lag = lag::Lag::default();
+            audit.gaps().set_forwarding(wanted.is_some());
             st.config = wanted;
         }
         let Some(config) = st.config.clone() else {
@@ -208,22 +235,34 @@ fn run(store: &PolicyStore, audit: &AuditLog, shared: &Shared) {
                     None
                 }
             };
-            match Source::open(audit.path(), audit.rotation().keep, saved) {
-                Ok((source, gaps)) => {
-                    record_gaps(audit, &gaps);
+            match Source::open(
+                audit.path(),
+                audit.rotation().keep,
+                saved,
+                Arc::clone(audit.gaps()),
+            ) {
+                Ok((source, found)) => {
+                    if !found {
+                        tracing::warn!(
+                            "the forwarding cursor's file is gone: forwarding from the oldest file \
+                             (what it held unsent is in the forward_gap total when a forwarder was configured)"
+                        );
+                    }
                     st.source = Some(source);
                 }
                 // Tried again next round; meanwhile nothing is sent.
                 Err(error) => note_error(shared, format!("opening the audit log: {error}")),
             }
         }
-        let round = step(&mut st, &config, audit, shared);
+        // The clone's name may have been given since (the instance file).
+        st.header = frame::Header::of(&audit.host());
+        let round = step(&mut st, &config, shared);
         save_cursor(&mut st, false);
         if !matches!(round, Round::Sent { more: true }) {
             std::thread::sleep(POLL);
         }
     }
-    let deadline = drain(&mut st, audit, shared);
+    let deadline = drain(&mut st, shared);
     close_ours(&mut st, shared, deadline);
     save_cursor(&mut st, true);
 }
@@ -234,7 +273,7 @@ fn run(store: &PolicyStore, audit: &AuditLog, shared: &Shared) {
 /// collector that does not read cannot hold the stop longer: each write may block
 /// only until the deadline. Returns the deadline (what is left of it is for the
 /// collector to acknowledge what was sent, [`close_ours`]).
-fn drain(st: &mut State, audit: &AuditLog, shared: &Shared) -> Instant {
+fn drain(st: &mut State, shared: &Shared) -> Instant {
     let deadline = Instant::now() + STOP_DRAIN;
     while let Some(conn) = st.conn.as_ref() {
         let left = deadline.saturating_duration_since(Instant::now());
@@ -244,7 +283,7 @@ fn drain(st: &mut State, audit: &AuditLog, shared: &Shared) -> Instant {
         let Some(config) = st.config.clone() else {
             break;
         };
-        if matches!(step(st, &config, audit, shared), Round::Idle) {
+        if matches!(step(st, &config, shared), Round::Idle) {
             break;
         }
     }
@@ -272,18 +311,16 @@ fn save_cursor(st: &mut State, now: bool) {
 }
 
 /// One round: pick up rotations, learn what the collector has, send one batch.
-fn step(st: &mut State, config: &Forward, audit: &AuditLog, shared: &Shared) -> Round {
+fn step(st: &mut State, config: &Forward, shared: &Shared) -> Round {
     let Some(source) = st.source.as_mut() else {
         return Round::Idle;
     };
     match source.rescan() {
-        Ok(gaps) => record_gaps(audit, &gaps),
+        Ok(()) => {}
         // The files already held are still sent; the rescan is tried next round.
         Err(error) => note_error(shared, format!("looking for rotated audit files: {error}")),
     }
     check(st, config, shared);
-    // The clone's name may have been given since (the instance file).
-    st.header = frame::Header::of(&audit.host());
     let Some(source) = st.source.as_mut() else {
         return Round::Idle;
     };
@@ -368,18 +405,4 @@ fn note_error(shared: &Shared, error: String) {
     s.connected = false;
     s.last_error = Some(error);
     s.last_error_at = Some(crate::audit::rfc3339::format(SystemTime::now()));
-}
-
-fn record_gaps(audit: &AuditLog, gaps: &[Gap]) {
-    for gap in gaps {
-        tracing::error!(file = %gap.file, records = ?gap.records, "audit records rotated away before they were forwarded");
-        let record = Record::ForwardGap {
-            time: SystemTime::now(),
-            file: gap.file.clone(),
-            records: gap.records,
-        };
-        if let Err(error) = audit.append(&record) {
-            tracing::error!(%error, "cannot record a forwarding gap");
-        }
-    }
 }

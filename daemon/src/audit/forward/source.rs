@@ -1,18 +1,22 @@
 //! The records still to forward, read back from the local audit log: the file the
 //! cursor is in and every newer one, held by the log's [`Chain`] (by descriptor,
 //! opened while walking, so a rename never loses the place). This module keeps what
-//! is the forwarder's own: the cursor, batches, what is behind, and the gaps.
+//! is the forwarder's own: the cursor, batches, what is behind.
 //!
 //! The log is the queue: nothing is buffered in memory beyond one batch, so a
 //! collector that is down for days costs disk the log already has, not memory.
-//! For the same reason a held file that rotation deletes is let go (its unsent
-//! records counted as a gap), not read on: it would hold its disk space.
+//! For the same reason a held file that rotation deletes is let go, not read on:
+//! it would hold its disk space. What it held unsent was counted by the writer
+//! as it deleted it ([`Gaps`]): every batch is claimed there before it is sent.
 
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom};
 use std::path::Path;
 
+use std::sync::Arc;
+
 use super::cursor::Cursor;
+use super::gaps::Gaps;
 use crate::audit::chain::{Chain, FileId};
 
 /// What is counted of a held file for [`Source::records_behind`]: bytes from
@@ -22,16 +26,6 @@ use crate::audit::chain::{Chain, FileId};
 struct Counted {
     counted_to: u64,
     lines: u64,
-}
-
-/// Records rotated away (deleted) before they were forwarded.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Gap {
-    /// The file's last name, or `dev:ino` when it was gone before it was opened.
-    pub file: String,
-    /// Whole records lost; `None` when the file was gone before it could be read
-    /// (rotated away while the daemon was not running).
-    pub records: Option<u64>,
 }
 
 /// What [`Source::next_batch`] found after the cursor.
@@ -98,14 +92,22 @@ pub struct Source {
     offset_lines: Option<u64>,
     /// Where the next batch starts.
     sent: Sent,
+    /// Where each batch is claimed before it is sent, shared with the writer.
+    gaps: Arc<Gaps>,
 }
 
 impl Source {
-    /// Starts at `cursor` (or the oldest file of the log without one). A cursor
-    /// whose file is gone is a gap of unknown size, returned with the source.
-    /// An error opening the log's files (not their absence) is returned: skipping
-    /// a file would skip its records.
-    pub fn open(log: &Path, keep: usize, cursor: Option<Cursor>) -> io::Result<(Source, Vec<Gap>)> {
+    /// Starts at `cursor` (or the oldest file of the log without one); `false`
+    /// with the source when the cursor's file is gone (its unsent records were
+    /// counted by the writer as it deleted them, unless no forwarder was
+    /// configured then: nothing was owed). An error opening the log's files (not
+    /// their absence) is returned: skipping a file would skip its records.
+    pub fn open(
+        log: &Path,
+        keep: usize,
+        cursor: Option<Cursor>,
+        gaps: Arc<Gaps>,
+    ) -> io::Result<(Source, bool)> {
         let mut source = Source {
             held: Chain::open(log, Some(keep))?,
             offset: 0,
@@ -115,55 +117,35 @@ impl Source {
                 offset: 0,
                 lines: Some(0),
             },
+            gaps,
         };
-        let mut gaps = Vec::new();
+        let mut found = true;
         if let Some(c) = cursor {
-            if source.held.start_at(FileId {
+            found = source.held.start_at(FileId {
                 dev: c.dev,
                 ino: c.ino,
-            }) {
+            });
+            if found {
                 source.offset = c.offset;
                 source.offset_lines = None;
-                source.rewind();
-            } else {
-                gaps.push(Gap {
-                    file: format!("{}:{}", c.dev, c.ino),
-                    records: None,
-                });
             }
         }
-        Ok((source, gaps))
+        source.rewind();
+        Ok((source, found))
     }
 
-    /// Picks up files created by rotation since, and turns files deleted before
-    /// they were wholly sent into gaps (counting their records never sent).
+    /// Picks up files created by rotation since, and lets go of files deleted
+    /// (their unsent records were counted by the writer as it deleted them).
     ///
-    /// A deleted file wholly sent but not yet known delivered is let go without a
-    /// gap: it cannot be sent again (the space must be freed), and what it holds
+    /// A deleted file wholly sent but not yet known delivered is let go all the
+    /// same: it cannot be sent again (the space must be freed), and what it holds
     /// did go out; only a connection lost within the same moments loses it.
-    pub fn rescan(&mut self) -> io::Result<Vec<Gap>> {
-        let mut gaps = Vec::new();
+    pub fn rescan(&mut self) -> io::Result<()> {
         let gone = self.held.rescan()?;
         if gone.is_empty() {
-            return Ok(gaps);
+            return Ok(());
         }
-        // The gone files were the front ones, oldest first: index `i` here is
-        // their index in the held files before.
         let dropped = gone.len();
-        for (index, mut gone) in gone.into_iter().enumerate() {
-            let from = match index.cmp(&self.sent.index) {
-                std::cmp::Ordering::Less => continue,
-                std::cmp::Ordering::Equal => self.sent.offset,
-                std::cmp::Ordering::Greater => 0,
-            };
-            let records = count_lines_from(&mut gone.file, from).ok();
-            if records != Some(0) {
-                gaps.push(Gap {
-                    file: gone.name.display().to_string(),
-                    records,
-                });
-            }
-        }
         // The front file changed: nothing of the new one is delivered or sent yet,
         // unless sending was already past the files that went.
         self.offset = 0;
@@ -177,7 +159,27 @@ impl Source {
         } else {
             self.sent.index -= dropped;
         }
-        Ok(gaps)
+        Ok(())
+    }
+
+    /// Claims `batch` (what [`Source::next_batch`] gave) with the writer before
+    /// it is sent: `false` when the file it came from was deleted meanwhile (the
+    /// writer counted it): then sending moves on to the next file and `batch`
+    /// must not be sent.
+    pub fn claim(&mut self, batch: &[u8]) -> bool {
+        let end = self.sent.offset + batch.len() as u64;
+        let Some(held) = self.held.iter().nth(self.sent.index) else {
+            return false;
+        };
+        if self.gaps.claim(&held.file, held.id, end) {
+            return true;
+        }
+        self.sent = Sent {
+            index: self.sent.index + 1,
+            offset: 0,
+            lines: Some(0),
+        };
+        false
     }
 
     /// Up to `max` bytes of whole lines after the sending position, into `buf`
@@ -267,13 +269,17 @@ impl Source {
     }
 
     /// Sends again from the delivered position: what was sent after it may not
-    /// have reached the collector.
+    /// have reached the collector. The writer is told (what it deletes from here
+    /// on counts as unsent).
     pub fn rewind(&mut self) {
         self.sent = Sent {
             index: 0,
             offset: self.offset,
             lines: self.offset_lines,
         };
+        if let Some(front) = self.held.front() {
+            self.gaps.claim(&front.file, front.id, self.offset);
+        }
     }
 
     /// The cursor to save: the front file and the delivered offset.
@@ -373,7 +379,7 @@ fn newlines(bytes: &[u8]) -> u64 {
 }
 
 /// Newlines in `file` from `from` up to `to` (or its end), and where that was.
-fn count_range(file: &mut File, from: u64, to: Option<u64>) -> io::Result<(u64, u64)> {
+pub(crate) fn count_range(file: &mut File, from: u64, to: Option<u64>) -> io::Result<(u64, u64)> {
     file.seek(SeekFrom::Start(from))?;
     let mut buf = vec![0u8; 64 * 1024];
     let (mut n, mut at) = (0u64, from);
@@ -394,11 +400,6 @@ fn count_range(file: &mut File, from: u64, to: Option<u64>) -> io::Result<(u64, 
         n += newlines(&buf[..got]);
         at += got as u64;
     }
-}
-
-/// Newlines in `file` after `offset`.
-fn count_lines_from(file: &mut File, offset: u64) -> io::Result<u64> {
-    count_range(file, offset, None).map(|(n, _)| n)
 }
 
 #[cfg(test)]
@@ -426,8 +427,9 @@ mod tests {
         let log = dir.path().join("audit.jsonl");
         append(&rotated_path(&log, 1), 2);
         append(&log, 3);
-        let (mut source, gaps) = Source::open(&log, 5, None).unwrap();
-        assert!(gaps.is_empty());
+        let gaps = Arc::new(Gaps::open(&log, 5));
+        let (mut source, found) = Source::open(&log, 5, None, Arc::clone(&gaps)).unwrap();
+        assert!(found);
         assert_eq!(source.records_behind(), 5, "both files");
         append(&log, 2);
         assert_eq!(source.records_behind(), 7, "what was written since");
@@ -453,7 +455,7 @@ mod tests {
             ino: live.ino(),
             offset: 2 * b"{\"kind\":\"x\"}\n".len() as u64,
         };
-        let (mut source, _) = Source::open(&log, 5, Some(cursor)).unwrap();
+        let (mut source, _) = Source::open(&log, 5, Some(cursor), gaps).unwrap();
         assert_eq!(
             source.records_behind(),
             4,

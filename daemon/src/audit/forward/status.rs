@@ -18,8 +18,13 @@ pub struct ForwarderStatus {
     pub connected: bool,
     /// Whole records written locally and not yet sent.
     pub records_behind: u64,
-    /// Bytes of the local log not yet sent.
+    /// Bytes of the local log not yet sent (claimed for sending: a batch being
+    /// written counts as sent), read from the files when `status` asks.
     pub bytes_behind: u64,
+    /// Records rotated away before they were sent, since the log began (durable
+    /// across restarts): the latest `forward_gap` record's `total`.
+    #[serde(default)]
+    pub gap_records: u64,
     /// Bytes of the local log not yet known delivered: `bytes_behind` and what
     /// was sent and is in flight (not acknowledged, or over TCP and TLS
     /// acknowledged less than [`super::window::TCP_SETTLE`] ago).
@@ -110,6 +115,12 @@ impl ForwarderStatus {
             self.unacknowledged_bytes
                 .map_or_else(|| "-".to_owned(), |n| format!("{n} bytes")),
         );
+        if self.gap_records > 0 {
+            s += &format!(
+                "  rotated away:   {} records never sent (forward_gap)\n",
+                self.gap_records
+            );
+        }
         if let Some(since) = &self.behind_since {
             s += &format!("  waiting since:  {since}\n");
         }

@@ -144,7 +144,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("audit.jsonl");
         std::fs::write(&log, "{\"kind\":\"x\"}\n".repeat(3)).unwrap();
-        let (source, _) = Source::open(&log, 1, None).unwrap();
+        let gaps = std::sync::Arc::new(crate::audit::forward::gaps::Gaps::open(&log, 1));
+        let (source, _) = Source::open(&log, 1, None, gaps).unwrap();
         let start = source.sent_mark().unwrap();
         let marks = (1..=3)
             .map(|n| start.after("{\"kind\":\"x\"}\n".repeat(n).as_bytes()))
