@@ -16,7 +16,7 @@
 //! - **silent**: a socket that accepts and never answers (this process).
 //!
 //! For the last two, the first process of a round pays the deadline (the
-//! shim's default, 2 s), the second probes the daemon (a check-in with a 50 ms
+//! shim's default, 2 s), the second probes the daemon (a check-in with a 300 ms
 //! deadline: one timeout is never a silent skip) and the next ten skip the
 //! check-in (two timeouts in a row; the shim's unresponsive marker,
 //! `shim/c/unresponsive.c`); each round starts with no marker. And the healthy

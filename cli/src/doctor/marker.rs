@@ -212,7 +212,10 @@ mod tests {
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
         let m = read(Some(d.path()), uid(), socket, SystemTime::now());
         let text = m.in_force().expect("in force");
-        assert!(text.contains("probe it (50 ms)"), "{text}");
+        assert!(
+            text.contains(&format!("probe it ({PROBE_MS} ms)")),
+            "{text}"
+        );
         assert_eq!(m.check().status, Status::Warn);
     }
 

@@ -273,7 +273,7 @@
 //!     stopped (`sudo kill -STOP $(pgrep metaliftd)`), the first shimmed probe's
 //!     `device_creation_us` is about the deadline (2 s: launchd keeps the mach
 //!     port, the message queues, no XPC error comes) and the next ones are below
-//!     5 ms after one 50 ms probe (the marker in `$TMPDIR`, which launchd sets to
+//!     5 ms after one 300 ms probe (the marker in `$TMPDIR`, which launchd sets to
 //!     `$(getconf DARWIN_USER_TEMP_DIR)`); after `kill -CONT` the next probe is
 //!     unlocked again. Linux runs the same cases against the socket
 //!     (`probe/tests/marker.rs`, `metalift-bench stalls`).
