@@ -35,8 +35,8 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 
+use super::count::count_range;
 use super::cursor::{self, Cursor};
-use super::source::count_range;
 use crate::audit::chain::FileId;
 use crate::audit::rotation::rotated_path;
 

@@ -26,6 +26,7 @@
 
 pub mod backoff;
 pub mod conn;
+mod count;
 pub mod cursor;
 mod deliver;
 pub mod frame;

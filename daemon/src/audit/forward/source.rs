@@ -9,12 +9,12 @@
 //! it would hold its disk space. What it held unsent was counted by the writer
 //! as it deleted it ([`Gaps`]): every batch is claimed there before it is sent.
 
-use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom};
 use std::path::Path;
 
 use std::sync::Arc;
 
+use super::count::{count_range, newlines};
 use super::cursor::Cursor;
 use super::gaps::Gaps;
 use crate::audit::chain::{Chain, FileId};
@@ -371,34 +371,6 @@ impl Source {
             (None, None) => 0,
         };
         total.saturating_sub(before)
-    }
-}
-
-fn newlines(bytes: &[u8]) -> u64 {
-    memchr::memchr_iter(b'\n', bytes).count() as u64
-}
-
-/// Newlines in `file` from `from` up to `to` (or its end), and where that was.
-pub(crate) fn count_range(file: &mut File, from: u64, to: Option<u64>) -> io::Result<(u64, u64)> {
-    file.seek(SeekFrom::Start(from))?;
-    let mut buf = vec![0u8; 64 * 1024];
-    let (mut n, mut at) = (0u64, from);
-    loop {
-        let want = match to {
-            Some(to) => usize::try_from(to.saturating_sub(at))
-                .unwrap_or(usize::MAX)
-                .min(buf.len()),
-            None => buf.len(),
-        };
-        if want == 0 {
-            return Ok((n, at));
-        }
-        let got = file.read(&mut buf[..want])?;
-        if got == 0 {
-            return Ok((n, at));
-        }
-        n += newlines(&buf[..got]);
-        at += got as u64;
     }
 }
 
