@@ -17,8 +17,8 @@
 //!   inline and on the blocking pool, in one run.
 //! - [`versus`] (Linux): issue 31, 23.4 and 24.6 for an older build and this
 //!   tree in one run (`metalift-bench versus <old-build-dir>`).
-//! - [`forwarding`] (Linux): issue 30, check-ins with audit forwarding to a real
-//!   rsyslogd on vs off, and RSS with the collector down.
+//! - [`forwarding`] (Linux): issues 30 and 42, check-ins with audit forwarding to a
+//!   real rsyslogd on vs off, over TCP and over RELP, and RSS with the collector down.
 //! - [`fleet_read`] (Linux): issue 41, `metalift audit` on a collector's file of a
 //!   fleet's records against jq answering the same questions.
 //!

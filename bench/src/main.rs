@@ -56,8 +56,9 @@ enum Cmd {
         /// metalift-probe -p metalift-shim` in a checkout of that commit).
         old_build_dir: std::path::PathBuf,
     },
-    /// Issue 30: check-ins with audit forwarding (to a local rsyslogd) on vs off, and
-    /// RSS with the collector down through 100,000 records.
+    /// Issues 30 and 42: check-ins with audit forwarding (to a local rsyslogd, over
+    /// TCP and over RELP) on vs off, and RSS with the collector down through 100,000
+    /// records.
     Forwarding,
     /// Issue 41: `metalift audit` on a generated collector file (RFC 5424 lines from
     /// 200 guests) against jq answering the same three questions. Needs jq and GNU

@@ -13,12 +13,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use metalift_daemon::scratch::ScratchDaemon;
-use metalift_policy::wire::{CheckIn, Client};
 use serde_json::Value;
 
 #[path = "forward_support/mod.rs"]
 mod support;
-use support::{free_port, serial, take_records, Env, GUARD};
+use support::{check_in, free_port, serial, take_records, Env, GUARD};
 
 /// Check-in clients at once (each check-in writes one decision record).
 const CLIENTS: usize = 6;
@@ -45,15 +44,7 @@ fn saturated_check_ins(socket: &Path) {
             .map(|_| {
                 s.spawn(|| {
                     for _ in 0..CHECK_INS {
-                        let mut client = Client::connect(socket, GUARD).expect("connect");
-                        client
-                            .check_in(&CheckIn {
-                                shim_version: "test".into(),
-                                arch: std::env::consts::ARCH.into(),
-                                claimed_executable: None,
-                                job: None,
-                            })
-                            .expect("a verdict");
+                        check_in(socket, None);
                     }
                 })
             })
@@ -289,15 +280,7 @@ fn small_window_listener(port: u16) -> TcpListener {
 
 fn check_ins(socket: &Path, n: usize) {
     for _ in 0..n {
-        let mut client = Client::connect(socket, GUARD).expect("connect");
-        client
-            .check_in(&CheckIn {
-                shim_version: "test".into(),
-                arch: std::env::consts::ARCH.into(),
-                claimed_executable: None,
-                job: None,
-            })
-            .expect("a verdict");
+        check_in(socket, None);
     }
 }
 

@@ -19,7 +19,7 @@ use serde_json::Value;
 
 #[path = "forward_support/mod.rs"]
 mod support;
-use support::{free_port, reloads, serial, Env, GUARD};
+use support::{check_in, free_port, reloads, serial, Env, GUARD};
 
 struct Rsyslog {
     child: Child,
@@ -709,7 +709,6 @@ fn received_ids(out: &Path) -> HashMap<String, usize> {
 #[test]
 fn over_relp_rsyslog_killed_and_restarted_mid_stream_gets_every_record_and_flush_waits_for_its_answers(
 ) {
-    use metalift_policy::wire::{CheckIn, Client};
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
     let _serial = serial();
@@ -728,15 +727,7 @@ fn over_relp_rsyslog_killed_and_restarted_mid_stream_gets_every_record_and_flush
         for _ in 0..64 {
             s.spawn(|| {
                 while !stop.load(Ordering::Relaxed) {
-                    let mut client = Client::connect(&socket, GUARD).expect("connect");
-                    client
-                        .check_in(&CheckIn {
-                            shim_version: "test".into(),
-                            arch: std::env::consts::ARCH.into(),
-                            claimed_executable: None,
-                            job: None,
-                        })
-                        .expect("a verdict");
+                    check_in(&socket, None);
                     check_ins.fetch_add(1, Ordering::Relaxed);
                 }
             });
@@ -824,58 +815,25 @@ fn over_relp_rsyslog_killed_and_restarted_mid_stream_gets_every_record_and_flush
 /// sends the torn record again (at least once) leaves no half line behind.
 #[test]
 fn rsyslog_drops_a_frame_torn_by_a_closed_connection_and_keeps_the_others() {
-    use metalift_daemon::audit::forward::frame::{self, Header};
-    use std::io::Write;
+    use metalift_daemon::audit::forward::frame;
     let dir = tempfile::Builder::new()
         .prefix("fwd-rsys-torn-")
         .tempdir()
         .unwrap();
     let port = free_port();
     let collector = rsyslog(dir.path(), "rsyslog.conf", port, &[]);
-    let header = Header {
-        hostname: "torn".into(),
-        pid: 7,
-    };
-    let record = |n: u32| {
-        format!(
-            "{{\"schema\":1,\"id\":\"torn-{n}\",\"kind\":\"daemon_stop\",\"time\":\"2026-12-06T12:00:0{n}.000000Z\",\"pid\":7,\"reason\":\"{}\"}}",
-            "x".repeat(200)
-        )
-    };
-    let framed = |n: u32| {
-        let mut out = Vec::new();
-        frame::push(&mut out, &header, record(n).as_bytes());
-        out
-    };
-    let mut first = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    first.write_all(&framed(1)).unwrap();
-    let torn = framed(2);
-    first.write_all(&torn[..torn.len() / 2]).unwrap();
-    drop(first);
-    let mut second = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    second.write_all(&framed(3)).unwrap();
-    drop(second);
-    let start = Instant::now();
-    let text = loop {
-        let text = std::fs::read_to_string(&collector.out).unwrap_or_default();
-        if text.contains("torn-3") {
-            break text;
-        }
-        assert!(start.elapsed() < GUARD, "frame 3 never arrived: {text:?}");
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    std::thread::sleep(Duration::from_millis(500));
-    let text = std::fs::read_to_string(&collector.out).unwrap_or(text);
-    // The two connections are read by rsyslog's workers in either order.
-    let mut lines: Vec<&str> = text.lines().collect();
-    lines.sort_unstable();
+    let lines = support::send_torn(port, &collector.out);
     // %rawmsg%: the message as sent, without the frame's length.
     let message = |n: u32| {
         let mut out = Vec::new();
-        frame::message(&mut out, &header, record(n).as_bytes());
+        frame::message(
+            &mut out,
+            &support::torn_header(),
+            support::torn_record(n).as_bytes(),
+        );
         String::from_utf8(out).unwrap()
     };
-    assert_eq!(lines, [message(1), message(3)], "{text}");
+    assert_eq!(lines, [message(1), message(3)]);
 }
 
 /// Issue 42 item 1: RELP inside TLS (`transport = "relp-tls"`) with the shipped

@@ -36,6 +36,37 @@ fn root() -> PathBuf {
     )
 }
 
+/// A test's syslog-ng: its temporary directory, where it writes (`out()`), its
+/// port; stopped on drop.
+struct SyslogNg {
+    // Dropped first: syslog-ng stops before its directory goes.
+    _child: Killed,
+    dir: tempfile::TempDir,
+    work: PathBuf,
+    port: u16,
+}
+
+impl SyslogNg {
+    /// syslog-ng in a new temporary directory named `prefix…`, on a free port.
+    fn start(prefix: &str) -> SyslogNg {
+        let dir = tempfile::Builder::new().prefix(prefix).tempdir().unwrap();
+        let work = dir.path().join("syslog-ng");
+        std::fs::create_dir_all(&work).unwrap();
+        let port = free_port();
+        SyslogNg {
+            _child: syslog_ng(&work, port),
+            dir,
+            work,
+            port,
+        }
+    }
+
+    /// The directory the example writes its files in (one per HOSTNAME).
+    fn out(&self) -> PathBuf {
+        self.work.join("out")
+    }
+}
+
 /// syslog-ng in the foreground with the example config (address, port and output
 /// directory replaced); waits until it listens.
 fn syslog_ng(work: &Path, port: u16) -> Killed {
@@ -115,18 +146,14 @@ fn syslog_ng(work: &Path, port: u16) -> Killed {
 
 #[test]
 fn syslog_ng_receives_every_record_once_with_its_json_intact() {
-    let dir = tempfile::Builder::new()
-        .prefix("fwd-sng-")
-        .tempdir()
-        .unwrap();
-    let work = dir.path().join("syslog-ng");
-    std::fs::create_dir_all(&work).unwrap();
-    let port = free_port();
-    let _collector = syslog_ng(&work, port);
-    let scratch = ScratchDir::new(dir.path()).expect("layout");
+    let sng = SyslogNg::start("fwd-sng-");
+    let scratch = ScratchDir::new(sng.dir.path()).expect("layout");
     std::fs::write(
         scratch.policy(),
-        format!("version = 1\n\n[audit.forward]\naddress = \"127.0.0.1:{port}\"\n"),
+        format!(
+            "version = 1\n\n[audit.forward]\naddress = \"127.0.0.1:{}\"\n",
+            sng.port
+        ),
     )
     .unwrap();
     let log = scratch.audit_log();
@@ -158,7 +185,7 @@ fn syslog_ng_receives_every_record_once_with_its_json_intact() {
     let local = lines();
     let first: serde_json::Value = serde_json::from_str(&local[0]).unwrap();
     let host = first["host"]["name"].as_str().unwrap().to_owned();
-    let received_file = work.join("out").join(format!("{host}.jsonl"));
+    let received_file = sng.out().join(format!("{host}.jsonl"));
     let start = Instant::now();
     let seen = loop {
         let text = std::fs::read_to_string(&received_file).unwrap_or_default();
@@ -178,7 +205,7 @@ fn syslog_ng_receives_every_record_once_with_its_json_intact() {
             local.iter().filter(|l| !seen.contains_key(*l)).count(),
             local.len(),
             received_file.display(),
-            std::fs::read_to_string(dir.path().join("daemon.log")).unwrap_or_default()
+            std::fs::read_to_string(sng.dir.path().join("daemon.log")).unwrap_or_default()
         );
         std::thread::sleep(Duration::from_millis(50));
     };
@@ -195,18 +222,11 @@ fn syslog_ng_receives_every_record_once_with_its_json_intact() {
 
 #[test]
 fn metalift_audit_on_what_syslog_ng_wrote_from_two_daemons_answers_the_job_question_per_guest() {
-    let dir = tempfile::Builder::new()
-        .prefix("fwd-sng-fleet-")
-        .tempdir()
-        .unwrap();
-    let work = dir.path().join("syslog-ng");
-    std::fs::create_dir_all(&work).unwrap();
-    let port = free_port();
-    let _collector = syslog_ng(&work, port);
-    let guests = fleet::two_guests(&format!("127.0.0.1:{port}"), "");
+    let sng = SyslogNg::start("fwd-sng-fleet-");
+    let guests = fleet::two_guests(&format!("127.0.0.1:{}", sng.port), "");
     fleet::run_jobs(&guests);
     // The example files by HOSTNAME: the directory, whatever files it made.
-    let out = work.join("out");
+    let out = sng.out();
     let start = Instant::now();
     loop {
         let mut seen = std::collections::HashSet::new();
@@ -236,17 +256,10 @@ fn metalift_audit_on_what_syslog_ng_wrote_from_two_daemons_answers_the_job_quest
 /// HOSTNAME) writes one file per clone, each with only that clone's records.
 #[test]
 fn two_clones_of_one_image_named_by_their_orchestrator_land_in_two_files() {
-    let dir = tempfile::Builder::new()
-        .prefix("fwd-sng-clones-")
-        .tempdir()
-        .unwrap();
-    let work = dir.path().join("syslog-ng");
-    std::fs::create_dir_all(&work).unwrap();
-    let port = free_port();
-    let _collector = syslog_ng(&work, port);
-    let guests = fleet::two_clones(&format!("127.0.0.1:{port}"));
+    let sng = SyslogNg::start("fwd-sng-clones-");
+    let guests = fleet::two_clones(&format!("127.0.0.1:{}", sng.port));
     fleet::run_jobs(&guests);
-    let out = work.join("out");
+    let out = sng.out();
     let names = ["clone-a", "clone-b"];
     let start = Instant::now();
     loop {
@@ -327,54 +340,7 @@ fn two_clones_of_one_image_named_by_their_orchestrator_land_in_two_files() {
 /// for `metalift audit` to skip.
 #[test]
 fn syslog_ng_drops_a_frame_torn_by_a_closed_connection_and_keeps_the_others() {
-    use metalift_daemon::audit::forward::frame::{self, Header};
-    use std::io::Write;
-    let dir = tempfile::Builder::new()
-        .prefix("fwd-sng-torn-")
-        .tempdir()
-        .unwrap();
-    let work = dir.path().join("syslog-ng");
-    std::fs::create_dir_all(&work).unwrap();
-    let port = free_port();
-    let _collector = syslog_ng(&work, port);
-    let header = Header {
-        hostname: "torn".into(),
-        pid: 7,
-    };
-    let record = |n: u32| {
-        format!(
-            "{{\"schema\":1,\"id\":\"torn-{n}\",\"kind\":\"daemon_stop\",\"time\":\"2026-12-06T12:00:0{n}.000000Z\",\"pid\":7,\"reason\":\"{}\"}}",
-            "x".repeat(200)
-        )
-    };
-    let framed = |n: u32| {
-        let mut out = Vec::new();
-        frame::push(&mut out, &header, record(n).as_bytes());
-        out
-    };
-    let mut first = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    first.write_all(&framed(1)).unwrap();
-    let torn = framed(2);
-    first.write_all(&torn[..torn.len() / 2]).unwrap();
-    drop(first);
-    let mut second = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    second.write_all(&framed(3)).unwrap();
-    drop(second);
-    let file = work.join("out/torn.jsonl");
-    let start = Instant::now();
-    let text = loop {
-        let text = std::fs::read_to_string(&file).unwrap_or_default();
-        if text.contains("torn-3") {
-            break text;
-        }
-        assert!(start.elapsed() < GUARD, "frame 3 never arrived: {text:?}");
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    // A moment for anything of the torn frame to be written after it.
-    std::thread::sleep(Duration::from_millis(500));
-    let text = std::fs::read_to_string(&file).unwrap_or(text);
-    // The two connections are read by syslog-ng's workers in either order.
-    let mut lines: Vec<&str> = text.lines().collect();
-    lines.sort_unstable();
-    assert_eq!(lines, [record(1).as_str(), record(3).as_str()], "{text}");
+    let sng = SyslogNg::start("fwd-sng-torn-");
+    let lines = support::send_torn(sng.port, &sng.out().join("torn.jsonl"));
+    assert_eq!(lines, [support::torn_record(1), support::torn_record(3)]);
 }

@@ -5,12 +5,15 @@
 //! policy change. A file holding no valid name changes nothing.
 #![cfg(target_os = "linux")]
 
+#[path = "forward_support/mod.rs"]
+mod support;
+
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use metalift_daemon::scratch::ScratchDir;
-use metalift_policy::wire::{CheckIn, Client};
 use serde_json::Value;
+use support::check_in;
 
 const GUARD: Duration = Duration::from_secs(30);
 
@@ -24,18 +27,6 @@ fn last_decision_host(scratch: &ScratchDir) -> Value {
     last["host"].clone()
 }
 
-fn check_in(scratch: &ScratchDir) {
-    let mut client = Client::connect(&scratch.socket(), GUARD).unwrap();
-    client
-        .check_in(&CheckIn {
-            shim_version: "0.1.0".into(),
-            arch: "x86_64".into(),
-            claimed_executable: None,
-            job: None,
-        })
-        .unwrap();
-}
-
 #[test]
 fn a_clone_named_after_start_carries_its_name_from_the_next_recheck_on() {
     let dir = tempfile::tempdir().unwrap();
@@ -44,7 +35,7 @@ fn a_clone_named_after_start_carries_its_name_from_the_next_recheck_on() {
     let _daemon = scratch
         .start::<&str>(Path::new(env!("CARGO_BIN_EXE_metaliftd")), &[], &[])
         .unwrap_or_else(|e| panic!("{e}"));
-    check_in(&scratch);
+    check_in(&scratch.socket(), None);
     assert!(
         last_decision_host(&scratch).get("instance").is_none(),
         "no name given yet"
@@ -53,13 +44,13 @@ fn a_clone_named_after_start_carries_its_name_from_the_next_recheck_on() {
     // Not a name: ignored, the records keep what they had.
     std::fs::write(&instance, "two words\n").unwrap();
     std::thread::sleep(Duration::from_millis(2500));
-    check_in(&scratch);
+    check_in(&scratch.socket(), None);
     assert!(last_decision_host(&scratch).get("instance").is_none());
 
     std::fs::write(&instance, "tart-ci-17\n").unwrap();
     let start = Instant::now();
     loop {
-        check_in(&scratch);
+        check_in(&scratch.socket(), None);
         if last_decision_host(&scratch)["instance"] == "tart-ci-17" {
             break;
         }

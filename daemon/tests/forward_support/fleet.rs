@@ -15,7 +15,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use metalift_daemon::scratch::{ScratchDaemon, ScratchDir};
-use metalift_policy::wire::{CheckIn, Client, Outcome, OutcomeResult, WireAction};
+use metalift_policy::wire::{Outcome, OutcomeResult, WireAction};
 use serde_json::Value;
 
 const GUARD: Duration = Duration::from_secs(60);
@@ -102,15 +102,7 @@ pub fn run_jobs(guests: &[Guest]) {
     let results = [OutcomeResult::Applied, OutcomeResult::Failed];
     for (guest, result) in guests.iter().zip(results) {
         for job in ["GITHUB_RUN_ID=42", "GITHUB_RUN_ID=41"] {
-            let mut client = Client::connect(&guest.scratch.socket(), GUARD).unwrap();
-            let verdict = client
-                .check_in(&CheckIn {
-                    shim_version: "0.1.0".into(),
-                    arch: "x86_64".into(),
-                    claimed_executable: None,
-                    job: Some(job.into()),
-                })
-                .unwrap();
+            let (mut client, verdict) = super::check_in(&guest.scratch.socket(), Some(job));
             assert_eq!(verdict.action, WireAction::Unlock);
             client
                 .outcome(&Outcome {

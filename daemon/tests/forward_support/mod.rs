@@ -1,6 +1,6 @@
 //! What the forwarding tests share: the scratch daemon's directory with a policy
-//! that forwards ([`Env`]), records on demand ([`reloads`]), a free port, and one
-//! test at a time ([`serial`]).
+//! that forwards ([`Env`]), records on demand ([`reloads`], [`check_in`]), a free
+//! port, and one test at a time ([`serial`]).
 #![allow(dead_code)] // each test binary uses its part
 
 pub mod fleet;
@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use metalift_daemon::scratch::{ScratchDaemon, ScratchDir};
+use metalift_policy::wire::{CheckIn, Client, VerdictMsg};
 
 /// Longest any wait of these tests lasts.
 pub const GUARD: Duration = Duration::from_secs(60);
@@ -192,4 +193,78 @@ pub fn reloads(env: &Env, daemon: &ScratchDaemon, n: usize) {
             std::thread::sleep(Duration::from_millis(2));
         }
     }
+}
+
+/// One check-in at `socket` (a decision record), claiming `job`; the client stays
+/// open for the outcome.
+pub fn check_in(socket: &Path, job: Option<&str>) -> (Client, VerdictMsg) {
+    let mut client = Client::connect(socket, GUARD).expect("connect");
+    let verdict = client
+        .check_in(&CheckIn {
+            shim_version: "test".into(),
+            arch: std::env::consts::ARCH.into(),
+            claimed_executable: None,
+            job: job.map(str::to_owned),
+        })
+        .expect("a verdict");
+    (client, verdict)
+}
+
+/// The header of [`send_torn`]'s frames.
+pub fn torn_header() -> metalift_daemon::audit::forward::frame::Header {
+    metalift_daemon::audit::forward::frame::Header {
+        hostname: "torn".into(),
+        pid: 7,
+    }
+}
+
+/// [`send_torn`]'s record `n`.
+pub fn torn_record(n: u32) -> String {
+    format!(
+        "{{\"schema\":1,\"id\":\"torn-{n}\",\"kind\":\"daemon_stop\",\"time\":\"2026-12-06T12:00:0{n}.000000Z\",\"pid\":7,\"reason\":\"{}\"}}",
+        "x".repeat(200)
+    )
+}
+
+/// Issue 42 item 2's scene for a collector on `port` that writes to `out`: frame
+/// 1 and half of frame 2 on one connection, which then closes; frame 3 on the
+/// next. Waits until record 3 is in `out`, and a moment for anything of the torn
+/// frame to follow; returns `out`'s lines sorted (a collector's workers read the
+/// two connections in either order).
+pub fn send_torn(port: u16, out: &Path) -> Vec<String> {
+    use metalift_daemon::audit::forward::frame;
+    use std::io::Write;
+    let framed = |n: u32| {
+        let mut bytes = Vec::new();
+        frame::push(&mut bytes, &torn_header(), torn_record(n).as_bytes());
+        bytes
+    };
+    let mut first = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    first.write_all(&framed(1)).unwrap();
+    let torn = framed(2);
+    first.write_all(&torn[..torn.len() / 2]).unwrap();
+    drop(first);
+    let mut second = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    second.write_all(&framed(3)).unwrap();
+    drop(second);
+    let start = Instant::now();
+    while !std::fs::read_to_string(out)
+        .unwrap_or_default()
+        .contains("torn-3")
+    {
+        assert!(
+            start.elapsed() < GUARD,
+            "frame 3 never reached {}",
+            out.display()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let mut lines: Vec<String> = std::fs::read_to_string(out)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    lines.sort_unstable();
+    lines
 }

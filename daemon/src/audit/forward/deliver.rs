@@ -68,12 +68,16 @@ pub(super) fn send(st: &mut State, config: &Forward) -> Result<Sent, String> {
             continue;
         }
         // The collector may count on no more than WINDOW unanswered: write what
-        // is framed and wait for answers.
-        while window.unanswered() >= relp::WINDOW {
+        // is framed and wait for answers until at most LOW_WATER are left, so
+        // the next write carries many messages, not the one or two a single
+        // answer made room for.
+        if window.unanswered() >= relp::WINDOW {
             conn.send(out).map_err(failed)?;
             sent.bytes += out.len() as u64;
             out.clear();
-            answers(conn, window, config, true)?;
+            while window.unanswered() > relp::LOW_WATER {
+                answers(conn, window, config, true)?;
+            }
         }
         msg.clear();
         frame::message(msg, header, line);

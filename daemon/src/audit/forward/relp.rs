@@ -21,6 +21,11 @@ use std::fmt::Write as _;
 /// Most messages sent and not yet answered: librelp's default window
 /// (`RELP_DFLT_WINDOW_SIZE`, 128); the collector may count on no more.
 pub const WINDOW: usize = 128;
+/// With [`WINDOW`] messages unanswered, the forwarder waits for answers until at
+/// most this many are left before it writes again: writing again as soon as one
+/// answer came made a write, and a wake-up of the collector's reader, per one or
+/// two messages.
+pub const LOW_WATER: usize = WINDOW / 2;
 /// The highest transaction number before the count starts again at 1.
 const MAX_TXNR: u64 = 999_999_999;
 /// Longest answer accepted from a collector (answers are a status line and the

@@ -51,6 +51,8 @@ struct Entry {
 #[derive(Debug, Default)]
 pub struct Window {
     entries: VecDeque<Entry>,
+    /// How many entries have no `acked_at` (RELP asks before every message).
+    unanswered: usize,
 }
 
 impl Window {
@@ -62,12 +64,13 @@ impl Window {
             bytes,
             acked_at: None,
         });
+        self.unanswered += 1;
     }
 
     /// How many sends are not acknowledged yet (RELP: messages not answered).
     #[must_use]
     pub fn unanswered(&self) -> usize {
-        self.entries.iter().filter(|e| e.acked_at.is_none()).count()
+        self.unanswered
     }
 
     /// Bytes of the sends not acknowledged yet.
@@ -84,7 +87,10 @@ impl Window {
     /// collector's TCP stack has).
     pub fn acked_through(&mut self, key: u64, now: Instant) {
         for e in self.entries.iter_mut().take_while(|e| e.key <= key) {
-            e.acked_at.get_or_insert(now);
+            if e.acked_at.is_none() {
+                e.acked_at = Some(now);
+                self.unanswered -= 1;
+            }
         }
     }
 
@@ -93,7 +99,10 @@ impl Window {
     pub fn acked(&mut self, key: u64, now: Instant) -> bool {
         match self.entries.iter_mut().find(|e| e.key == key) {
             Some(e) => {
-                e.acked_at.get_or_insert(now);
+                if e.acked_at.is_none() {
+                    e.acked_at = Some(now);
+                    self.unanswered -= 1;
+                }
                 true
             }
             None => false,
@@ -119,6 +128,7 @@ impl Window {
     /// Forgets every send (the connection ended: they are sent again).
     pub fn clear(&mut self) {
         self.entries.clear();
+        self.unanswered = 0;
     }
 
     /// How many sends wait.
@@ -151,6 +161,30 @@ mod tests {
             .map(|n| start.after("{\"kind\":\"x\"}\n".repeat(n).as_bytes()))
             .collect();
         (dir, marks)
+    }
+
+    /// RELP asks before every message how many are unanswered: the count is kept,
+    /// and an answer given twice, or to a send already acknowledged, counts once.
+    #[test]
+    fn unanswered_counts_each_send_until_its_first_acknowledgement() {
+        let (_dir, m) = marks();
+        let t0 = Instant::now();
+        let mut w = Window::default();
+        w.push(1, m[0], 10);
+        w.push(2, m[1], 10);
+        w.push(3, m[2], 10);
+        assert_eq!(w.unanswered(), 3);
+        assert!(w.acked(2, t0));
+        assert!(w.acked(2, t0));
+        assert!(!w.acked(9, t0), "an answer to nothing sent");
+        assert_eq!(w.unanswered(), 2);
+        w.acked_through(2, t0);
+        assert_eq!(w.unanswered(), 1, "1 newly, 2 already");
+        assert_eq!(w.settled(t0, Duration::ZERO), Some(m[1]));
+        assert_eq!(w.unanswered(), 1, "taking settled sends changes nothing");
+        assert_eq!(w.unacknowledged_bytes(), 10);
+        w.clear();
+        assert_eq!(w.unanswered(), 0);
     }
 
     #[test]
