@@ -26,7 +26,7 @@ use std::path::Path;
 use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context};
+use anyhow::Context;
 
 use crate::exec::INSERT_VAR;
 use crate::tools::{start_daemon, TempDir, Tools};
@@ -72,8 +72,7 @@ fn monitor_policy() -> String {
 
 /// Runs `metalift demo`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let mut tools = Tools::find()?;
-    tools.timeout_ms = args.timeout_ms;
+    let tools = Tools::find(args.timeout_ms)?;
     let dir = TempDir::create()?;
     let result = demo(&tools, dir.path(), args.json);
     if args.keep {
@@ -209,19 +208,8 @@ impl Row {
             }
         }
         let start = Instant::now();
-        let output = cmd
-            .output()
-            .with_context(|| format!("running {}", probe.display()))?;
+        let report = crate::gpu::probe_report(&mut cmd, start + crate::gpu::PROBE_TIMEOUT, case)?;
         let elapsed = start.elapsed();
-        if !output.status.success() {
-            bail!(
-                "{case}: the probe failed ({}): {}",
-                output.status,
-                String::from_utf8_lossy(&output.stderr)
-            );
-        }
-        let report: serde_json::Value = serde_json::from_slice(&output.stdout)
-            .with_context(|| format!("{case}: the probe printed no JSON"))?;
         let flag = |name: &str| report["llama_cpp"][name].as_bool().unwrap_or(false);
         Ok(Row {
             case,

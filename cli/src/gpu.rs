@@ -144,26 +144,30 @@ pub fn profile_notes<'a>(
         .collect()
 }
 
-/// `metalift-probe` beside this executable.
-pub fn find_probe() -> anyhow::Result<PathBuf> {
-    let exe = std::env::current_exe()
-        .and_then(|e| e.canonicalize())
-        .context("locating this executable")?;
-    let dir = exe.parent().context("this executable has no directory")?;
-    let probe = dir.join("metalift-probe");
-    if !probe.is_file() {
-        bail!("metalift-probe not found next to {}", exe.display());
-    }
-    Ok(probe)
-}
-
 /// Asks the stock device, through `probe`, within `timeout`.
 pub fn stock(probe: &Path, timeout: Duration) -> anyhow::Result<Stock> {
     let mut cmd = Command::new(probe);
     cmd.arg("--json")
         .env_remove(INSERT_VAR)
         .env("METALIFT_DISABLE", "1");
-    match bounded::run(&mut cmd, Instant::now() + timeout)? {
+    let report = probe_report(&mut cmd, Instant::now() + timeout, "stock")?;
+    Ok(Stock {
+        name: report["name"].as_str().unwrap_or_default().to_owned(),
+        class: report["class"].as_str().map(str::to_owned),
+        families: report["families"].clone(),
+        answers: device_answers(&report),
+    })
+}
+
+/// Runs `cmd`, a `metalift-probe --json` (`which` names it in errors: "stock",
+/// "unlocked", a demo's case), killed at `deadline`: its report. `metalift gpu`,
+/// `verify` and `demo` each ask the device this way.
+pub(crate) fn probe_report(
+    cmd: &mut Command,
+    deadline: Instant,
+    which: &str,
+) -> anyhow::Result<serde_json::Value> {
+    match bounded::run(cmd, deadline)? {
         Ended::Exited {
             status,
             stdout,
@@ -172,23 +176,15 @@ pub fn stock(probe: &Path, timeout: Duration) -> anyhow::Result<Stock> {
         } => {
             if !status.success() {
                 bail!(
-                    "{} failed ({status}): {}",
-                    probe.display(),
+                    "the {which} probe failed ({status}): {}",
                     String::from_utf8_lossy(&stderr).trim()
                 );
             }
-            let report: serde_json::Value = serde_json::from_slice(&stdout)
-                .with_context(|| format!("{} printed no JSON", probe.display()))?;
-            Ok(Stock {
-                name: report["name"].as_str().unwrap_or_default().to_owned(),
-                class: report["class"].as_str().map(str::to_owned),
-                families: report["families"].clone(),
-                answers: device_answers(&report),
-            })
+            serde_json::from_slice(&stdout)
+                .with_context(|| format!("the {which} probe printed no JSON"))
         }
         Ended::Killed { after } => bail!(
-            "{} did not answer in {} ms (killed): is the device hung?",
-            probe.display(),
+            "the {which} probe did not answer in {} ms (killed): is the device hung?",
             after.as_millis()
         ),
     }
@@ -210,7 +206,7 @@ fn yes(families: &serde_json::Value) -> Vec<&str> {
 
 /// Runs `metalift gpu`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let stock = stock(&find_probe()?, PROBE_TIMEOUT)?;
+    let stock = stock(&crate::tools::beside("metalift-probe")?, PROBE_TIMEOUT)?;
     let socket = args.daemon.socket().ok();
     let (host, why) = crate::judgement::daemon_host_build(&args.daemon, socket.as_deref());
     let host_chip_from = why.map_or_else(

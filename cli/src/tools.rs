@@ -1,5 +1,5 @@
-//! What `metalift demo` and `metalift verify` run: the binaries beside this
-//! executable, and a private temporary directory for their throw-away daemons
+//! What `metalift demo`, `metalift verify` and `metalift gpu` run: the binaries
+//! beside this executable ([`beside`]), and a private temporary directory for their throw-away daemons
 //! (`metalift_daemon::scratch`, the one scratch daemon).
 //!
 //! `metalift demo` starts two (an enforcing and a monitoring one) to show the loop;
@@ -15,11 +15,9 @@ use anyhow::{bail, Context};
 
 use metalift_daemon::scratch::{ScratchDaemon, ScratchDir};
 
-use crate::exec::SHIM_FILE;
-
-/// The binaries a scratch daemon run needs: `metaliftd`, `metalift-probe` and the
-/// shim (`metalift demo` finds them in this executable's directory; `metalift
-/// verify` as `find_tools` there says).
+/// The binaries a scratch daemon run needs: `metaliftd` and `metalift-probe`
+/// beside this executable ([`beside`]), and the shim where `metalift exec` finds
+/// it (`$METALIFT_SHIM`, `../lib/`, beside, the prefix).
 pub(crate) struct Tools {
     pub(crate) daemon: PathBuf,
     pub(crate) probe: PathBuf,
@@ -29,27 +27,32 @@ pub(crate) struct Tools {
 }
 
 impl Tools {
-    pub(crate) fn find() -> anyhow::Result<Tools> {
-        let exe = std::env::current_exe().context("locating this executable")?;
-        let dir = exe.parent().context("this executable has no directory")?;
-        let need = |name: &str| -> anyhow::Result<PathBuf> {
-            [dir.join(name), dir.join("deps").join(name)]
-                .into_iter()
-                .find(|p| p.is_file())
-                .with_context(|| {
-                    format!(
-                        "{name} not found next to {} (run `cargo build --workspace` first)",
-                        exe.display()
-                    )
-                })
-        };
+    pub(crate) fn find(timeout_ms: Option<u64>) -> anyhow::Result<Tools> {
         Ok(Tools {
-            daemon: need("metaliftd")?,
-            probe: need("metalift-probe")?,
-            shim: need(SHIM_FILE)?,
-            timeout_ms: None,
+            daemon: beside("metaliftd")?,
+            probe: beside("metalift-probe")?,
+            shim: crate::exec::find_shim(None, std::env::var_os(crate::exec::SHIM_ENV).as_deref())?,
+            timeout_ms,
         })
     }
+}
+
+/// `name` in this executable's directory: the installed `/usr/local/metalift/bin/`
+/// or cargo's target directory. The executable's path is resolved first:
+/// `metalift` may be a symlink on the PATH (`/usr/local/bin/metalift`).
+pub(crate) fn beside(name: &str) -> anyhow::Result<PathBuf> {
+    let exe = std::env::current_exe()
+        .and_then(|e| e.canonicalize())
+        .context("locating this executable")?;
+    let dir = exe.parent().context("this executable has no directory")?;
+    let path = dir.join(name);
+    if !path.is_file() {
+        bail!(
+            "{name} not found next to {} (reinstall metalift; in a checkout, `cargo build --workspace`)",
+            exe.display()
+        );
+    }
+    Ok(path)
 }
 
 /// Starts a scratch daemon on `policy` in `dir/<name>/` (its diagnostics at warn

@@ -23,12 +23,15 @@
 //!   [`service::status`] (the counters `metalift status` shows, and its client),
 //!   [`service::full_disk_access`] (macOS).
 //! - `macos` (macOS only): libxpc, audit tokens, code signatures.
+//! - [`holder_lock`]: a lock file that names its holder (one daemon per audit
+//!   log, one `metalift edit` per policy).
 //! - [`scratch`]: a throw-away metaliftd on a directory of its own, for `metalift
 //!   demo`/`verify`, the benchmarks and every test crate.
 #![deny(unsafe_code)]
 
 pub mod audit;
 pub mod checkin;
+pub mod holder_lock;
 pub mod live_policy;
 #[cfg(target_os = "macos")]
 pub mod macos;

@@ -14,7 +14,7 @@ const NAME: &str = "stock gpu";
 /// stock device already meets a profile of `loaded`.
 #[must_use]
 pub fn stock(loaded: Option<&Loaded>) -> Check {
-    let Ok(probe) = gpu::find_probe() else {
+    let Ok(probe) = crate::tools::beside("metalift-probe") else {
         return Check::new(
             NAME,
             Status::NotApplicable,

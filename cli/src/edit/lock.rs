@@ -1,20 +1,18 @@
-//! The edit lock: one `metalift edit` at a time per policy, like visudo's. An
-//! advisory `flock(2)` on a lock file beside the policy, which names its holder
-//! so a second editor can be told who has it. The kernel drops the lock when the
+//! The edit lock: one `metalift edit` at a time per policy, like visudo's. A
+//! [`holder_lock`] beside the policy, which names its holder so a second editor
+//! can be told who has it. The kernel drops the lock when the
 //! holder exits, however it exits, so a crashed editor never leaves it stuck.
 
-use std::fs::{File, OpenOptions};
-use std::io::{self, Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::io;
 use std::path::{Path, PathBuf};
 
-use rustix::fs::{flock, FlockOperation};
+use metalift_daemon::holder_lock::{self, HolderLock};
 
 /// A held edit lock; released when dropped (or when the process ends).
 #[derive(Debug)]
 pub struct EditLock {
-    /// Kept open: closing it releases the lock.
-    _file: File,
+    /// Released when dropped.
+    _held: HolderLock,
     path: PathBuf,
 }
 
@@ -70,24 +68,20 @@ impl EditLock {
             path: path.clone(),
             source,
         };
-        let mut file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .open(&path)
-            .map_err(io_err)?;
-        match flock(&file, FlockOperation::NonBlockingLockExclusive) {
-            Ok(()) => {}
-            Err(e) if e == rustix::io::Errno::WOULDBLOCK => {
-                let mut holder = String::new();
-                let _ = file.read_to_string(&mut holder);
-                let holder = holder.trim().to_owned();
-                let holder = if holder.is_empty() {
+        // Who holds it, for the next editor.
+        let who = format!(
+            "pid {} ({}) since {}",
+            std::process::id(),
+            user_name(),
+            humantime::format_rfc3339_seconds(std::time::SystemTime::now())
+        );
+        let held = match holder_lock::try_take(&path, 0o600, &who).map_err(io_err)? {
+            Ok(held) => held,
+            Err(busy) => {
+                let holder = if busy.holder.is_empty() {
                     "another metalift edit".to_owned()
                 } else {
-                    holder
+                    busy.holder.clone()
                 };
                 if !wait {
                     return Err(LockError::Busy {
@@ -99,21 +93,10 @@ impl EditLock {
                     "metalift: {} is being edited by {holder}; waiting for it (Ctrl-C to give up)",
                     policy.display()
                 );
-                flock(&file, FlockOperation::LockExclusive).map_err(|e| io_err(e.into()))?;
+                busy.wait(&who).map_err(io_err)?
             }
-            Err(e) => return Err(io_err(e.into())),
-        }
-        // Say who holds it, for the next editor.
-        let who = format!(
-            "pid {} ({}) since {}\n",
-            std::process::id(),
-            user_name(),
-            humantime::format_rfc3339_seconds(std::time::SystemTime::now())
-        );
-        file.set_len(0).map_err(io_err)?;
-        file.seek(SeekFrom::Start(0)).map_err(io_err)?;
-        file.write_all(who.as_bytes()).map_err(io_err)?;
-        Ok(EditLock { _file: file, path })
+        };
+        Ok(EditLock { _held: held, path })
     }
 
     /// The lock file's path.

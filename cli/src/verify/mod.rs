@@ -175,7 +175,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .workload
         .then(|| workload::Spec::new(args.command.clone(), args.workload_runs, args.min_speedup))
         .transpose()?;
-    let tools = find_tools(args.timeout_ms)?;
+    let tools = Tools::find(args.timeout_ms)?;
     let dir = TempDir::create()?;
     let (_, stock) = runs::answers(&tools, None, &bounds)?;
     let (_scratch, daemon) = start_daemon(
@@ -271,31 +271,6 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(FAILED)
-    })
-}
-
-/// `metaliftd` and `metalift-probe` beside this executable (the installed
-/// `/usr/local/metalift/bin/`, or cargo's target directory), and the shim where
-/// `metalift exec` finds it (`$METALIFT_SHIM`, `../lib/`, beside, the prefix).
-fn find_tools(timeout_ms: Option<u64>) -> anyhow::Result<Tools> {
-    // Resolved: `metalift` may be a symlink on the PATH (/usr/local/bin/metalift).
-    let exe = std::env::current_exe()
-        .and_then(|e| e.canonicalize())
-        .context("locating this executable")?;
-    let dir = exe.parent().context("this executable has no directory")?;
-    let beside = |name: &str| -> anyhow::Result<PathBuf> {
-        let path = dir.join(name);
-        if path.is_file() {
-            Ok(path)
-        } else {
-            bail!("{name} not found next to {}", exe.display())
-        }
-    };
-    Ok(Tools {
-        daemon: beside("metaliftd")?,
-        probe: beside("metalift-probe")?,
-        shim: crate::exec::find_shim(None, std::env::var_os(crate::exec::SHIM_ENV).as_deref())?,
-        timeout_ms,
     })
 }
 

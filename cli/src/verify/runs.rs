@@ -80,29 +80,13 @@ pub(crate) fn answers(
     } else {
         "stock"
     };
-    match bounded::run(&mut probe(tools, socket, &["--json"]), bounds.deadline())? {
-        Ended::Exited {
-            status,
-            stdout,
-            stderr,
-            ..
-        } => {
-            if !status.success() {
-                bail!(
-                    "the {which} probe failed ({status}): {}",
-                    String::from_utf8_lossy(&stderr).trim()
-                );
-            }
-            let report: serde_json::Value = serde_json::from_slice(&stdout)
-                .with_context(|| format!("the {which} probe printed no JSON"))?;
-            let answers = crate::gpu::device_answers(&report);
-            Ok((report, answers))
-        }
-        Ended::Killed { after } => bail!(
-            "the {which} probe did not answer in {} ms (killed): is the device hung?",
-            after.as_millis()
-        ),
-    }
+    let report = crate::gpu::probe_report(
+        &mut probe(tools, socket, &["--json"]),
+        bounds.deadline(),
+        which,
+    )?;
+    let answers = crate::gpu::device_answers(&report);
+    Ok((report, answers))
 }
 
 /// Each kernel in a child of its own, under the scratch daemon at `socket`.

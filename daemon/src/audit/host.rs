@@ -158,35 +158,13 @@ mod platform {
 
 #[cfg(target_os = "macos")]
 mod platform {
-    //! `sysctlbyname("kern.bootsessionuuid")`: the only FFI here.
-    #![allow(unsafe_code)]
-
-    use std::ffi::CStr;
-
+    //! The boot session's UUID, by sysctl.
     pub(super) fn boot_id() -> Option<String> {
-        let name = c"kern.bootsessionuuid";
-        let mut buf = [0u8; 64];
-        let mut len: libc::size_t = buf.len();
-        // SAFETY: `name` is NUL-terminated; `buf` is writable for `len` bytes and
-        // `len` says so; sysctlbyname writes at most `len` bytes and updates it.
-        let rc = unsafe {
-            libc::sysctlbyname(
-                name.as_ptr(),
-                buf.as_mut_ptr().cast(),
-                &mut len,
-                std::ptr::null_mut(),
-                0,
-            )
-        };
-        if rc != 0 || len == 0 || len > buf.len() {
+        let id = crate::macos::sysctl::string(c"kern.bootsessionuuid");
+        if id.is_none() {
             tracing::warn!("sysctl kern.bootsessionuuid failed: audit records carry no boot id");
-            return None;
         }
-        let text = CStr::from_bytes_until_nul(&buf[..len])
-            .ok()?
-            .to_str()
-            .ok()?;
-        super::clean(text)
+        super::clean(&id?)
     }
 }
 

@@ -9,12 +9,10 @@
 //! Other writers of the log (`metalift verify` appending its record) do not take
 //! it: they append one record under `O_APPEND` and are not daemons.
 
-use std::fs::{File, OpenOptions};
-use std::io::{self, Read, Seek, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::io;
 use std::path::{Path, PathBuf};
 
-use rustix::fs::{flock, FlockOperation};
+use crate::holder_lock::{self, HolderLock};
 
 /// The lock file for the audit log at `log`: `<log>.lock`.
 #[must_use]
@@ -58,7 +56,7 @@ pub enum LockError {
 /// The held lock; released when dropped (or when the process ends).
 #[derive(Debug)]
 pub struct LogLock {
-    _file: File,
+    _held: HolderLock,
 }
 
 /// Takes the lock for the log at `log`, writing this process's pid into it.
@@ -69,31 +67,14 @@ pub fn acquire(log: &Path) -> Result<LogLock, LockError> {
         lock: lock.clone(),
         source,
     };
-    let mut file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o640)
-        .open(&lock)
-        .map_err(io_err)?;
-    match flock(&file, FlockOperation::NonBlockingLockExclusive) {
-        Ok(()) => {}
-        Err(e) if e == rustix::io::Errno::WOULDBLOCK => {
-            let mut text = String::new();
-            let _ = file.read_to_string(&mut text);
-            return Err(LockError::Held {
-                log: log.to_owned(),
-                lock: lock.clone(),
-                pid: text.trim().parse().ok(),
-            });
-        }
-        Err(e) => return Err(io_err(e.into())),
+    match holder_lock::try_take(&lock, 0o640, &std::process::id().to_string()).map_err(io_err)? {
+        Ok(held) => Ok(LogLock { _held: held }),
+        Err(busy) => Err(LockError::Held {
+            log: log.to_owned(),
+            lock: lock.clone(),
+            pid: busy.holder.parse().ok(),
+        }),
     }
-    file.set_len(0).map_err(io_err)?;
-    file.rewind().map_err(io_err)?;
-    writeln!(file, "{}", std::process::id()).map_err(io_err)?;
-    Ok(LogLock { _file: file })
 }
 
 #[cfg(test)]

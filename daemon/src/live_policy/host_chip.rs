@@ -75,46 +75,9 @@ pub fn load(path: &Path, opts: &LoadOptions, max_bytes: u64) -> Result<Loaded, L
 
 #[cfg(target_os = "macos")]
 mod platform {
-    //! `sysctlbyname` for the brand string: the only FFI here.
-    #![allow(unsafe_code)]
-
-    use std::ffi::CStr;
-
+    //! The brand string, by sysctl.
     pub(super) fn brand() -> Option<String> {
-        let name = c"machdep.cpu.brand_string";
-        let mut len: libc::size_t = 0;
-        // SAFETY: `name` is NUL-terminated; a null `oldp` with a valid `oldlenp` asks
-        // only for the size, written to `len`, which we own.
-        let rc = unsafe {
-            libc::sysctlbyname(
-                name.as_ptr(),
-                std::ptr::null_mut(),
-                &mut len,
-                std::ptr::null_mut(),
-                0,
-            )
-        };
-        if rc != 0 || len == 0 || len > 4096 {
-            return None;
-        }
-        let mut buf = vec![0u8; len];
-        // SAFETY: `buf` is writable for `len` bytes and `len` says so; sysctlbyname
-        // writes at most `len` bytes and updates `len` to what it wrote.
-        let rc = unsafe {
-            libc::sysctlbyname(
-                name.as_ptr(),
-                buf.as_mut_ptr().cast(),
-                &mut len,
-                std::ptr::null_mut(),
-                0,
-            )
-        };
-        if rc != 0 {
-            return None;
-        }
-        buf.truncate(len);
-        let text = CStr::from_bytes_until_nul(&buf).ok()?.to_str().ok()?.trim();
-        (!text.is_empty()).then(|| text.to_owned())
+        crate::macos::sysctl::string(c"machdep.cpu.brand_string")
     }
 }
 

@@ -49,35 +49,9 @@ pub fn daemon_os_build() -> Option<&'static str> {
 
 #[cfg(target_os = "macos")]
 mod platform {
-    //! `sysctlbyname("kern.osversion")`: the only FFI here.
-    #![allow(unsafe_code)]
-
-    use std::ffi::CStr;
-
+    //! The build, by sysctl.
     pub(super) fn os_build() -> Option<String> {
-        let name = c"kern.osversion";
-        let mut buf = [0u8; 256];
-        let mut len: libc::size_t = buf.len();
-        // SAFETY: `name` is NUL-terminated; `buf` is writable for `len` bytes and
-        // `len` says so; sysctlbyname writes at most `len` bytes and updates it.
-        let rc = unsafe {
-            libc::sysctlbyname(
-                name.as_ptr(),
-                buf.as_mut_ptr().cast(),
-                &mut len,
-                std::ptr::null_mut(),
-                0,
-            )
-        };
-        if rc != 0 || len == 0 || len > buf.len() {
-            return None;
-        }
-        let text = CStr::from_bytes_until_nul(&buf[..len])
-            .ok()?
-            .to_str()
-            .ok()?
-            .trim();
-        (!text.is_empty()).then(|| text.to_owned())
+        crate::macos::sysctl::string(c"kern.osversion")
     }
 }
 

@@ -445,4 +445,5 @@
 pub mod audit_token;
 pub mod code_identity;
 pub mod panic_boundary;
+pub mod sysctl;
 pub mod user_temp_dir;
