@@ -76,7 +76,8 @@ pub fn missing_shim_fix(install: &Install) -> String {
         .map(|j| format!("{} ({})", j.label, j.plist.display()))
         .collect();
     if naming.is_empty() {
-        "reinstall metalift (no launchd job names the shim; a job that sets          DYLD_INSERT_LIBRARIES itself, or `metalift exec`, fails until then)"
+        "reinstall metalift (no launchd job names the shim; a job that sets \
+         DYLD_INSERT_LIBRARIES itself, or `metalift exec`, fails until then)"
             .to_owned()
     } else {
         format!(

@@ -176,8 +176,11 @@ impl Conn {
         }
         // Waiting for answers, nothing of ours is in flight to carry the ACK of
         // the collector's first answer segment, and a collector that sends its
-        // answers with Nagle's algorithm on (imrelp) holds the rest until that
-        // ACK comes: a delayed ACK (40 ms on Linux) per window. That capped RELP
+        // answers with Nagle's algorithm on holds the rest until that ACK comes:
+        // a delayed ACK (40 ms on Linux) per window. imrelp does: strace shows
+        // librelp setting TCP_CORK before each `rsp` and clearing it after, and
+        // without TCP_NODELAY the uncork's push still obeys Nagle (Linux
+        // `__tcp_sock_set_cork` adds TCP_NAGLE_PUSH only with TCP_NODELAY). That capped RELP
         // at about 3,000 records/s on loopback (`metalift-bench forwarding`: 19 MiB
         // behind after a 2 s round, 9 s to catch up; 0.2 MiB and 0.06 s with
         // this). TCP_QUICKACK (tcp(7): "not permanent", so set before each wait)
