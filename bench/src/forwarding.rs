@@ -33,57 +33,40 @@ use crate::throughput::{realistic_policy, round, Client, Level};
 use crate::{Section, Target};
 
 /// A transport the benchmark forwards over, with the shipped collector
-/// configuration that receives it.
+/// configuration that receives it (the forwarding tests run the same files).
 #[derive(Clone, Copy)]
-enum Transport {
-    /// `transport = "tcp"` (the default), to `examples/collectors/rsyslog.conf`.
-    Tcp,
-    /// `transport = "relp"`, to `examples/collectors/rsyslog-relp.conf` (imrelp,
-    /// Debian's rsyslog-relp, which scripts/setup.sh installs).
-    Relp,
-}
-
-impl Transport {
+struct Transport {
     /// The policy's `transport` value.
-    fn name(self) -> &'static str {
-        match self {
-            Transport::Tcp => "tcp",
-            Transport::Relp => "relp",
-        }
-    }
-
+    name: &'static str,
     /// How the text names it.
-    fn heading(self) -> &'static str {
-        match self {
-            Transport::Tcp => "over TCP",
-            Transport::Relp => "over RELP",
-        }
-    }
-
-    /// The shipped collector configuration's file name in `examples/collectors/`.
-    fn conf_file(self) -> &'static str {
-        match self {
-            Transport::Tcp => "rsyslog.conf",
-            Transport::Relp => "rsyslog-relp.conf",
-        }
-    }
-
-    /// That configuration (the forwarding tests run it too), with `@DIR@`/`@PORT@`.
-    fn conf(self) -> &'static str {
-        match self {
-            Transport::Tcp => include_str!("../../examples/collectors/rsyslog.conf"),
-            Transport::Relp => include_str!("../../examples/collectors/rsyslog-relp.conf"),
-        }
-    }
-
+    heading: &'static str,
+    /// The configuration's file name in `examples/collectors/`.
+    conf_file: &'static str,
+    /// That file, with `@DIR@`/`@PORT@`.
+    conf: &'static str,
     /// The target's name in the summary: issue 30 asked it for TCP, issue 42 for RELP.
-    fn item(self) -> &'static str {
-        match self {
-            Transport::Tcp => "issue 30: check-ins/s at 64 clients, forwarding on vs off over TCP (same run, median of per-round ratios)",
-            Transport::Relp => "issue 42: check-ins/s at 64 clients, forwarding on vs off over RELP (same run, median of per-round ratios)",
-        }
-    }
+    item: &'static str,
 }
+
+/// `transport = "tcp"` (the default), to rsyslog's imtcp.
+const TCP: Transport = Transport {
+    name: "tcp",
+    heading: "over TCP",
+    conf_file: "rsyslog.conf",
+    conf: include_str!("../../examples/collectors/rsyslog.conf"),
+    item: "issue 30: check-ins/s at 64 clients, forwarding on vs off over TCP (same run, median of per-round ratios)",
+};
+
+/// `transport = "relp"`, to rsyslog's imrelp (Debian's rsyslog-relp, which
+/// scripts/setup.sh installs).
+const RELP: Transport = Transport {
+    name: "relp",
+    heading: "over RELP",
+    conf_file: "rsyslog-relp.conf",
+    conf: include_str!("../../examples/collectors/rsyslog-relp.conf"),
+    item: "issue 42: check-ins/s at 64 clients, forwarding on vs off over RELP (same run, median of per-round ratios)",
+};
+
 /// Debian's rsyslogd (scripts/setup.sh installs the `rsyslog` package).
 const RSYSLOGD: &str = "/usr/sbin/rsyslogd";
 
@@ -115,7 +98,7 @@ impl Rsyslog {
         std::fs::write(
             &conf,
             transport
-                .conf()
+                .conf
                 .replace("@DIR@", work_str)
                 .replace("@PORT@", &port.to_string()),
         )?;
@@ -212,7 +195,7 @@ fn forwarding_policy(port: u16, transport: Transport) -> String {
     format!(
         "{}\n[audit.forward]\naddress = \"127.0.0.1:{port}\"\ntransport = \"{}\"\n",
         realistic_policy(),
-        transport.name()
+        transport.name
     )
 }
 
@@ -227,10 +210,10 @@ pub fn run(
     let dir = tempfile::tempdir()?;
     let mut parts = Vec::new();
     let mut targets = Vec::new();
-    for transport in [Transport::Tcp, Transport::Relp] {
+    for transport in [TCP, RELP] {
         let c = compare(
             art,
-            &dir.path().join(transport.name()),
+            &dir.path().join(transport.name),
             transport,
             rounds,
             length,
@@ -335,10 +318,7 @@ fn compare(
     let (rate_off, rate_on) = (lo.rates.median(), ln.rates.median());
     table.push_str(&lo.row("off", Some(harness::memory(off.pid())?)));
     table.push_str(&ln.row(
-        &format!(
-            "on, {} to rsyslogd on 127.0.0.1:{port}",
-            transport.heading()
-        ),
+        &format!("on, {} to rsyslogd on 127.0.0.1:{port}", transport.heading),
         Some(harness::memory(on.pid())?),
     ));
     let of_medians = rate_on / rate_off.max(1e-9);
@@ -375,8 +355,8 @@ fn compare(
          All of it, on / off: {:.3}× the CPU per check-in (so {:.3}× the check-ins/s if the \
          CPUs did nothing else); without rsyslogd's part (in a fleet the collector is another \
          machine): {:.3}× (so {:.3}×).\n",
-        transport.heading(),
-        transport.conf_file(),
+        transport.heading,
+        transport.conf_file,
         length.as_secs_f64(),
         pair_ratios.len(),
         caught_up.as_secs_f64(),
@@ -396,7 +376,7 @@ fn compare(
         1.0 / guest_cpu_ratio.max(1e-9),
     );
     let target = Target {
-        item: transport.item().into(),
+        item: transport.item.into(),
         target: "≥ 0.95×".into(),
         measured: format!(
             "{ratio:.3}× (p10–p90 {ratio_p10:.3}–{ratio_p90:.3}×; medians {} /s on vs {} /s off; \
@@ -438,7 +418,7 @@ struct Down {
 fn collector_down(art: &Artifacts, dir: &Path, records: u64) -> anyhow::Result<Down> {
     // A port nothing listens on: bound, then closed.
     let port = free_port()?;
-    let daemon = Daemon::start(art, dir, &forwarding_policy(port, Transport::Tcp), &[])?;
+    let daemon = Daemon::start(art, dir, &forwarding_policy(port, TCP), &[])?;
     let start_mem = harness::memory(daemon.pid())?;
     let mut done = 0u64;
     let mut peak_rss = start_mem.rss_kib;

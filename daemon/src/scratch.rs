@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use metalift_policy::wire::Client;
+use metalift_policy::wire::{CheckIn, Client, ClientError, VerdictMsg};
 use serde_json::Value;
 
 /// How long a daemon may take to answer its first status request (a cold, loaded
@@ -349,6 +349,25 @@ impl Drop for ScratchDaemon {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// One check-in at `socket` as a shim that claims no executable makes it, with
+/// `shim_version` and the job claim `job`: the verdict, and the client still open
+/// for the outcome: the daemon tests' one way to make a decision.
+pub fn check_in(
+    socket: &Path,
+    shim_version: &str,
+    job: Option<&str>,
+    timeout: Duration,
+) -> Result<(Client, VerdictMsg), ClientError> {
+    let mut client = Client::connect(socket, timeout)?;
+    let verdict = client.check_in(&CheckIn {
+        shim_version: shim_version.to_owned(),
+        arch: std::env::consts::ARCH.to_owned(),
+        claimed_executable: None,
+        job: job.map(str::to_owned),
+    })?;
+    Ok((client, verdict))
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use metalift_daemon::scratch::{ScratchDaemon, ScratchDir};
-use metalift_policy::wire::{CheckIn, Client, VerdictMsg};
+use metalift_policy::wire::{Client, VerdictMsg};
 
 /// Longest any wait of these tests lasts.
 pub const GUARD: Duration = Duration::from_secs(60);
@@ -198,16 +198,7 @@ pub fn reloads(env: &Env, daemon: &ScratchDaemon, n: usize) {
 /// One check-in at `socket` (a decision record), claiming `job`; the client stays
 /// open for the outcome.
 pub fn check_in(socket: &Path, job: Option<&str>) -> (Client, VerdictMsg) {
-    let mut client = Client::connect(socket, GUARD).expect("connect");
-    let verdict = client
-        .check_in(&CheckIn {
-            shim_version: "test".into(),
-            arch: std::env::consts::ARCH.into(),
-            claimed_executable: None,
-            job: job.map(str::to_owned),
-        })
-        .expect("a verdict");
-    (client, verdict)
+    metalift_daemon::scratch::check_in(socket, "test", job, GUARD).expect("a verdict")
 }
 
 /// The header of [`send_torn`]'s frames.
